@@ -1,0 +1,1 @@
+"""compaction_jobs."""

@@ -1,0 +1,1 @@
+"""consumer_groups."""

@@ -1,0 +1,204 @@
+"""Topic configs with Kafka's names, defaults and validation.
+
+A topic stores only the configs set for it (its overrides), as Kafka does, so a
+changed default applies to every topic that did not set its own value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from log_tables.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError
+
+MAX_PARTITIONS = 10_000
+MAX_TOPIC_NAME_CHARS = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_LONG_MAX = 2**63 - 1
+_INT_MAX = 2**31 - 1
+# A segment's positions are u32 in the offset index and its header is 56 bytes:
+# these bound segment.bytes from both sides.
+MIN_SEGMENT_BYTES = 128
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule: 1-249 chars of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name must be a non-empty string")
+    if len(name) > MAX_TOPIC_NAME_CHARS:
+        raise InvalidTopicError(
+            f"topic name {name[:40]!r}... is {len(name)} characters long; the maximum is "
+            f"{MAX_TOPIC_NAME_CHARS}"
+        )
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if not _TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def validate_partitions(count: object) -> int:
+    """A partition count is an integer in 1..10,000."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidPartitionsError(f"partitions_count must be an integer, got {count!r}")
+    if not 1 <= count <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"partitions_count must be between 1 and {MAX_PARTITIONS}, got {count}"
+        )
+    return count
+
+
+def _long(low: int, high: int = _LONG_MAX) -> Callable[[str, str], int]:
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise InvalidConfigError(name, raw, "expected an integer") from None
+        if not low <= value <= high:
+            raise InvalidConfigError(name, raw, f"must be between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _ratio(name: str, raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise InvalidConfigError(name, raw, "expected a number between 0 and 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigError(name, raw, "must be between 0 and 1")
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = ",".join(part.strip() for part in str(raw).split(","))
+        if value == "delete,compact":
+            value = "compact,delete"
+        if value not in options:
+            raise InvalidConfigError(name, raw, f"must be one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """One topic config: its Kafka name, default, parser and a line of doc."""
+
+    name: str
+    default: Any
+    parse: Callable[[str, str], Any]
+    doc: str
+
+
+CONFIG_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef("cleanup.policy", "delete", _choice(CLEANUP_POLICIES),
+              "delete: drop old data by retention; compact: keep the latest value per key."),
+    ConfigDef("retention.ms", 7 * 24 * 3600 * 1000, _long(-1),
+              "How long a record is kept (by the newest timestamp of its file); -1: forever."),
+    ConfigDef("retention.bytes", -1, _long(-1),
+              "Maximum bytes kept per partition before whole old files go; -1: no limit."),
+    ConfigDef("segment.bytes", 64 * 1024 * 1024, _long(MIN_SEGMENT_BYTES, _INT_MAX),
+              "A hot segment is rolled when the next batch would make it larger than this."),
+    ConfigDef("segment.ms", 10 * 60 * 1000, _long(1),
+              "A non-empty hot segment older than this is rolled (and so becomes tierable)."),
+    ConfigDef("index.interval.bytes", 4096, _long(0, _INT_MAX),
+              "Bytes of log between two entries of the sparse offset and time indexes."),
+    ConfigDef("max.message.bytes", 1024 * 1024, _long(0, _INT_MAX),
+              "Largest record batch (and so record) accepted, in bytes as stored."),
+    ConfigDef("message.timestamp.type", "CreateTime", _choice(TIMESTAMP_TYPES),
+              "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker time."),
+    ConfigDef("min.compaction.lag.ms", 0, _long(0),
+              "Records younger than this are never compacted."),
+    ConfigDef("max.compaction.lag.ms", _LONG_MAX, _long(1),
+              "A partition with dirty records older than this is compacted regardless of ratio."),
+    ConfigDef("delete.retention.ms", 24 * 3600 * 1000, _long(0),
+              "How long a tombstone (null value) stays in a compacted topic."),
+    ConfigDef("min.cleanable.dirty.ratio", 0.5, _ratio,
+              "Compaction starts when dirty bytes / total bytes reaches this."),
+    ConfigDef("local.retention.ms", 3600 * 1000, _long(-2),
+              "How long the hot tier keeps segments already tiered to Delta; -2: retention.ms."),
+    ConfigDef("local.retention.bytes", -2, _long(-2),
+              "Hot-tier bytes kept per partition of tiered segments; -2: retention.bytes."),
+)
+CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """The effective configs of a topic (defaults overlaid with its overrides)."""
+
+    cleanup_policy: str = "delete"
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    segment_bytes: int = 64 * 1024 * 1024
+    segment_ms: int = 10 * 60 * 1000
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1024 * 1024
+    message_timestamp_type: str = "CreateTime"
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    local_retention_ms: int = 3600 * 1000
+    local_retention_bytes: int = -2
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, object]) -> TopicConfig:
+        """Validate Kafka-named overrides and overlay them on the defaults."""
+        values: dict[str, Any] = {}
+        for name, raw in overrides.items():
+            definition = CONFIG_BY_NAME.get(name)
+            if definition is None:
+                raise InvalidConfigError(
+                    name, raw, f"unknown topic config; known configs: {', '.join(CONFIG_BY_NAME)}"
+                )
+            if raw is None:
+                raise InvalidConfigError(name, raw, "a value is required")
+            values[_field(name)] = definition.parse(name, str(raw))
+        return cls(**values)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def to_kafka(self) -> dict[str, str]:
+        """Every config under its Kafka name, as strings (as Kafka's DescribeConfigs)."""
+        out: dict[str, str] = {}
+        for definition in CONFIG_DEFS:
+            value = getattr(self, _field(definition.name))
+            out[definition.name] = str(value)
+        return out
+
+    def replace(self, **changes: Any) -> TopicConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _field(kafka_name: str) -> str:
+    return kafka_name.replace(".", "_")
+
+
+def normalize_overrides(overrides: Mapping[str, object]) -> dict[str, str]:
+    """Validate overrides and return them as canonical strings (what the registry stores)."""
+    TopicConfig.from_overrides(overrides)
+    out: dict[str, str] = {}
+    for name, raw in overrides.items():
+        value = CONFIG_BY_NAME[name].parse(name, str(raw))
+        out[name] = str(value)
+    return out

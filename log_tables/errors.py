@@ -1,0 +1,129 @@
+"""The error root of lakelog and the errors of the log layer.
+
+Every error carries a stable ``code`` (used by the HTTP layer for its JSON body)
+and a ``retriable`` flag that tells a client whether trying again can succeed.
+"""
+
+from __future__ import annotations
+
+
+class LakelogError(Exception):
+    """Root of every error lakelog raises on purpose."""
+
+    code = "lakelog_error"
+    retriable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidTopicError(LakelogError):
+    code = "invalid_topic"
+
+
+class TopicExistsError(LakelogError):
+    code = "topic_already_exists"
+
+
+class UnknownTopicError(LakelogError):
+    code = "unknown_topic_or_partition"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist")
+        self.topic = topic
+
+
+class UnknownPartitionError(LakelogError):
+    code = "unknown_topic_or_partition"
+
+    def __init__(self, topic: str, partition: int, partitions: int) -> None:
+        super().__init__(
+            f"partition {partition} of topic {topic!r} does not exist "
+            f"(the topic has partitions 0..{partitions - 1})"
+        )
+        self.topic = topic
+        self.partition = partition
+
+
+class InvalidPartitionsError(LakelogError):
+    code = "invalid_partitions"
+
+
+class InvalidConfigError(LakelogError):
+    code = "invalid_config"
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid value {value!r} for config {name!r}: {reason}")
+        self.name = name
+        self.value = value
+
+
+class InvalidRecordError(LakelogError):
+    code = "invalid_record"
+
+
+class RecordTooLargeError(LakelogError):
+    """A record or batch exceeds ``max.message.bytes`` or ``segment.bytes``."""
+
+    code = "record_too_large"
+
+
+class OffsetOutOfRangeError(LakelogError):
+    """A read asked for an offset outside ``[log_start_offset, high_watermark]``."""
+
+    code = "offset_out_of_range"
+
+    def __init__(self, where: str, offset: int, log_start_offset: int, high_watermark: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range for {where}: "
+            f"valid offsets are {log_start_offset}..{high_watermark}"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+
+
+class CorruptRecordError(LakelogError):
+    """Bytes on disk failed a CRC or format check; they are never served as data."""
+
+    code = "corrupt_record"
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        super().__init__(f"corrupt batch in {path} at byte {position}: {reason}")
+        self.path = path
+        self.position = position
+        self.reason = reason
+
+
+class CorruptIndexError(LakelogError):
+    code = "corrupt_index"
+
+
+class IndexOrderError(LakelogError):
+    """An index append that is not strictly after the last entry."""
+
+    code = "index_out_of_order"
+
+
+class LogClosedError(LakelogError):
+    code = "log_closed"
+    retriable = True
+
+
+class StorageError(LakelogError):
+    """An I/O error or a full disk; the batch was not appended."""
+
+    code = "storage_error"
+    retriable = True
+
+    def __init__(self, message: str, errno_: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+class QueueFullError(LakelogError):
+    """A bounded queue is full; try again later."""
+
+    code = "queue_full"
+    retriable = True

@@ -1,0 +1,78 @@
+"""Group commit: many waiters for durability share one fdatasync per partition.
+
+Appends return once their bytes are in the page cache. A caller that needs
+acks=all asks ``GroupCommit.request(log, offset)`` and waits on the returned
+future; one flusher thread syncs each partition with waiters once per round,
+so N concurrent requests on a partition cost about one sync, not N.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+
+from log_tables.errors import LogClosedError, QueueFullError
+from log_tables.partition_log import PartitionLog
+
+
+class GroupCommit:
+    """A bounded queue of durability requests served by one flusher thread."""
+
+    def __init__(self, max_pending: int = 100_000, name: str = "lakelog-group-commit") -> None:
+        self.max_pending = max_pending
+        self._cond = threading.Condition()
+        self._pending: list[tuple[PartitionLog, int, Future[int]]] = []
+        self._closed = False
+        self.rounds = 0
+        self.syncs = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def request(self, log: PartitionLog, offset: int) -> Future[int]:
+        """A future that completes once every offset below ``offset`` of ``log`` is durable."""
+        future: Future[int] = Future()
+        if log.flushed_offset >= offset:
+            future.set_result(log.flushed_offset)
+            return future
+        with self._cond:
+            if self._closed:
+                raise LogClosedError("group commit is closed")
+            if len(self._pending) >= self.max_pending:
+                raise QueueFullError(
+                    f"{len(self._pending)} durability requests are waiting; try again shortly")
+            self._pending.append((log, offset, future))
+            self._cond.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending and self._closed:
+                    return
+                batch, self._pending = self._pending, []
+            self.rounds += 1
+            by_log: dict[PartitionLog, list[tuple[int, Future[int]]]] = defaultdict(list)
+            for log, offset, future in batch:
+                by_log[log].append((offset, future))
+            for log, waiters in by_log.items():
+                try:
+                    before = log.flushed_offset
+                    flushed = log.flush(max(offset for offset, _ in waiters))
+                    if flushed != before:
+                        self.syncs += 1
+                except Exception as exc:  # every waiter must hear of the failure
+                    for _, future in waiters:
+                        future.set_exception(exc)
+                    continue
+                for _, future in waiters:
+                    future.set_result(flushed)
+
+    def close(self) -> None:
+        """Serve what is queued, then stop the flusher thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
