@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 
 import google_crc32c
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from log_tables.errors import CorruptRecordError
 from log_tables.records import RECORD_SCHEMA
@@ -127,9 +126,9 @@ def prepare(
 ) -> PreparedBatch:
     """Serialize ``records`` (RECORD_SCHEMA) and checksum everything but offset and length."""
     count = records.num_rows
-    ts = records.column(0)
-    first_ts = ts[0].as_py()
-    max_ts = first_ts if count == 1 else pc.max(ts).as_py()
+    ts = records.column(0).to_numpy(zero_copy_only=True)
+    first_ts = int(ts[0])
+    max_ts = first_ts if count == 1 else int(ts.max())
     body = _pad8(records.serialize())
     attributes = ATTR_LOG_APPEND_TIME if log_append_time else 0
     tail = HEADER.pack(

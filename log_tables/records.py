@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from log_tables.errors import InvalidRecordError
 
@@ -59,7 +58,7 @@ def build_batch(
         raise InvalidRecordError("timestamps are required (pass one int for all records)")
     try:
         if isinstance(timestamps, int):
-            ts = pc.cast(pa.repeat(pa.scalar(timestamps, pa.int64()), count), pa.int64())
+            ts = pa.repeat(pa.scalar(timestamps, pa.int64()), count)
         else:
             if len(timestamps) != count:
                 raise InvalidRecordError(f"{len(timestamps)} timestamps for {count} values")

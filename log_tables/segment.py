@@ -220,9 +220,11 @@ class LogSegment:
             break
         os.ftruncate(self._fd, cut)
         self.size = cut
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
+        # The straddling batch is removed whole (its head is re-appended by the
+        # caller), so its index entries go too.
         self.next_offset = offset if straddling is None else straddling.header.base_offset
+        self.offset_index.truncate_to(self.next_offset)
+        self.time_index.truncate_to(self.next_offset)
         self._recompute_max_timestamp(max_batch_bytes)
         self.sealed = False
         return straddling

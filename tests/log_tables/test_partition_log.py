@@ -1,0 +1,284 @@
+"""Kafka's log-layer scenarios against real segment files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from log_tables.clock import ManualClock
+from log_tables.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from log_tables.group_commit import GroupCommit
+from log_tables.records import build_batch
+from tests.conftest import OpenLog
+from tests.log_tables.helpers import append_n, assert_records_match_offsets, batch_for, read_all
+
+
+def test_append_returns_dense_offsets_and_reads_back(open_log: OpenLog) -> None:
+    plog = open_log()
+    first = plog.append(batch_for(0, 3))
+    second = plog.append(batch_for(3, 2))
+    assert (first.base_offset, first.last_offset) == (0, 2)
+    assert (second.base_offset, second.last_offset) == (3, 4)
+    assert plog.high_watermark == 5 and plog.log_start_offset == 0
+    records = read_all(plog)
+    assert_records_match_offsets(records)
+    assert [r.timestamp for r in records] == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_headers_nulls_and_tombstones_round_trip(open_log: OpenLog) -> None:
+    plog = open_log()
+    plog.append(build_batch([b"v", None], keys=[None, b"k"], timestamps=[5, 6],
+                            headers=[[("h1", b"x"), ("h2", None)], None]))
+    got = plog.read(0).records()
+    assert got[0].key is None and got[0].headers == [("h1", b"x"), ("h2", None)]
+    assert got[1].value is None and got[1].key == b"k" and got[1].headers == []
+
+
+def test_read_in_middle_of_batch_and_record_limits(open_log: OpenLog) -> None:
+    plog = open_log()
+    append_n(plog, 100, per_batch=10)
+    got = plog.read(37, max_records=5).records()
+    assert [r.offset for r in got] == [37, 38, 39, 40, 41]
+    assert_records_match_offsets(got, 37)
+
+
+def test_max_bytes_returns_at_least_one_batch(open_log: OpenLog) -> None:
+    plog = open_log()
+    append_n(plog, 20, per_batch=10, size=500)
+    result = plog.read(0, max_bytes=10)
+    assert [b.base_offset for b in result.batches] == [0]
+    assert result.next_offset == 10
+
+
+def test_read_at_and_beyond_the_ends(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=2_000)
+    append_n(plog, 30)
+    plog.delete_records(10)
+    assert plog.read(30).batches == []  # at the high watermark: nothing yet, no error
+    for bad in (9, 31, -1):
+        with pytest.raises(OffsetOutOfRangeError) as err:
+            plog.read(bad)
+        assert (err.value.log_start_offset, err.value.high_watermark) == (10, 30)
+    assert_records_match_offsets(plog.read(10, max_bytes=1 << 20).records(), 10)
+
+
+def test_size_based_roll(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=3_000)
+    append_n(plog, 40)
+    sizes = [s.size for s in plog.segments]
+    assert len(sizes) > 5
+    assert all(0 < size <= 3_000 for size in sizes)
+    bases = [s.base_offset for s in plog.segments]
+    assert bases == sorted(bases) and bases[0] == 0
+    for prev, nxt in zip(plog.segments, plog.segments[1:], strict=False):
+        assert prev.next_offset == nxt.base_offset and prev.sealed
+    assert_records_match_offsets(read_all(plog))
+
+
+def test_time_based_roll(open_log: OpenLog, clock: ManualClock) -> None:
+    plog = open_log(segment_ms=1_000)
+    append_n(plog, 3)
+    clock.advance(999)
+    append_n(plog, 1)
+    assert len(plog.segments) == 1
+    clock.advance(1)
+    append_n(plog, 1)  # the segment is now 1,000 ms old: roll before appending
+    assert [s.base_offset for s in plog.segments] == [0, 4]
+    clock.advance(5_000)
+    assert plog.roll_if_due() is not None  # a quiet partition is rolled without an append
+    assert [s.base_offset for s in plog.segments] == [0, 4, 5]
+    assert plog.roll_if_due() is None  # the new active segment is empty
+
+
+def test_batch_over_segment_bytes_or_max_message_bytes_is_rejected(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=2_000, max_message_bytes=1_000_000)
+    with pytest.raises(RecordTooLargeError, match=r"segment\.bytes"):
+        plog.append(batch_for(0, 1, size=3_000))
+    small = open_log(directory=plog.directory.parent / "b", max_message_bytes=1_000)
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+        small.append(batch_for(0, 1, size=2_000))
+    assert plog.high_watermark == 0 and small.high_watermark == 0
+    assert plog.active_segment.size == 0
+
+
+def test_wrong_schema_is_rejected(open_log: OpenLog) -> None:
+    import pyarrow as pa
+
+    plog = open_log()
+    with pytest.raises(InvalidRecordError):
+        plog.append(pa.record_batch({"value": pa.array([b"x"])}))
+
+
+def test_log_append_time_stamps_broker_time(open_log: OpenLog, clock: ManualClock) -> None:
+    plog = open_log(message_timestamp_type="LogAppendTime")
+    info = plog.append(batch_for(0, 3, ts=5))
+    assert info.log_append_time_ms == clock.now_ms()
+    batch = plog.read(0).batches[0]
+    assert batch.log_append_time
+    assert {r.timestamp for r in batch.to_records()} == {clock.now_ms()}
+
+
+def test_timestamp_lookup(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=4_000, index_interval_bytes=1)
+    # Timestamps 1000, 1010, ... with one out-of-order record at offset 20.
+    for o in range(60):
+        ts = 1000 + 10 * o if o != 20 else 900
+        plog.append(batch_for(o, 1, ts=ts))
+    assert len(plog.segments) > 3
+    assert plog.offset_for_timestamp(1000 + 10 * 33) == 33  # exact
+    assert plog.offset_for_timestamp(1000 + 10 * 33 + 5) == 34  # between
+    assert plog.offset_for_timestamp(0) == 0  # before the first
+    assert plog.offset_for_timestamp(850) == 0
+    assert plog.offset_for_timestamp(1000 + 10 * 59) == 59  # the last
+    assert plog.offset_for_timestamp(1000 + 10 * 59 + 1) is None  # after the last
+    assert plog.offset_for_timestamp(1000 + 10 * 20) == 21  # offset 20 is older than its place
+    plog.delete_records(40)
+    assert plog.offset_for_timestamp(0) == 40  # never below the log start
+
+
+def test_truncate_then_reopen(open_log: OpenLog, tmp_path: Path) -> None:
+    plog = open_log(segment_bytes=3_000)
+    append_n(plog, 50, per_batch=5)
+    plog.truncate_to(23)  # inside a batch of 5 and inside a segment
+    assert plog.high_watermark == 23
+    assert_records_match_offsets(read_all(plog))
+    append_n(plog, 7)
+    assert plog.high_watermark == 30
+    plog.close()
+    reopened = open_log()
+    assert reopened.high_watermark == 30
+    assert_records_match_offsets(read_all(reopened))
+
+
+def test_truncate_to_segment_boundary_and_start(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=3_000)
+    append_n(plog, 30)
+    boundary = plog.segments[2].base_offset
+    plog.truncate_to(boundary)
+    assert plog.high_watermark == boundary and len(plog.segments) == 2
+    plog.truncate_to(0)
+    assert plog.high_watermark == 0 and plog.read(0).batches == []
+    append_n(plog, 3)
+    assert_records_match_offsets(read_all(plog))
+
+
+def test_delete_segments_below_moves_log_start(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=3_000)
+    append_n(plog, 40)
+    cutoff = plog.segments[3].base_offset + 1
+    deleted = plog.delete_segments_below(cutoff)
+    assert [s.next_offset <= cutoff for s in deleted] == [True] * len(deleted) and len(deleted) == 3
+    assert plog.log_start_offset == plog.segments[0].base_offset == deleted[-1].next_offset
+    assert not any(p.exists() for s in deleted for p in (s.path, s.offset_index.path))
+    assert plog.high_watermark == 40
+    plog.close()
+    reopened = open_log()
+    assert reopened.log_start_offset == deleted[-1].next_offset and reopened.high_watermark == 40
+
+
+def test_delete_records_to_the_end_keeps_offsets(open_log: OpenLog) -> None:
+    plog = open_log()
+    append_n(plog, 10)
+    plog.delete_records(10)
+    assert (plog.log_start_offset, plog.high_watermark) == (10, 10)
+    assert plog.append(batch_for(10, 1)).base_offset == 10
+    plog.close()
+    reopened = open_log()
+    assert (reopened.log_start_offset, reopened.high_watermark) == (10, 11)
+
+
+def test_concurrent_reader_threads_never_see_partial_batches(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=20_000)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                assert_records_match_offsets(read_all(plog))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    append_n(plog, 2_000, per_batch=7)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_group_commit_shares_syncs(open_log: OpenLog) -> None:
+    plog = open_log()
+    commit = GroupCommit()
+    futures = []
+    lock = threading.Lock()
+
+    def producer() -> None:
+        for _ in range(50):
+            info = plog.append(batch_for(0, 1))
+            with lock:
+                futures.append(commit.request(plog, info.last_offset + 1))
+
+    threads = [threading.Thread(target=producer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flushed = [f.result(timeout=30) for f in futures]
+    commit.close()
+    assert plog.flushed_offset == plog.high_watermark == 400
+    assert min(flushed) >= 1
+    assert commit.syncs < len(futures)  # shared: fewer syncs than requests
+
+
+def test_flush_is_skipped_when_already_durable(open_log: OpenLog) -> None:
+    plog = open_log()
+    append_n(plog, 3)
+    assert plog.flush() == 3
+    assert plog.flush(up_to=2) == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 20)),
+    st.tuples(st.just("read"), st.integers(0, 10_000), st.integers(1, 50)),
+    st.tuples(st.just("truncate"), st.integers(0, 10_000)),
+    st.tuples(st.just("reopen"), st.booleans()),
+), max_size=40))
+def test_log_matches_a_list_model(tmp_path_factory: pytest.TempPathFactory,
+                                  ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    from log_tables.config import TopicConfig
+    from log_tables.partition_log import PartitionLog
+
+    directory = tmp_path_factory.mktemp("model")
+    config = TopicConfig(segment_bytes=2_500, index_interval_bytes=300)
+    plog = PartitionLog.open(directory, config)
+    model: list[bytes] = []
+    for op in ops:
+        if op[0] == "append":
+            plog.append(batch_for(len(model), op[1]))
+            model.extend(batch_for(len(model), op[1]).column(2).to_pylist())
+        elif op[0] == "read" and model:
+            offset = op[1] % (len(model) + 1)
+            got = plog.read(offset, max_records=op[2]).records()
+            assert [r.value for r in got] == model[offset:offset + op[2]][:len(got)]
+            assert got or offset == len(model)
+        elif op[0] == "truncate":
+            target = op[1] % (len(model) + 1)
+            plog.truncate_to(target)
+            del model[target:]
+        elif op[0] == "reopen":
+            if op[1]:
+                plog.close()
+            else:
+                plog.abandon()
+            plog = PartitionLog.open(directory, config)
+        assert plog.high_watermark == len(model)
+    assert [r.value for r in read_all(plog)] == model
+    plog.abandon()
