@@ -1,0 +1,46 @@
+"""Human-readable dumps of hot segment files (like kafka-dump-log)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from log_tables.batch import BatchScanner
+from log_tables.errors import LakelogError
+from log_tables.hot_reader import SegmentFile, list_segments
+from log_tables.records import batch_records
+from log_tables.segment import LOG_SUFFIX, parse_stem
+
+
+def dump(path: Path, with_records: bool = False) -> Iterator[str]:
+    """Lines describing every batch of a segment file or of a partition directory."""
+    if path.is_dir():
+        segments = list_segments(path)
+    elif path.name.endswith(LOG_SUFFIX) and (base := parse_stem(path.name)) is not None:
+        segments = [SegmentFile(base, path)]
+    else:
+        raise LakelogError(f"{path} is neither a partition directory nor a .log segment file")
+    for segment in segments:
+        yield f"segment {segment.path}"
+        fd = os.open(segment.path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            scanner = BatchScanner(fd, str(segment.path), 0, size,
+                                   expected_offset=segment.base_offset)
+            for b in scanner:
+                h = b.header
+                yield (f"  baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
+                       f"count: {h.record_count} position: {b.position} size: {h.size} "
+                       f"maxTimestamp: {h.max_timestamp} logAppendTime: {h.log_append_time} "
+                       f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+                       f"baseSequence: {h.base_sequence} crc: {h.crc:#010x} valid: true")
+                if with_records:
+                    for r in batch_records(h.base_offset, b.records(str(segment.path))):
+                        yield (f"    | offset: {r.offset} timestamp: {r.timestamp} key: {r.key!r} "
+                               f"value: {r.value!r} headers: {r.headers}")
+            if scanner.stop is not None:
+                yield (f"  stop at position {scanner.stop.position}: {scanner.stop.reason} "
+                       f"({size - scanner.stop.position} bytes not readable)")
+        finally:
+            os.close(fd)
