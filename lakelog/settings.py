@@ -1,20 +1,13 @@
-"""lakelog's settings: one typed object, from defaults, ``LAKELOG_*`` variables and flags."""
+"""lakelog's settings: the packages' own settings composed into one typed object."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from ingest_api.settings import ApiSettings
 
 
-class Settings(BaseSettings):
-    """Everything an operator can set; see the README's configuration table."""
+class Settings(ApiSettings):
+    """Everything an operator can set (defaults < ``LAKELOG_*`` variables < CLI flags)."""
 
-    model_config = SettingsConfigDict(env_prefix="LAKELOG_", extra="forbid")
-
-    data_dir: Path = Field(Path("lakelog-data"), description="Where the hot log and metadata live.")
-
-    @property
-    def hot_dir(self) -> Path:
-        return self.data_dir / "hot"
+    def describe(self) -> dict[str, str]:
+        """The settings as printed at start (no secrets exist yet; they would be masked here)."""
+        return {name: str(value) for name, value in self.model_dump().items()}

@@ -127,3 +127,23 @@ class QueueFullError(LakelogError):
 
     code = "queue_full"
     retriable = True
+
+
+class OutOfOrderSequenceError(LakelogError):
+    """An idempotent producer's sequence skipped ahead or went back past the dedup window."""
+
+    code = "out_of_order_sequence"
+
+
+class InvalidProducerEpochError(LakelogError):
+    """A producer epoch older than the current one: the producer is fenced."""
+
+    code = "invalid_producer_epoch"
+
+
+class UnknownProducerIdError(LakelogError):
+    code = "unknown_producer_id"
+
+
+class DataDirLockedError(LakelogError):
+    code = "data_dir_locked"

@@ -36,6 +36,7 @@ from log_tables.errors import (
     StorageError,
 )
 from log_tables.files import atomic_write, fsync_dir
+from log_tables.producer_state import ProducerStateManager
 from log_tables.records import RECORD_SCHEMA, Record, batch_records
 from log_tables.segment import (
     DELETED_SUFFIX,
@@ -50,6 +51,7 @@ from log_tables.segment import (
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "partition.json"
+SNAPSHOT_SUFFIX = ".snapshot"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 # Any batch is bounded by segment.bytes when written; scans accept up to i32 so
 # that lowering segment.bytes later never makes old batches look corrupt.
@@ -66,6 +68,13 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     size: int
     """Bytes written."""
+    duplicate_offsets: tuple[int, ...] = ()
+    """Offsets of leading records that an idempotent producer had already written."""
+
+    def offset_of(self, index: int) -> int:
+        """The offset of the ``index``-th record of the appended batch."""
+        dups = len(self.duplicate_offsets)
+        return self.duplicate_offsets[index] if index < dups else self.base_offset + index - dups
 
 
 class LogBatch(NamedTuple):
@@ -116,6 +125,7 @@ class PartitionLog:
         self._closed = False
         self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []
         self.recovered_from: list[str] = []
+        self.producers = ProducerStateManager(name)
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -207,6 +217,43 @@ class PartitionLog:
         self._flushed_offset = self._next_offset if clean else self._segments[-1].base_offset
         self._recovery_point = self._segments[-1].base_offset
         self._write_checkpoint()
+        self._rebuild_producer_state()
+
+    # -- producer state snapshots -------------------------------------------------
+    def _snapshots(self) -> list[int]:
+        return sorted(int(p.name[:-len(SNAPSHOT_SUFFIX)]) for p in self.directory.iterdir()
+                      if p.name.endswith(SNAPSHOT_SUFFIX) and p.name[:20].isdigit())
+
+    def _snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def _write_producer_snapshot(self) -> None:
+        """Persist producer state as of the log end; keep the newest two snapshots."""
+        offset = self._next_offset
+        atomic_write(self._snapshot_path(offset), json.dumps(self.producers.to_json()).encode())
+        for old in self._snapshots()[:-2]:
+            self._snapshot_path(old).unlink(missing_ok=True)
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest snapshot at or below the log end and replay the headers after it."""
+        self.producers = ProducerStateManager(self.name)
+        start = self._segments[0].base_offset
+        for offset in reversed(self._snapshots()):
+            if offset > self._next_offset:
+                self._snapshot_path(offset).unlink(missing_ok=True)
+                continue
+            try:
+                self.producers.load_json(json.loads(self._snapshot_path(offset).read_bytes()))
+                start = max(offset, start)
+                break
+            except (ValueError, KeyError, TypeError, OSError):
+                self._note(f"producer snapshot {offset} unreadable; replaying the log")
+        for seg in self._segments:
+            if seg.next_offset <= start:
+                continue
+            for batch in seg.scan(start, MAX_BATCH_BYTES):
+                if batch.header.base_offset >= start:
+                    self.producers.apply(batch.header)
 
     def _note(self, message: str) -> None:
         log.warning("recovery of %s: %s", self.name, message)
@@ -288,12 +335,29 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"{self.name} is closed")
+            duplicates: list[int] = []
+            if producer_id >= 0:
+                duplicates = self.producers.check(producer_id, producer_epoch, base_sequence,
+                                                  records.num_rows)
+                if len(duplicates) == records.num_rows:
+                    return AppendInfo(duplicates[0], duplicates[-1], append_time,
+                                      prepared.max_timestamp, 0, tuple(duplicates))
+                if duplicates:  # a retry that overlaps: append only the new tail
+                    base_sequence += len(duplicates)
+                    prepared = prepare(records.slice(len(duplicates)),
+                                       log_append_time=config.log_append_time,
+                                       producer_id=producer_id, producer_epoch=producer_epoch,
+                                       base_sequence=base_sequence)
             batch = assign(prepared, self._next_offset)
             self._maybe_roll_for(batch)
             self._segments[-1].append(batch)
             self._next_offset = batch.header.next_offset
+            if producer_id >= 0:
+                self.producers.update(producer_id, producer_epoch, base_sequence,
+                                      prepared.record_count, batch.header.base_offset)
         h = batch.header
-        return AppendInfo(h.base_offset, h.last_offset, append_time, h.max_timestamp, h.size)
+        return AppendInfo(h.base_offset, h.last_offset, append_time, h.max_timestamp, h.size,
+                          tuple(duplicates))
 
     def _maybe_roll_for(self, batch: EncodedBatch) -> None:
         active = self._segments[-1]
@@ -334,6 +398,7 @@ class PartitionLog:
         self._recovery_point = new.base_offset
         self._flushed_offset = max(self._flushed_offset, new.base_offset)
         self._write_checkpoint()
+        self._write_producer_snapshot()
         for listener in self.roll_listeners:
             listener(self, old)
         return old
@@ -472,6 +537,7 @@ class PartitionLog:
             self._flushed_offset = min(self._flushed_offset, offset)
             self._recovery_point = min(self._recovery_point, seg.base_offset)
             self._write_checkpoint()
+            self._rebuild_producer_state()
 
     # -- shutdown ------------------------------------------------------------------
     def update_config(self, config: TopicConfig) -> None:
@@ -487,6 +553,7 @@ class PartitionLog:
             active.flush()
             self._recovery_point = active.base_offset
             self._write_checkpoint()
+            self._write_producer_snapshot()
             sizes = {str(s.base_offset): s.size for s in self._segments}
             atomic_write(self.directory / CLEAN_SHUTDOWN_FILE,
                          json.dumps({"log_end_offset": self._next_offset, "segments": sizes}).encode())

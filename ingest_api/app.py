@@ -1,0 +1,107 @@
+"""The FastAPI app factory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from ingest_api import errors
+from ingest_api.body import InFlightBytes
+from ingest_api.fetch import FetchService
+from ingest_api.metrics import LatencyMiddleware, Metrics
+from ingest_api.models import REQUEST_MODELS
+from ingest_api.notifier import AppendNotifier
+from ingest_api.produce import ProduceService
+from ingest_api.routers import cluster, records, topics
+from ingest_api.settings import ApiSettings
+from ingest_api.state import AppState
+from log_tables.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    """An app serving ``settings.data_dir``; the logs are opened (recovered) at startup."""
+    settings = settings or ApiSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        manager = LogManager(settings.data_dir)
+        notifier = AppendNotifier(settings.max_long_polls)
+        metrics = Metrics(manager)
+        app.state.lakelog = AppState(
+            settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
+            FetchService(manager, notifier, metrics), metrics,
+            InFlightBytes(settings.max_in_flight_bytes))
+        app.state.metrics_holder.metrics = metrics
+        upkeep = asyncio.create_task(_roll_quiet_segments(manager, settings))
+        log.info("lakelog serving %s (%d partitions)", settings.data_dir, len(manager.all_logs()))
+        try:
+            yield
+        finally:
+            upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upkeep
+            manager.close()
+            log.info("lakelog stopped cleanly")
+
+    app = FastAPI(title="lakelog", version="0.1.0", lifespan=lifespan,
+                  description="Kafka-style event log over HTTP (Confluent REST v3 shapes), "
+                              "stored in Delta Lake.")
+    app.state.metrics_holder = _MetricsHolder()
+    errors.install(app)
+    app.include_router(cluster.router)
+    app.include_router(topics.router)
+    app.include_router(records.router)
+    app.add_middleware(_LazyLatency, holder=app.state.metrics_holder)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            _, components = msgspec.json.schema_components(
+                REQUEST_MODELS, ref_template="#/components/schemas/{name}")
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+async def _roll_quiet_segments(manager: LogManager, settings: ApiSettings) -> None:
+    """Roll segments older than segment.ms even when nothing is produced (they become tierable)."""
+    while True:
+        await asyncio.sleep(settings.roll_check_interval_ms / 1000)
+        try:
+            await asyncio.to_thread(manager.roll_due_segments)
+        except Exception:
+            log.exception("rolling quiet segments failed")
+
+
+class _MetricsHolder:
+    metrics: Metrics | None = None
+
+
+class _LazyLatency:
+    """The latency middleware, bound to the metrics created at startup."""
+
+    def __init__(self, app: Any, holder: _MetricsHolder) -> None:
+        self.app = app
+        self.holder = holder
+        self._inner: LatencyMiddleware | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.holder.metrics is None:
+            await self.app(scope, receive, send)
+            return
+        if self._inner is None or self._inner.metrics is not self.holder.metrics:
+            self._inner = LatencyMiddleware(self.app, self.holder.metrics)
+        await self._inner(scope, receive, send)

@@ -1,0 +1,135 @@
+"""Reading request bodies within bounds, and decoding them with msgspec."""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+
+from ingest_api.errors import ApiError
+
+T = TypeVar("T")
+
+
+class InFlightBytes:
+    """A bound on request bytes being processed at once (429 beyond it)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.current = 0
+
+    @contextmanager
+    def reserve(self, nbytes: int) -> Iterator[None]:
+        if self.current and self.current + nbytes > self.limit:
+            raise ApiError(429, f"the server is busy: {self.current} request bytes in flight "
+                                f"(limit {self.limit}); retry shortly",
+                           name="too_many_requests", retry_after_s=1)
+        self.current += nbytes
+        try:
+            yield
+        finally:
+            self.current -= nbytes
+
+
+def content_length(request: Request, limit: int) -> int | None:
+    raw = request.headers.get("content-length")
+    if raw is None:
+        return None
+    try:
+        length = int(raw)
+    except ValueError:
+        raise ApiError(400, f"Content-Length {raw!r} is not a number") from None
+    if length > limit:
+        raise ApiError(413, f"request body of {length} bytes is over the limit of {limit} bytes",
+                       name="request_too_large")
+    return length
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
+    content_length(request, limit)
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes",
+                           name="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
+    """Decode a body: malformed JSON is 400, a wrong shape 422, both naming where."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, f"invalid request body: {exc}", name="invalid_request") from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"malformed JSON: {exc}", name="malformed_json") from None
+
+
+async def decode_request(request: Request, decoder: msgspec.json.Decoder[T], limit: int) -> T:
+    return decode(await read_body(request, limit), decoder)
+
+
+class ObjectStream:
+    """Splits a stream of concatenated JSON objects (``{..}{..}`` or one per line).
+
+    Each complete object is returned as its own bytes, to be decoded with a typed
+    decoder. An unfinished object waits for more data; at the end of the stream
+    (or past ``max_object_bytes``) it is malformed.
+    """
+
+    def __init__(self, max_object_bytes: int) -> None:
+        self.max_object_bytes = max_object_bytes
+        self._text = codecs.getincrementaldecoder("utf-8")()
+        self._buf = ""
+        self._json = json.JSONDecoder()
+
+    def feed(self, chunk: bytes, final: bool = False) -> list[bytes]:
+        try:
+            self._buf += self._text.decode(chunk, final)
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, f"request body is not UTF-8: {exc}", name="malformed_json") from None
+        out: list[bytes] = []
+        pos = 0
+        buf = self._buf
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            if pos >= len(buf):
+                break
+            try:
+                _, end = self._json.raw_decode(buf, pos)
+            except json.JSONDecodeError as exc:
+                if final or len(buf) - pos > self.max_object_bytes:
+                    raise ApiError(400, f"malformed JSON in record {len(out)} of this chunk: "
+                                        f"{exc.msg} (character {exc.pos - pos})",
+                                   name="malformed_json") from None
+                break
+            out.append(buf[pos:end].encode())
+            pos = end
+        self._buf = buf[pos:]
+        return out
+
+
+async def chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """Body chunks as they arrive, with a running total bounded by ``limit``."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes",
+                           name="request_too_large")
+        if chunk:
+            yield chunk
+
+
+def as_json(value: Any) -> bytes:
+    return msgspec.json.encode(value)

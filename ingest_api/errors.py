@@ -1,0 +1,119 @@
+"""Every error the API returns, mapped in one place to an HTTP status and a JSON body.
+
+Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>}``. As in
+Confluent REST Proxy, ``error_code`` is the HTTP status, or the status times 100
+plus a detail number where one status covers several causes (40401 unknown
+topic, 40402 unknown partition, ...).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from log_tables import errors as e
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A request-level error decided by the HTTP layer (bad JSON, too large, ...)."""
+
+    def __init__(self, status: int, message: str, error_code: int | None = None,
+                 name: str = "bad_request", retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_code = error_code or status
+        self.name = name
+        self.retry_after_s = retry_after_s
+
+
+_STATUS: list[tuple[type[e.LakelogError], int, int]] = [
+    (e.UnknownTopicError, 404, 40401),
+    (e.UnknownPartitionError, 404, 40402),
+    (e.UnknownProducerIdError, 404, 40404),
+    (e.TopicExistsError, 409, 40902),
+    (e.InvalidProducerEpochError, 409, 40903),
+    (e.OutOfOrderSequenceError, 409, 40904),
+    (e.InvalidTopicError, 400, 40002),
+    (e.InvalidPartitionsError, 400, 40003),
+    (e.InvalidConfigError, 400, 40004),
+    (e.InvalidRecordError, 422, 42201),
+    (e.RecordTooLargeError, 413, 41301),
+    (e.OffsetOutOfRangeError, 416, 41601),
+    (e.QueueFullError, 429, 42901),
+    (e.LogClosedError, 503, 50301),
+    (e.CorruptRecordError, 500, 50002),
+]
+
+
+def status_of(exc: BaseException) -> tuple[int, int, str, str]:
+    """(HTTP status, error_code, error name, message) for any exception."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.error_code, exc.name, exc.message
+    if isinstance(exc, e.StorageError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return 507, 50701, exc.code, exc.message
+        return 500, 50001, exc.code, exc.message
+    if isinstance(exc, e.LakelogError):
+        for cls, status, code in _STATUS:
+            if isinstance(exc, cls):
+                return status, code, exc.code, exc.message
+        return 400, 40000, exc.code, exc.message
+    log.exception("unexpected error", exc_info=exc)
+    return 500, 50000, "internal_error", f"internal error: {type(exc).__name__}"
+
+
+def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
+    status, code, name, message = status_of(exc)
+    body: dict[str, object] = {"error_code": code, "error": name, "message": message}
+    if isinstance(exc, e.OffsetOutOfRangeError):
+        body["log_start_offset"] = exc.log_start_offset
+        body["high_watermark"] = exc.high_watermark
+    return status, body
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    status, body = error_body(exc)
+    headers = {}
+    retry = getattr(exc, "retry_after_s", None)
+    if status == 429 or retry is not None:
+        headers["Retry-After"] = str(retry or 1)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into the error body above."""
+
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err.get("loc", ()))
+            parts.append(f"{where}: {err.get('msg')}")
+        return error_response(ApiError(422, "; ".join(parts) or "invalid request",
+                                       name="invalid_request"))
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404:
+            message = f"no such endpoint: {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(ApiError(exc.status_code, message, name="http_error"))
+
+    app.add_exception_handler(ApiError, on_error)
+    app.add_exception_handler(e.LakelogError, on_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_error)

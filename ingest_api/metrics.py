@@ -1,0 +1,82 @@
+"""Prometheus metrics: records and bytes in and out per topic, request latency, end offsets."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from log_tables.log_manager import LogManager
+
+
+class Metrics:
+    """The metrics of one app, in a registry of their own (so tests can run several apps)."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self.registry = CollectorRegistry()
+        self.records_in = Counter("lakelog_records_in", "Records appended", ["topic"],
+                                  registry=self.registry)
+        self.bytes_in = Counter("lakelog_bytes_in", "Key+value bytes appended", ["topic"],
+                                registry=self.registry)
+        self.records_out = Counter("lakelog_records_out", "Records fetched", ["topic"],
+                                   registry=self.registry)
+        self.bytes_out = Counter("lakelog_bytes_out", "Key+value bytes fetched", ["topic"],
+                                 registry=self.registry)
+        self.latency = Histogram(
+            "lakelog_request_seconds", "HTTP request latency", ["method", "route", "status"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                     10, 30),
+            registry=self.registry)
+        self.registry.register(_PartitionCollector(manager))
+
+
+class _PartitionCollector(Collector):
+    def __init__(self, manager: LogManager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator[Any]:
+        end = GaugeMetricFamily("lakelog_partition_high_watermark", "Log end offset",
+                                labels=["topic", "partition"])
+        start = GaugeMetricFamily("lakelog_partition_log_start_offset", "Log start offset",
+                                  labels=["topic", "partition"])
+        size = GaugeMetricFamily("lakelog_partition_hot_bytes", "Bytes in hot segments",
+                                 labels=["topic", "partition"])
+        for plog in self.manager.all_logs():
+            topic, _, partition = plog.name.rpartition("-")
+            end.add_metric([topic, partition], plog.high_watermark)
+            start.add_metric([topic, partition], plog.log_start_offset)
+            size.add_metric([topic, partition], plog.size_bytes)
+        yield from (end, start, size)
+
+
+class LatencyMiddleware:
+    """Times every request by route template (never by raw path: bounded label values)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            self.metrics.latency.labels(scope["method"], path, str(status[0])).observe(
+                time.perf_counter() - start)

@@ -1,0 +1,109 @@
+"""HTTP request bodies, decoded with msgspec (fast, with error paths like ``$.entries[3].key``).
+
+Shapes follow Confluent REST Proxy v3: key/value envelopes
+``{"type": "BINARY"|"STRING"|"JSON", "data": ...}`` (BINARY data is base64),
+headers ``[{"name", "value" (base64)}]``, topics with ``topic_name``,
+``partitions_count`` and ``configs: [{name, value}]``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+NonNegative = Annotated[int, Meta(ge=0)]
+Sequence = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+Epoch = Annotated[int, Meta(ge=0, le=32_767)]
+MAX_HEADERS = 1_000
+
+
+class BinaryData(msgspec.Struct, tag_field="type", tag="BINARY", forbid_unknown_fields=True):
+    """Bytes, base64-encoded in JSON."""
+
+    data: bytes | None = None
+
+
+class StringData(msgspec.Struct, tag_field="type", tag="STRING", forbid_unknown_fields=True):
+    """Text, stored as UTF-8."""
+
+    data: str | None = None
+
+
+class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fields=True):
+    """Any JSON value, stored as its compact encoding."""
+
+    data: Any = None
+
+
+Envelope = BinaryData | StringData | JsonData
+
+
+class HeaderIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(min_length=1, max_length=32_768)]
+    value: bytes | None = None
+
+
+class ProduceRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One record to produce. Without ``partition_id``, a key picks the partition
+    (Kafka's murmur2); keyless records are spread evenly."""
+
+    partition_id: NonNegative | None = None
+    key: Envelope | None = None
+    value: Envelope | None = None
+    headers: Annotated[list[HeaderIn], Meta(max_length=MAX_HEADERS)] | None = None
+    timestamp: NonNegative | datetime | None = None
+    producer_id: NonNegative | None = None
+    producer_epoch: Epoch | None = None
+    sequence: Sequence | None = None
+
+
+class BatchEntry(ProduceRecord, kw_only=True):
+    id: Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
+    entries: list[BatchEntry]
+
+
+class ConfigEntry(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    value: str | None = None
+
+
+class TopicCreate(msgspec.Struct, forbid_unknown_fields=True):
+    topic_name: str
+    partitions_count: int = 1
+    replication_factor: int | None = None
+    configs: list[ConfigEntry] = []
+
+
+class TopicPatch(msgspec.Struct, forbid_unknown_fields=True):
+    partitions_count: int
+
+
+class ConfigUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    value: str
+
+
+class ConfigAlterEntry(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    value: str | None = None
+    operation: Literal["SET", "DELETE"] = "SET"
+
+
+class ConfigAlter(msgspec.Struct, forbid_unknown_fields=True):
+    data: list[ConfigAlterEntry]
+
+
+class ProducerInit(msgspec.Struct, forbid_unknown_fields=True):
+    """Empty for a new producer id; an existing id to bump its epoch (fencing old instances)."""
+
+    producer_id: NonNegative | None = None
+
+
+REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
+    ProduceRecord, BatchRequest, TopicCreate, TopicPatch, ConfigUpdate, ConfigAlter, ProducerInit,
+)

@@ -1,0 +1,226 @@
+"""Produce, fetch, list offsets, and producer ids."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
+from ingest_api.errors import ApiError, error_body
+from ingest_api.models import BatchRequest, ProduceRecord, ProducerInit
+from ingest_api.produce import Acks, Report
+from ingest_api.routers.cluster import check_cluster
+from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
+from log_tables.errors import LakelogError
+from log_tables.registry import TopicMetadata
+
+router = APIRouter(tags=["records"])
+BASE = "/v3/clusters/{cluster_id}/topics/{topic_name}"
+TopicName = Annotated[str, Path(min_length=1, max_length=249)]
+PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+AcksQuery = Annotated[Acks, Query(description="all: after fsync (default); 1: after the "
+                                              "append; 0: once accepted")]
+_record = msgspec.json.Decoder(ProduceRecord)
+_batch = msgspec.json.Decoder(BatchRequest)
+_producer = msgspec.json.Decoder(ProducerInit)
+
+
+def _iso(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _report(st: AppState, topic: str, rec: ProduceRecord, outcome: Report | LakelogError
+            ) -> dict[str, Any]:
+    if isinstance(outcome, LakelogError):
+        _, body = error_body(outcome)
+        return body
+    return {"error_code": 200, "cluster_id": CLUSTER_ID, "topic_name": topic,
+            "partition_id": outcome.partition, "offset": outcome.offset,
+            "timestamp": _iso(outcome.timestamp),
+            "key": _size(rec.key), "value": _size(rec.value)}
+
+
+def _size(env: Any) -> dict[str, Any] | None:
+    if env is None or env.data is None:
+        return None
+    return {"type": type(env).__struct_config__.tag, "size": len(
+        env.data if isinstance(env.data, (bytes, str)) else msgspec.json.encode(env.data))}
+
+
+def _count_in(st: AppState, topic: str, records: list[ProduceRecord],
+              outcomes: list[Report | LakelogError]) -> None:
+    ok = [r for r, o in zip(records, outcomes, strict=True) if isinstance(o, Report)]
+    if ok:
+        st.metrics.records_in.labels(topic).inc(len(ok))
+        st.metrics.bytes_in.labels(topic).inc(sum(
+            (_size(r.key) or {"size": 0})["size"] + (_size(r.value) or {"size": 0})["size"]
+            for r in ok))
+
+
+@router.post(BASE + "/records", openapi_extra=json_body(ProduceRecord))
+async def produce(cluster_id: str, topic_name: TopicName, request: Request,
+                  acks: AcksQuery = "all") -> Response:
+    """Produce one record, or a stream of concatenated records (one report per record,
+    in order, streamed back as each is acknowledged)."""
+    check_cluster(cluster_id)
+    st = state(request)
+    meta = st.manager.require_topic(topic_name)
+    limit = st.settings.max_request_bytes
+    length = content_length(request, limit)
+    if length is not None:  # the whole body is here: one record, or several at once
+        with st.in_flight.reserve(length):
+            body = await read_body(request, limit)
+            try:
+                record = _record.decode(body)
+            except msgspec.DecodeError as exc:
+                if "trailing characters" not in str(exc):
+                    decode(body, _record)  # raises the 400/422 naming what is wrong
+                    raise
+                objects = ObjectStream(limit).feed(body, final=True)
+                return _ndjson(_produce_all(st, meta, objects, acks))
+            outcome = (await st.produce.produce(meta, [record], acks))[0]
+            _count_in(st, topic_name, [record], [outcome])
+            if isinstance(outcome, LakelogError):
+                raise outcome
+            return json_response(_report(st, topic_name, record, outcome))
+    return _ndjson(_produce_stream(st, meta, request, acks))
+
+
+def _ndjson(reports: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(reports, media_type="application/x-ndjson")
+
+
+async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks
+                       ) -> AsyncIterator[bytes]:
+    async for line in _produce_objects(st, meta, objects, acks):
+        yield line
+
+
+async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, acks: Acks
+                          ) -> AsyncIterator[bytes]:
+    """Produce each chunk's records as they arrive; report them once acknowledged."""
+    stream = ObjectStream(st.settings.max_request_bytes)
+    try:
+        async for chunk in chunks(request, st.settings.max_request_bytes):
+            with st.in_flight.reserve(len(chunk)):
+                objects = stream.feed(chunk)
+                async for line in _produce_objects(st, meta, objects, acks):
+                    yield line
+        async for line in _produce_objects(st, meta, stream.feed(b"", final=True), acks):
+            yield line
+    except ApiError as exc:  # the stream cannot go on (malformed JSON, too large)
+        _, body = error_body(exc)
+        yield msgspec.json.encode(body) + b"\n"
+
+
+async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks
+                           ) -> AsyncIterator[bytes]:
+    records: list[ProduceRecord] = []
+    slots: list[dict[str, Any] | None] = []
+    for raw in objects:
+        try:
+            records.append(decode(raw, _record))
+            slots.append(None)
+        except ApiError as exc:
+            slots.append(error_body(exc)[1])
+    outcomes = await st.produce.produce(meta, records, acks) if records else []
+    _count_in(st, meta.name, records, outcomes)
+    it = iter(zip(records, outcomes, strict=True))
+    for slot in slots:
+        if slot is None:
+            rec, outcome = next(it)
+            slot = _report(st, meta.name, rec, outcome)
+        yield msgspec.json.encode(slot) + b"\n"
+
+
+@router.post(BASE + "/records:batch", status_code=207, openapi_extra=json_body(BatchRequest))
+async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request,
+                        acks: AcksQuery = "all") -> Response:
+    """Produce up to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by id."""
+    check_cluster(cluster_id)
+    st = state(request)
+    meta = st.manager.require_topic(topic_name)
+    limit = st.settings.max_request_bytes
+    with st.in_flight.reserve(content_length(request, limit) or 0):
+        batch = await decode_request(request, _batch, limit)
+        entries = batch.entries
+        if len(entries) > st.settings.max_batch_entries:
+            raise ApiError(413, f"{len(entries)} entries is over the limit of "
+                                f"{st.settings.max_batch_entries} per request",
+                           name="too_many_entries")
+        ids = [e.id for e in entries]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
+        outcomes = await st.produce.produce(meta, entries, acks)
+    _count_in(st, topic_name, list(entries), outcomes)
+    successes, failures = [], []
+    for entry, outcome in zip(entries, outcomes, strict=True):
+        if isinstance(outcome, LakelogError):
+            _, body = error_body(outcome)
+            failures.append({"id": entry.id, **body})
+        else:
+            successes.append({"id": entry.id, "partition_id": outcome.partition,
+                              "offset": outcome.offset, "timestamp": _iso(outcome.timestamp)})
+    return json_response({"successes": successes, "failures": failures}, status=207)
+
+
+@router.get(BASE + "/partitions/{partition_id}/records")
+async def fetch(
+    cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
+    max_records: Annotated[int | None, Query(ge=1)] = None,
+    max_bytes: Annotated[int | None, Query(ge=1)] = None,
+    timeout_ms: Annotated[int, Query(ge=0)] = 0,
+    format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
+) -> Response:
+    """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some."""
+    check_cluster(cluster_id)
+    st = state(request)
+    s = st.settings
+    max_records = min(max_records or 500, s.max_fetch_records)
+    max_bytes = min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes)
+    timeout_ms = min(timeout_ms, s.max_fetch_wait_ms)
+    body = await st.fetch.fetch(topic_name, partition_id, offset, max_records, max_bytes,
+                                timeout_ms, format)
+    return Response(body, media_type="application/json")
+
+
+@router.get(BASE + "/partitions/{partition_id}/offsets")
+async def list_offsets(
+    cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
+    spec: Annotated[Literal["earliest", "latest", "timestamp"], Query()] = "latest",
+    timestamp: Annotated[int | None, Query(ge=0, description="epoch ms, with spec=timestamp")] = None,
+) -> Response:
+    """Kafka's ListOffsets: earliest, latest, or the first offset with timestamp >= T (null if none)."""
+    check_cluster(cluster_id)
+    plog = state(request).manager.log(topic_name, partition_id)
+    if spec == "earliest":
+        offset: int | None = plog.log_start_offset
+    elif spec == "latest":
+        offset = plog.high_watermark
+    else:
+        if timestamp is None:
+            raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
+                           name="invalid_request")
+        offset = plog.offset_for_timestamp(timestamp)
+    return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
+                          "timestamp": timestamp, "offset": offset,
+                          "log_start_offset": plog.log_start_offset,
+                          "high_watermark": plog.high_watermark})
+
+
+@router.post("/v3/clusters/{cluster_id}/producers", openapi_extra=json_body(ProducerInit))
+async def init_producer(cluster_id: str, request: Request) -> Response:
+    """A producer id and epoch for idempotent produce; send an existing id to bump its epoch."""
+    check_cluster(cluster_id)
+    st = state(request)
+    raw = await read_body(request, 4096)
+    body = decode(raw, _producer) if raw.strip() else ProducerInit()
+    pid, epoch = st.manager.producer_ids.init_producer(body.producer_id)
+    return json_response({"producer_id": pid, "producer_epoch": epoch})

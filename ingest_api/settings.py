@@ -1,0 +1,42 @@
+"""Settings of the HTTP service (``LAKELOG_*`` environment variables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1 << 20
+
+
+class ApiSettings(BaseSettings):
+    """Every bound and default of the server; all are validated at start."""
+
+    model_config = SettingsConfigDict(env_prefix="LAKELOG_", extra="forbid")
+
+    data_dir: Path = Field(Path("lakelog-data"), description="Hot log and metadata directory.")
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on.")
+    max_request_bytes: int = Field(64 * MiB, ge=1024, description="Largest request body accepted.")
+    max_batch_entries: int = Field(1000, ge=1, le=100_000,
+                                   description="Most entries in one records:batch request.")
+    max_in_flight_bytes: int = Field(256 * MiB, ge=MiB,
+                                     description="Request bytes being processed at once; "
+                                                 "more is answered 429.")
+    max_queued_records: int = Field(200_000, ge=1_000,
+                                    description="Records waiting to be appended per partition.")
+    max_fetch_bytes: int = Field(64 * MiB, ge=1024, description="Largest max_bytes of a fetch.")
+    default_fetch_bytes: int = Field(MiB, ge=1024, description="max_bytes of a fetch by default.")
+    max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records of a fetch.")
+    max_fetch_wait_ms: int = Field(30_000, ge=0, description="Longest long-poll of a fetch.")
+    max_long_polls: int = Field(10_000, ge=1, description="Fetches waiting for data at once.")
+    roll_check_interval_ms: int = Field(1000, ge=10,
+                                        description="How often quiet segments are checked "
+                                                    "against segment.ms.")
+    limit_concurrency: int = Field(4096, ge=1, description="Open connections+tasks before 503.")
+    log_level: str = Field("info", description="uvicorn / lakelog log level.")
+
+    @property
+    def hot_dir(self) -> Path:
+        return self.data_dir / "hot"

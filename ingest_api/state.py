@@ -1,0 +1,46 @@
+"""What the routes share: the log manager and the services, held by the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from fastapi import Request
+from fastapi.responses import Response
+
+from ingest_api.body import InFlightBytes
+from ingest_api.fetch import FetchService
+from ingest_api.metrics import Metrics
+from ingest_api.produce import ProduceService
+from ingest_api.settings import ApiSettings
+from log_tables.log_manager import LogManager
+
+CLUSTER_ID = "lakelog"
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass
+class AppState:
+    settings: ApiSettings
+    manager: LogManager
+    produce: ProduceService
+    fetch: FetchService
+    metrics: Metrics
+    in_flight: InFlightBytes
+
+
+def state(request: Request) -> AppState:
+    st: AppState = request.app.state.lakelog
+    return st
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_encoder.encode(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def json_body(model: type[msgspec.Struct]) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` for a msgspec model (its schema goes into the components)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}

@@ -1,0 +1,122 @@
+"""Kafka's key partitioning: ``(murmur2(key) & 0x7fffffff) % partitions``.
+
+The same function as the Java client's ``Utils.murmur2``, so a key lands in the
+same partition as it would with Kafka, and Kafka's uniform sticky partitioning
+for keyless records.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of ``data`` as a signed 32-bit int (as Java returns it)."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    end4 = length - length % 4
+    for i in range(0, end4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[end4 + 2] << 16
+    if rest >= 2:
+        h ^= data[end4 + 1] << 8
+    if rest >= 1:
+        h ^= data[end4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+_VECTOR_MIN_KEYS = 16
+
+
+def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
+    """``partition_for_key`` of many keys at once.
+
+    Keys of one length are hashed together with numpy uint32 arithmetic (which
+    wraps exactly like Java's int), so 1,000 keys cost tens of microseconds
+    instead of milliseconds of Python.
+    """
+    if len(keys) < _VECTOR_MIN_KEYS:
+        return [partition_for_key(k, partitions) for k in keys]
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        by_length[len(k)].append(i)
+    out = [0] * len(keys)
+    for length, indexes in by_length.items():
+        if len(indexes) < _VECTOR_MIN_KEYS:
+            for i in indexes:
+                out[i] = partition_for_key(keys[i], partitions)
+            continue
+        hashes = _murmur2_same_length([keys[i] for i in indexes], length)
+        parts = (hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)
+        for i, p in zip(indexes, parts.tolist(), strict=True):
+            out[i] = p
+    return out
+
+
+def _murmur2_same_length(keys: list[bytes], length: int) -> np.ndarray:
+    m = np.uint32(_M)
+    data = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), length)
+    h = np.full(len(keys), (0x9747B28C ^ length) & _MASK, dtype=np.uint32)
+    end4 = length - length % 4
+    if end4:
+        blocks = np.ascontiguousarray(data[:, :end4]).view("<u4")
+        for j in range(end4 // 4):
+            k = blocks[:, j] * m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h *= m
+            h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[:, end4 + 2].astype(np.uint32) << np.uint32(16)
+    if rest >= 2:
+        h ^= data[:, end4 + 1].astype(np.uint32) << np.uint32(8)
+    if rest >= 1:
+        h ^= data[:, end4].astype(np.uint32)
+        h *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h
+
+
+class StickyPartitioner:
+    """Keyless records stick to one partition for ``batch_bytes``, then move on (uniform sticky)."""
+
+    def __init__(self, batch_bytes: int = 16_384) -> None:
+        self.batch_bytes = batch_bytes
+        self._lock = threading.Lock()
+        self._state: dict[str, tuple[int, int]] = {}
+        self._counter = itertools.count()
+
+    def partition(self, topic: str, partitions: int, record_bytes: int) -> int:
+        with self._lock:
+            current, used = self._state.get(topic, (next(self._counter) % partitions, 0))
+            if current >= partitions or used >= self.batch_bytes:
+                current, used = next(self._counter) % partitions, 0
+            self._state[topic] = (current, used + record_bytes)
+            return current
