@@ -230,7 +230,11 @@ class PartitionLog:
     def _write_producer_snapshot(self) -> None:
         """Persist producer state as of the log end; keep the newest two snapshots."""
         offset = self._next_offset
-        atomic_write(self._snapshot_path(offset), json.dumps(self.producers.to_json()).encode())
+        try:
+            atomic_write(self._snapshot_path(offset), json.dumps(self.producers.to_json()).encode())
+        except OSError as exc:
+            raise StorageError(f"{self.name}: cannot write producer snapshot: {exc.strerror}",
+                               exc.errno) from None
         for old in self._snapshots()[:-2]:
             self._snapshot_path(old).unlink(missing_ok=True)
 
@@ -303,7 +307,11 @@ class PartitionLog:
 
     def _write_checkpoint(self) -> None:
         body = {"log_start_offset": self._log_start_offset, "recovery_point": self._recovery_point}
-        atomic_write(self.directory / CHECKPOINT_FILE, json.dumps(body).encode())
+        try:
+            atomic_write(self.directory / CHECKPOINT_FILE, json.dumps(body).encode())
+        except OSError as exc:
+            raise StorageError(f"{self.name}: cannot write checkpoint: {exc.strerror}",
+                               exc.errno) from None
 
     # -- appending ---------------------------------------------------------------
     def append(self, records: pa.RecordBatch, *, producer_id: int = NO_PRODUCER_ID,

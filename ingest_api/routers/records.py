@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
 from ingest_api.errors import ApiError, error_body
@@ -91,8 +91,31 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
     return _ndjson(_produce_stream(st, meta, request, acks))
 
 
-def _ndjson(reports: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(reports, media_type="application/x-ndjson")
+class _NdjsonStream(Response):
+    """Streams report lines while the request body is still being read.
+
+    Starlette's StreamingResponse listens for a disconnect by calling receive()
+    concurrently, which would steal the body chunks this response reads, so the
+    lines are sent with plain ASGI messages instead.
+    """
+
+    media_type = "application/x-ndjson"
+
+    def __init__(self, lines: AsyncIterator[bytes]) -> None:
+        super().__init__(status_code=200, media_type=self.media_type)
+        self.lines = lines
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # No content-length: uvicorn sends the lines with chunked transfer encoding.
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": [(b"content-type", self.media_type.encode())]})
+        async for line in self.lines:
+            await send({"type": "http.response.body", "body": line, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ndjson(reports: AsyncIterator[bytes]) -> Response:
+    return _NdjsonStream(reports)
 
 
 async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks

@@ -1,0 +1,80 @@
+"""Idempotent producers: retries answered with original offsets, gaps and old epochs rejected,
+and the state surviving a restart and a crash."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.ingest_api.helpers import fetch_all, string
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def entries(pid: int, epoch: int, first_seq: int, count: int, partition: int = 0) -> dict[str, Any]:
+    return {"entries": [{"id": str(first_seq + i), "partition_id": partition,
+                         "value": string(f"{pid}:{first_seq + i}"), "producer_id": pid,
+                         "producer_epoch": epoch, "sequence": first_seq + i} for i in range(count)]}
+
+
+def offsets(r: httpx.Response) -> list[int]:
+    assert r.status_code == 207, r.text
+    assert not r.json()["failures"], r.json()["failures"]
+    return [s["offset"] for s in r.json()["successes"]]
+
+
+def test_retry_gap_and_fencing(client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    producer = client.post("/producers").json()
+    pid, epoch = producer["producer_id"], producer["producer_epoch"]
+    assert epoch == 0
+    first = offsets(client.post(f"/topics/{topic}/records:batch", json=entries(pid, epoch, 0, 5)))
+    assert first == [0, 1, 2, 3, 4]
+    again = offsets(client.post(f"/topics/{topic}/records:batch", json=entries(pid, epoch, 0, 5)))
+    assert again == first  # a retry: original offsets, nothing appended
+    partial = offsets(client.post(f"/topics/{topic}/records:batch", json=entries(pid, epoch, 3, 4)))
+    assert partial == [3, 4, 5, 6]  # overlapping retry: the new tail only is appended
+    assert len(fetch_all(client, topic, 0)) == 7
+    gap = client.post(f"/topics/{topic}/records:batch", json=entries(pid, epoch, 9, 1)).json()
+    assert gap["failures"][0]["error_code"] == 40904 and "expected 7" in gap["failures"][0]["message"]
+    bumped = client.post("/producers", json={"producer_id": pid}).json()
+    assert bumped == {"producer_id": pid, "producer_epoch": 1}
+    zombie = client.post(f"/topics/{topic}/records:batch", json=entries(pid, 0, 7, 1)).json()
+    assert zombie["failures"][0]["error_code"] == 40903 and "fenced" in zombie["failures"][0]["message"]
+    fresh = offsets(client.post(f"/topics/{topic}/records:batch", json=entries(pid, 1, 0, 2)))
+    assert fresh == [7, 8]  # a new epoch starts at sequence 0
+    unknown = client.post(f"/topics/{topic}/records", json={
+        "value": string("x"), "producer_id": 10**9, "producer_epoch": 0, "sequence": 0})
+    assert unknown.status_code == 404 and "unknown" in unknown.json()["message"]
+    assert client.post("/producers", json={"producer_id": 10**9}).status_code == 404
+
+
+@pytest.mark.parametrize("stop", ["restart", "crash"])
+def test_state_survives_restart_and_crash(spawn_server: Callable[..., ServerProcess], stop: str) -> None:
+    server = spawn_server()
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "idem", "partitions_count": 2,
+                                     "configs": [{"name": "segment.bytes", "value": "4096"}]})
+        pid = client.post("/producers").json()["producer_id"]
+        sent = [offsets(client.post("/topics/idem/records:batch", json=entries(pid, 0, s, 3, p)))
+                for s in range(0, 30, 3) for p in (0, 1)]
+    if stop == "restart":
+        server.stop()
+    else:
+        server.kill()
+    server.start()
+    with server.client() as client:
+        for i, s in enumerate(range(0, 30, 3)):
+            for j, p in enumerate((0, 1)):
+                if s >= 15:  # the last 5 batches of each partition are remembered
+                    assert offsets(client.post("/topics/idem/records:batch",
+                                               json=entries(pid, 0, s, 3, p))) == sent[2 * i + j]
+        nxt = offsets(client.post("/topics/idem/records:batch", json=entries(pid, 0, 30, 1, 0)))
+        assert nxt == [30]
+        assert len(fetch_all(client, "idem", 0)) == 31 and len(fetch_all(client, "idem", 1)) == 30
+        bumped = client.post("/producers", json={"producer_id": pid}).json()["producer_epoch"]
+        assert bumped == 1  # the epoch counter survived too

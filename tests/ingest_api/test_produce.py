@@ -1,0 +1,227 @@
+"""Produce over HTTP: reports, partitioning, batching, acks and every kind of bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from log_tables.partitioner import partition_for_key
+from tests.ingest_api.helpers import b64, fetch_all, string
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def test_single_record_report_and_round_trip(client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    record = {"key": {"type": "BINARY", "data": b64(b"\x00k")}, "value": {"type": "JSON", "data": {"a": [1, 2]}},
+              "headers": [{"name": "h", "value": b64(b"hv")}, {"name": "empty"}],
+              "timestamp": "2024-05-01T10:00:00.250Z"}
+    r = client.post(f"/topics/{topic}/records", json=record)
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["error_code"] == 200 and report["offset"] == 0 and report["partition_id"] == 0
+    assert report["timestamp"].startswith("2024-05-01T10:00:00.25")
+    assert report["key"] == {"type": "BINARY", "size": 2} and report["value"]["type"] == "JSON"
+    [got] = fetch_all(client, topic, 0)
+    assert base64.b64decode(got["key"]["data"]) == b"\x00k"
+    assert base64.b64decode(got["value"]["data"]) == b'{"a":[1,2]}'  # compact JSON encoding
+    assert got["headers"] == [{"name": "h", "value": b64(b"hv")}, {"name": "empty", "value": None}]
+    assert got["timestamp_type"] == "CREATE_TIME"
+    [as_json] = fetch_all(client, topic, 0, fmt="JSON")
+    assert as_json["value"] == {"type": "JSON", "data": {"a": [1, 2]}}
+    assert as_json["key"]["type"] == "BINARY"  # not valid JSON: comes back as BINARY
+
+
+@pytest.mark.parametrize(("key", "key_bytes"), [
+    ({"type": "STRING", "data": "user-42"}, b"user-42"),
+    ({"type": "BINARY", "data": b64(b"\x01\x02\x03\x04\x05")}, b"\x01\x02\x03\x04\x05"),
+    ({"type": "JSON", "data": {"id": 7, "region": "eu"}}, b'{"id":7,"region":"eu"}'),
+])
+def test_keys_go_where_kafka_puts_them(client: httpx.Client, make_topic: Callable[..., str],
+                                       key: dict[str, object], key_bytes: bytes) -> None:
+    topic = make_topic(partitions=7)
+    r = client.post(f"/topics/{topic}/records", json={"key": key, "value": string("v")})
+    assert r.json()["partition_id"] == partition_for_key(key_bytes, 7)
+    batch = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": str(i), "key": {"type": "STRING", "data": f"k{i}"}} for i in range(100)]})
+    for s in batch.json()["successes"]:
+        assert s["partition_id"] == partition_for_key(f"k{s['id']}".encode(), 7)
+
+
+def test_keyless_records_spread_evenly(client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=4)
+    counts: Counter[int] = Counter()
+    for _ in range(40):
+        r = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+            {"id": str(i), "value": string("x" * 1000)} for i in range(20)]})
+        counts.update(s["partition_id"] for s in r.json()["successes"])
+    assert set(counts) == {0, 1, 2, 3}
+    assert max(counts.values()) <= 2 * min(counts.values()), counts
+
+
+def test_records_keep_request_order_within_a_partition(client: httpx.Client,
+                                                       make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=3)
+    entries = [{"id": str(i), "key": {"type": "STRING", "data": f"k{i % 5}"}, "value": string(str(i))}
+               for i in range(300)]
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+    assert r.status_code == 207 and not r.json()["failures"]
+    by_id = {s["id"]: s for s in r.json()["successes"]}
+    for p in range(3):
+        values = [int(base64.b64decode(rec["value"]["data"])) for rec in fetch_all(client, topic, p)]
+        assert values == sorted(values)
+        for rec in fetch_all(client, topic, p):
+            v = base64.b64decode(rec["value"]["data"]).decode()
+            assert by_id[v]["offset"] == rec["offset"] and by_id[v]["partition_id"] == p
+
+
+def test_batch_reports_successes_and_failures_by_id(client: httpx.Client,
+                                                    make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=2, max_message_bytes="2048")
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": "ok", "value": string("fine")},
+        {"id": "bad-partition", "partition_id": 5, "value": string("x")},
+        {"id": "too-big", "value": string("x" * 5000)},
+        {"id": "ok2", "partition_id": 1, "value": string("fine")},
+    ]})
+    assert r.status_code == 207
+    body = r.json()
+    assert [s["id"] for s in body["successes"]] == ["ok", "ok2"]
+    failures = {f["id"]: f for f in body["failures"]}
+    assert failures["bad-partition"]["error_code"] == 40402
+    assert failures["too-big"]["error_code"] == 41301 and "max.message.bytes" in failures["too-big"]["message"]
+
+
+def test_streamed_records_get_one_report_each_in_order(client: httpx.Client,
+                                                       make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+
+    def body() -> Iterator[bytes]:
+        yield json.dumps({"value": string("a")}).encode()
+        yield b'\n{"value": {"type": "STRING", "da'
+        yield b'ta": "b"}}{"value": {"type": "BINARY", "data": "%%%"}}'
+        yield json.dumps({"value": string("c")}).encode()
+
+    r = client.post(f"/topics/{topic}/records", content=body(),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 200
+    reports = [json.loads(line) for line in r.text.splitlines()]
+    assert [x["error_code"] for x in reports] == [200, 200, 422, 200]
+    assert [x.get("offset") for x in reports] == [0, 1, None, 2]
+    assert "$.value.data" in reports[2]["message"]
+    concatenated = client.post(f"/topics/{topic}/records",
+                               content=b'{"value":{"type":"STRING","data":"d"}} {"value":null}')
+    assert [json.loads(x)["offset"] for x in concatenated.text.splitlines()] == [3, 4]
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_acks(client: httpx.Client, make_topic: Callable[..., str], acks: str) -> None:
+    topic = make_topic()
+    r = client.post(f"/topics/{topic}/records", params={"acks": acks}, json={"value": string("v")})
+    assert r.status_code == 200
+    assert r.json()["offset"] == (-1 if acks == "0" else 0)  # acks=0 answers before appending
+    assert len(fetch_all(client, topic, 0)) == 1
+    bad = client.post(f"/topics/{topic}/records", params={"acks": "2"}, json={"value": string("v")})
+    assert bad.status_code == 422 and "acks" in bad.json()["message"]
+
+
+def test_log_append_time_stamps_the_broker_time(client: httpx.Client,
+                                                make_topic: Callable[..., str]) -> None:
+    topic = make_topic(message_timestamp_type="LogAppendTime")
+    r = client.post(f"/topics/{topic}/records", json={"value": string("v"), "timestamp": 1000})
+    assert not r.json()["timestamp"].startswith("1970")
+    [rec] = fetch_all(client, topic, 0)
+    assert rec["timestamp_type"] == "LOG_APPEND_TIME" and rec["timestamp"] == r.json()["timestamp"]
+
+
+def test_compacted_topic_rejects_keyless_records(client: httpx.Client,
+                                                 make_topic: Callable[..., str]) -> None:
+    topic = make_topic(cleanup_policy="compact")
+    r = client.post(f"/topics/{topic}/records", json={"value": string("v")})
+    assert r.status_code == 422 and "needs a key" in r.json()["message"]
+
+
+@pytest.mark.parametrize(("body", "status", "fragment"), [
+    (b'{"value": {"type": "STRING", "data": "x"}', 400, "malformed JSON"),
+    (b'{"value": {"type": "BINARY", "data": "not base64!"}}', 422, "$.value.data"),
+    (b'{"value": {"type": "AVRO", "data": "x"}}', 422, "$.value.type"),
+    (b'{"value": {"type": "STRING", "data": 5}}', 422, "$.value.data"),
+    (b'{"vaule": {"type": "STRING", "data": "x"}}', 422, "vaule"),
+    (b'{"partition_id": -1}', 422, "partition_id"),
+    (b'{"timestamp": "yesterday"}', 422, "timestamp"),
+    (b'{"producer_id": 1}', 422, "go together"),
+    (b'[1, 2]', 422, "Expected `object`"),
+])
+def test_bad_records_name_what_to_fix(client: httpx.Client, make_topic: Callable[..., str],
+                                      body: bytes, status: int, fragment: str) -> None:
+    topic = make_topic()
+    r = client.post(f"/topics/{topic}/records", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert fragment in r.json()["message"]
+    assert fetch_all(client, topic, 0) == []  # nothing half-written
+
+
+def test_batch_entries_errors_name_the_index(client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    entries = [{"id": str(i), "value": string("v")} for i in range(5)]
+    entries[3]["value"] = {"type": "BINARY", "data": "@@"}
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+    assert r.status_code == 422 and "$.entries[3].value.data" in r.json()["message"]
+    too_many = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": str(i)} for i in range(1001)]})
+    assert too_many.status_code == 413 and "1000" in too_many.json()["message"]
+    dup = client.post(f"/topics/{topic}/records:batch", json={"entries": [{"id": "a"}, {"id": "a"}]})
+    assert dup.status_code == 422 and "'a'" in dup.json()["message"]
+    assert fetch_all(client, topic, 0) == []
+
+
+def test_unknown_topic_and_partition(client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    r = client.post("/topics/does-not-exist/records", json={"value": string("v")})
+    assert r.status_code == 404 and r.json()["error_code"] == 40401
+    topic = make_topic(partitions=2)
+    r = client.post(f"/topics/{topic}/records", json={"partition_id": 2, "value": string("v")})
+    assert r.status_code == 404 and "partitions 0..1" in r.json()["message"]
+
+
+def test_request_and_record_limits(spawn_server: Callable[..., ServerProcess]) -> None:
+    server = spawn_server(max_request_bytes="10000", max_queued_records="1000")
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "lim", "partitions_count": 1,
+                                     "configs": [{"name": "max.message.bytes", "value": "3000"}]})
+        big = client.post("/topics/lim/records", json={"value": string("x" * 20_000)})
+        assert big.status_code == 413 and "10000" in big.json()["message"]
+        record = client.post("/topics/lim/records", json={"value": string("x" * 5000)})
+        assert record.status_code == 413 and "max.message.bytes" in record.json()["message"]
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(300):
+                yield json.dumps({"value": string("y" * 50)}).encode()
+
+        streamed = client.post("/topics/lim/records", content=chunks())
+        lines = [json.loads(x) for x in streamed.text.splitlines()]
+        assert lines[-1]["error_code"] == 413  # the stream is cut at the limit, with a report
+        assert all(x["error_code"] == 200 for x in lines[:-1])
+        assert len(fetch_all(client, "lim", 0)) == len(lines) - 1
+
+
+def test_metrics_and_health(server: ServerProcess, client: httpx.Client,
+                            make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    client.post(f"/topics/{topic}/records", json={"value": string("hello")})
+    fetch_all(client, topic, 0)
+    text = httpx.get(f"{server.url}/metrics").text
+    assert f'lakelog_records_in_total{{topic="{topic}"}} 1.0' in text
+    assert f'lakelog_records_out_total{{topic="{topic}"}} 1.0' in text
+    assert f'lakelog_partition_high_watermark{{partition="0",topic="{topic}"}} 1.0' in text
+    latency = [line for line in text.splitlines() if line.startswith("lakelog_request_seconds_count{")
+               and 'route="/v3/clusters/{cluster_id}/topics/{topic_name}/records"' in line
+               and 'method="POST"' in line and 'status="200"' in line]
+    assert latency and float(latency[0].rsplit(" ", 1)[1]) >= 1
+    health = httpx.get(f"{server.url}/healthz").json()
+    assert health["status"] == "ok" and health["topics"] >= 1
