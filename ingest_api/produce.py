@@ -1,11 +1,13 @@
 """Produce: records from requests to partition logs, with batching and acks.
 
-A request's records are validated and partitioned, then grouped into runs (one
-partition, one producer identity, consecutive sequences). Runs go to the
-partition's ``PartitionAppender``, which appends every run queued during one
-event-loop turn as few batches as it can: many concurrent single-record
-requests cost one Arrow batch and one write. acks=all waits for the group
-commit; acks=1 for the append; acks=0 for neither.
+A request is processed column by column, not record by record: keys and values
+become Arrow arrays once, sizes, missing keys and partitions are checked and
+computed with Arrow and numpy, the records are permuted into partition order
+with one ``take``, and each partition gets a zero-copy slice. The slices go to
+each partition's ``PartitionAppender``, which appends everything queued during
+one event-loop turn as few batches as it can (many concurrent single-record
+requests cost one write). acks=all then waits for the group commit; acks=1 for
+the append; acks=0 for neither.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest_api.models import BinaryData, Envelope, JsonData, ProduceRecord, StringData
 from ingest_api.notifier import AppendNotifier
@@ -31,7 +36,7 @@ from log_tables.errors import (
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import AppendInfo, PartitionLog
 from log_tables.partitioner import StickyPartitioner, partitions_for_keys
-from log_tables.records import build_batch
+from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
 from log_tables.registry import TopicMetadata
 
 log = logging.getLogger(__name__)
@@ -46,10 +51,12 @@ _json = msgspec.json.Encoder()
 
 def envelope_bytes(env: Envelope | None) -> bytes | None:
     """The stored bytes of a key or value envelope (None for a null)."""
-    if env is None or env.data is None:
+    if env is None:
         return None
-    if isinstance(env, BinaryData):
+    if env.__class__ is BinaryData:
         return env.data
+    if env.data is None:
+        return None
     if isinstance(env, StringData):
         return env.data.encode()
     assert isinstance(env, JsonData)
@@ -67,39 +74,27 @@ def timestamp_ms(value: int | datetime | None, now_ms: int) -> int:
 
 
 @dataclass(slots=True)
-class Prepared:
-    """One validated record with its partition."""
-
-    index: int
-    partition: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] | None
-    timestamp: int
-    size: int
-    producer: tuple[int, int, int] | None  # (id, epoch, sequence)
-
-
-@dataclass(slots=True)
 class Run:
     """Records for one append: one partition, one producer identity, consecutive sequences."""
 
     partition: int
-    records: list[Prepared] = field(default_factory=list)
-    size: int = 0
-
-    @property
-    def producer(self) -> tuple[int, int, int] | None:
-        return self.records[0].producer
+    batch: pa.RecordBatch
+    indices: np.ndarray  # positions of these records in the request
+    size: int  # estimated stored bytes
+    producer: tuple[int, int, int] | None = None  # (id, epoch, first sequence)
 
 
 @dataclass(slots=True)
-class Report:
-    """Where a record went: its partition, offset (-1 with acks=0) and timestamp."""
+class ProduceResult:
+    """Per record of a request: its partition, offset (-1 if unknown) and timestamp, or an error."""
 
-    partition: int
-    offset: int
-    timestamp: int
+    partitions: np.ndarray
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    errors: dict[int, LakelogError]
+
+    def __len__(self) -> int:
+        return len(self.partitions)
 
 
 class PartitionAppender:
@@ -115,13 +110,14 @@ class PartitionAppender:
 
     def submit(self, run: Run) -> asyncio.Future[tuple[AppendInfo, int]]:
         """Queue a run; the future gives the append and the run's index in its batch."""
-        if self._queued + len(run.records) > self.max_queued:
+        count = len(run.indices)
+        if self._queued + count > self.max_queued:
             raise QueueFullError(
                 f"{self.plog.name}: {self._queued} records are already waiting to be appended")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[AppendInfo, int]] = loop.create_future()
         self._queue.append((run, future))
-        self._queued += len(run.records)
+        self._queued += count
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._drain)
@@ -147,9 +143,14 @@ class PartitionAppender:
         self.notifier.notify(self.plog.name)
 
     def _append(self, group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]]) -> None:
-        records = [r for run, _ in group for r in run.records]
+        run0 = group[0][0]
+        batch = run0.batch if len(group) == 1 else pa.concat_batches([r.batch for r, _ in group])
+        kwargs = {}
+        if run0.producer is not None:
+            pid, epoch, seq = run0.producer
+            kwargs = {"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq}
         try:
-            info = self.plog.append(_to_batch(records), **_producer_args(group[0][0]))
+            info = self.plog.append(batch, **kwargs)
         except RecordTooLargeError:
             if len(group) > 1:  # the estimate was off: append the runs one by one
                 for item in group:
@@ -166,7 +167,7 @@ class PartitionAppender:
         for run, future in group:
             if not future.done():
                 future.set_result((info, start))
-            start += len(run.records)
+            start += len(run.indices)
 
 
 def _fail(group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]], exc: Exception) -> None:
@@ -175,27 +176,8 @@ def _fail(group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]], exc: 
             future.set_exception(exc)
 
 
-def _producer_args(run: Run) -> dict[str, int]:
-    if run.producer is None:
-        return {}
-    pid, epoch, seq = run.producer
-    return {"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq}
-
-
-def _to_batch(records: list[Prepared]):  # type: ignore[no-untyped-def]
-    first_ts = records[0].timestamp
-    same_ts = all(r.timestamp == first_ts for r in records)
-    any_headers = any(r.headers for r in records)
-    return build_batch(
-        [r.value for r in records],
-        keys=[r.key for r in records],
-        timestamps=first_ts if same_ts else [r.timestamp for r in records],
-        headers=[r.headers for r in records] if any_headers else None,
-    )
-
-
 class ProduceService:
-    """Turns decoded produce requests into appends and reports."""
+    """Turns decoded produce requests into appends and per-record results."""
 
     def __init__(self, manager: LogManager, notifier: AppendNotifier, max_queued: int) -> None:
         self.manager = manager
@@ -211,165 +193,237 @@ class ProduceService:
             self._appenders[plog.name] = appender
         return appender
 
-    def prepare(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
-                ) -> list[Prepared | LakelogError]:
-        """Validate each record and pick its partition; failures stay per record."""
-        config = meta.config
-        now_ms = self.manager.clock.now_ms()
-        record_limit = config.max_message_bytes - BATCH_OVERHEAD
-        out: list[Prepared | LakelogError] = []
-        hashed: list[int] = []
-        for i, rec in enumerate(records):
-            try:
-                out.append(self._prepare_one(meta, i, rec, now_ms, record_limit, config.compact))
-                if rec.partition_id is None and out[-1].key is not None:  # type: ignore[union-attr]
-                    hashed.append(i)
-            except LakelogError as exc:
-                out.append(exc)
-        if hashed:
-            keys = [out[i].key for i in hashed]  # type: ignore[union-attr]
-            for i, p in zip(hashed, partitions_for_keys(keys, meta.partitions), strict=True):  # type: ignore[arg-type]
-                out[i].partition = p  # type: ignore[union-attr]
-        for item in out:
-            if isinstance(item, Prepared) and item.partition < 0:
-                item.partition = self.partitioner.partition(meta.name, meta.partitions, item.size)
-        return out
-
-    def _prepare_one(self, meta: TopicMetadata, i: int, rec: ProduceRecord, now_ms: int,
-                     record_limit: int, compact: bool) -> Prepared:
-        key = envelope_bytes(rec.key)
-        value = envelope_bytes(rec.value)
-        headers = None
-        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        if rec.headers:
-            headers = [(h.name, h.value) for h in rec.headers]
-            size += sum(len(h.name) + (len(h.value) if h.value else 0) + 8 for h in rec.headers)
-        if size > record_limit:
-            raise RecordTooLargeError(
-                f"record {i} is about {size} bytes; topic {meta.name!r} accepts records up to "
-                f"max.message.bytes={meta.config.max_message_bytes} minus {BATCH_OVERHEAD} bytes "
-                "of batch overhead")
-        if compact and key is None:
-            raise InvalidRecordError(
-                f"record {i} has no key, but topic {meta.name!r} is compacted "
-                f"(cleanup.policy={meta.config.cleanup_policy}): every record needs a key")
-        partition = -1
-        if rec.partition_id is not None:
-            if rec.partition_id >= meta.partitions:
-                raise UnknownPartitionError(meta.name, rec.partition_id, meta.partitions)
-            partition = rec.partition_id
-        producer = None
-        fields = (rec.producer_id, rec.producer_epoch, rec.sequence)
-        if any(f is not None for f in fields):
-            if any(f is None for f in fields):
-                raise InvalidRecordError(
-                    f"record {i}: producer_id, producer_epoch and sequence go together")
-            assert rec.producer_id is not None and rec.producer_epoch is not None
-            assert rec.sequence is not None
-            self.manager.producer_ids.check(rec.producer_id, rec.producer_epoch)
-            producer = (rec.producer_id, rec.producer_epoch, rec.sequence)
-        return Prepared(i, partition, key, value, headers, timestamp_ms(rec.timestamp, now_ms),
-                        size, producer)
-
-    @staticmethod
-    def runs(prepared: Sequence[Prepared | LakelogError], limit: int) -> list[Run]:
-        """Group records into runs, in request order within each partition."""
-        open_runs: dict[int, Run] = {}
-        done: list[Run] = []
-        for item in prepared:
-            if not isinstance(item, Prepared):
-                continue
-            run = open_runs.get(item.partition)
-            if run is not None and not _continues(run, item, limit):
-                done.append(run)
-                run = None
-            if run is None:
-                run = Run(item.partition)
-                open_runs[item.partition] = run
-            run.records.append(item)
-            run.size += item.size
-        return done + list(open_runs.values())
-
     async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks
-                      ) -> list[Report | LakelogError]:
-        """Append the records; one report or error per record, in request order."""
-        prepared = self.prepare(meta, records)
-        results: list[Report | LakelogError] = [
-            p if isinstance(p, LakelogError) else Report(p.partition, -1, p.timestamp)
-            for p in prepared]
-        limit = meta.config.max_message_bytes - BATCH_OVERHEAD
-        submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]] | LakelogError]] = []
-        for run in self.runs(prepared, limit):
+                      ) -> ProduceResult:
+        """Append the records; per record a partition and offset, or an error."""
+        result, runs = self._plan(meta, records)
+        submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]] = []
+        for run in runs:
             plog = self.manager.log(meta.name, run.partition)
             try:
                 submitted.append((run, self.appender(plog).submit(run)))
             except LakelogError as exc:
-                submitted.append((run, exc))
+                _fail_run(result, run, exc)
         if acks == "0":
             for _, fut in submitted:
-                if isinstance(fut, asyncio.Future):
-                    fut.add_done_callback(_log_unacked_failure)
-            for run, fut in submitted:
-                if isinstance(fut, LakelogError):
-                    for r in run.records:
-                        results[r.index] = fut
-            return results
+                fut.add_done_callback(_log_unacked_failure)
+            return result
         durable: dict[int, tuple[PartitionLog, int]] = {}
         for run, fut in submitted:
             try:
-                if isinstance(fut, LakelogError):
-                    raise fut
                 info, start = await fut
             except LakelogError as exc:
-                for r in run.records:
-                    results[r.index] = exc
+                _fail_run(result, run, exc)
                 continue
+            count = len(run.indices)
+            if info.duplicate_offsets:
+                offsets = np.array([info.offset_of(start + j) for j in range(count)], np.int64)
+            else:
+                offsets = np.arange(info.base_offset + start, info.base_offset + start + count)
+            result.offsets[run.indices] = offsets
+            if info.log_append_time_ms >= 0:
+                result.timestamps[run.indices] = info.log_append_time_ms
             plog = self.manager.log(meta.name, run.partition)
-            end = 0
-            for j, r in enumerate(run.records):
-                ts = info.log_append_time_ms if info.log_append_time_ms >= 0 else r.timestamp
-                offset = info.offset_of(start + j)
-                results[r.index] = Report(run.partition, offset, ts)
-                end = max(end, offset + 1)
-            prev_end = durable[run.partition][1] if run.partition in durable else 0
-            durable[run.partition] = (plog, max(end, prev_end))
+            end = int(offsets.max()) + 1
+            prev = durable.get(run.partition)
+            durable[run.partition] = (plog, max(end, prev[1] if prev else 0))
         if acks == "all" and durable:
-            await self._wait_durable(durable, results)
-        return results
+            await self._wait_durable(durable, result)
+        return result
+
+    # -- planning: validate, partition, permute, slice ---------------------------
+    def _plan(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
+              ) -> tuple[ProduceResult, list[Run]]:
+        n = len(records)
+        if n == 0:
+            empty = np.empty(0, np.int64)
+            return ProduceResult(empty, empty.copy(), empty.copy(), {}), []
+        config = meta.config
+        now_ms = self.manager.clock.now_ms()
+        errors: dict[int, LakelogError] = {}
+        env = envelope_bytes
+        keys = [env(r.key) for r in records]
+        values = [env(r.value) for r in records]
+        key_arr = pa.array(keys, pa.binary())
+        value_arr = pa.array(values, pa.binary())
+        sizes = (pc.fill_null(pc.binary_length(key_arr), 0).to_numpy(zero_copy_only=False)
+                 + pc.fill_null(pc.binary_length(value_arr), 0).to_numpy(zero_copy_only=False)
+                 + RECORD_OVERHEAD).astype(np.int64)
+        headers: list[Any] | None = None
+        if any(r.headers for r in records):
+            headers = [None if not r.headers else [{"key": h.name, "value": h.value} for h in r.headers]
+                       for r in records]
+            sizes += np.array([sum(len(h["key"]) + len(h["value"] or b"") + 8 for h in hs)
+                               if hs else 0 for hs in headers], np.int64)
+        ts_list = [r.timestamp for r in records]
+        if any(t is not None for t in ts_list):
+            timestamps = np.empty(n, np.int64)
+            for i, t in enumerate(ts_list):
+                try:
+                    timestamps[i] = timestamp_ms(t, now_ms)
+                except LakelogError as exc:
+                    errors[i] = exc
+                    timestamps[i] = now_ms
+        else:
+            timestamps = np.full(n, now_ms, np.int64)
+        record_limit = config.max_message_bytes - BATCH_OVERHEAD
+        for i in np.flatnonzero(sizes > record_limit).tolist():
+            errors[i] = RecordTooLargeError(
+                f"record {i} is about {sizes[i]} bytes; topic {meta.name!r} accepts records up to "
+                f"max.message.bytes={config.max_message_bytes} minus {BATCH_OVERHEAD} bytes of "
+                "batch overhead")
+        if config.compact and key_arr.null_count:
+            for i in np.flatnonzero(key_arr.is_null().to_numpy(zero_copy_only=False)).tolist():
+                errors.setdefault(i, InvalidRecordError(
+                    f"record {i} has no key, but topic {meta.name!r} is compacted "
+                    f"(cleanup.policy={config.cleanup_policy}): every record needs a key"))
+        partitions = self._partitions(meta, records, keys, key_arr, sizes, errors)
+        producers = self._producers(records, errors)
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors)
+        valid = np.ones(n, bool)
+        if errors:
+            valid[list(errors)] = False
+        order = np.flatnonzero(valid)
+        order = order[np.argsort(partitions[order], kind="stable")]
+        if not len(order):
+            return result, []
+        perm = pa.array(order)
+        same_ts = bool((timestamps == timestamps[0]).all())
+        ts_arr = (pa.repeat(pa.scalar(int(timestamps[0]), pa.int64()), len(order)) if same_ts
+                  else pa.array(timestamps[order]))
+        header_arr = (pa.nulls(len(order), HEADERS_TYPE) if headers is None
+                      else pa.array(headers, HEADERS_TYPE).take(perm))
+        batch = pa.RecordBatch.from_arrays(
+            [ts_arr, key_arr.take(perm), value_arr.take(perm), header_arr], schema=RECORD_SCHEMA)
+        sorted_parts = partitions[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(order)]
+        runs: list[Run] = []
+        for lo, hi in zip(starts, ends, strict=True):
+            part = int(sorted_parts[lo])
+            idx = order[lo:hi]
+            if producers is None:
+                runs.extend(self._split_by_size(part, batch, idx, sizes, lo, hi, record_limit))
+            else:
+                runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers))
+        return result, runs
+
+    @staticmethod
+    def _split_by_size(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
+                       lo: int, hi: int, limit: int) -> list[Run]:
+        run_sizes = sizes[idx]
+        total = int(run_sizes.sum())
+        if total <= limit:
+            return [Run(part, batch.slice(lo, hi - lo), idx, total)]
+        runs = []
+        cum = np.cumsum(run_sizes)
+        start = 0
+        while start < len(idx):
+            base = cum[start - 1] if start else 0
+            stop = int(np.searchsorted(cum, base + limit, side="right"))
+            stop = max(stop, start + 1)
+            runs.append(Run(part, batch.slice(lo + start, stop - start), idx[start:stop],
+                            int(cum[stop - 1] - base)))
+            start = stop
+        return runs
+
+    def _partitions(self, meta: TopicMetadata, records: Sequence[ProduceRecord],
+                    keys: list[bytes | None], key_arr: pa.Array, sizes: np.ndarray,
+                    errors: dict[int, LakelogError]) -> np.ndarray:
+        n = len(records)
+        partitions = np.full(n, -1, np.int64)
+        explicit = [r.partition_id for r in records]
+        if any(p is not None for p in explicit):
+            for i, p in enumerate(explicit):
+                if p is None:
+                    continue
+                if p >= meta.partitions:
+                    errors[i] = UnknownPartitionError(meta.name, p, meta.partitions)
+                partitions[i] = p
+        keyed = (partitions < 0) & ~key_arr.is_null().to_numpy(zero_copy_only=False)
+        if keyed.any():
+            where = np.flatnonzero(keyed)
+            chosen = partitions_for_keys([keys[i] for i in where.tolist()], meta.partitions)
+            partitions[where] = chosen
+        keyless = np.flatnonzero(partitions < 0)
+        if len(keyless):
+            partitions[keyless] = self.partitioner.partition_many(
+                meta.name, meta.partitions, sizes[keyless])
+        return partitions
+
+    def _producers(self, records: Sequence[ProduceRecord], errors: dict[int, LakelogError]
+                   ) -> list[tuple[int, int, int] | None] | None:
+        if all(r.producer_id is None and r.producer_epoch is None and r.sequence is None
+               for r in records):
+            return None
+        out: list[tuple[int, int, int] | None] = []
+        for i, r in enumerate(records):
+            fields = (r.producer_id, r.producer_epoch, r.sequence)
+            if all(f is None for f in fields):
+                out.append(None)
+                continue
+            if any(f is None for f in fields):
+                errors.setdefault(i, InvalidRecordError(
+                    f"record {i}: producer_id, producer_epoch and sequence go together"))
+                out.append(None)
+                continue
+            assert r.producer_id is not None and r.producer_epoch is not None
+            assert r.sequence is not None
+            try:
+                self.manager.producer_ids.check(r.producer_id, r.producer_epoch)
+            except LakelogError as exc:
+                errors.setdefault(i, exc)
+            out.append((r.producer_id, r.producer_epoch, r.sequence))
+        return out
 
     async def _wait_durable(self, targets: dict[int, tuple[PartitionLog, int]],
-                            results: list[Report | LakelogError]) -> None:
+                            result: ProduceResult) -> None:
         """Wait for the group commit of every partition written; a failed sync fails its records."""
         commit = self.manager.group_commit
         partitions = list(targets)
-        waits = []
+        waits: list[asyncio.Future[int]] = []
         for p in partitions:
             plog, end = targets[p]
             try:
                 waits.append(asyncio.wrap_future(commit.request(plog, end)))
             except LakelogError as exc:
-                failed_now: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-                failed_now.set_exception(exc)
-                waits.append(failed_now)
+                failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                waits.append(failed)
         outcomes = await asyncio.gather(*waits, return_exceptions=True)
-        errors: dict[int, LakelogError] = {}
         for p, outcome in zip(partitions, outcomes, strict=True):
-            if isinstance(outcome, LakelogError):
-                errors[p] = outcome
-            elif isinstance(outcome, BaseException):
-                errors[p] = LakelogError(f"flush of partition {p} failed: {outcome}")
-        for i, res in enumerate(results):
-            if isinstance(res, Report) and res.partition in errors:
-                results[i] = errors[res.partition]
+            if isinstance(outcome, BaseException):
+                err = outcome if isinstance(outcome, LakelogError) else LakelogError(
+                    f"flush of partition {p} failed: {outcome}")
+                for i in np.flatnonzero((result.partitions == p) & (result.offsets >= 0)).tolist():
+                    result.errors[i] = err
+                    result.offsets[i] = -1
 
 
-def _continues(run: Run, item: Prepared, limit: int) -> bool:
-    if run.size + item.size > limit:
-        return False
-    last = run.records[-1].producer
-    if last is None or item.producer is None:
-        return last is None and item.producer is None
-    return last[:2] == item.producer[:2] and item.producer[2] == last[2] + 1
+def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
+                     lo: int, producers: list[tuple[int, int, int] | None]) -> list[Run]:
+    """Split one partition's records where the producer changes or a sequence is not the next."""
+    runs: list[Run] = []
+    start = 0
+    items = idx.tolist()
+    for j in range(1, len(items) + 1):
+        if j < len(items):
+            prev, cur = producers[items[j - 1]], producers[items[j]]
+            if (prev is None and cur is None) or (
+                    prev is not None and cur is not None and prev[:2] == cur[:2]
+                    and cur[2] == prev[2] + 1):
+                continue
+        chunk = idx[start:j]
+        runs.append(Run(part, batch.slice(lo + start, j - start), chunk, int(sizes[chunk].sum()),
+                        producers[items[start]]))
+        start = j
+    return runs
+
+
+def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:
+    for i in run.indices.tolist():
+        result.errors[i] = exc
 
 
 def _log_unacked_failure(future: asyncio.Future[tuple[AppendInfo, int]]) -> None:

@@ -105,18 +105,27 @@ def _murmur2_same_length(keys: list[bytes], length: int) -> np.ndarray:
 
 
 class StickyPartitioner:
-    """Keyless records stick to one partition for ``batch_bytes``, then move on (uniform sticky)."""
+    """Keyless records stick to one partition for ``batch_bytes``, then move to the next
+    (Kafka's uniform sticky partitioning, moving round-robin)."""
 
     def __init__(self, batch_bytes: int = 16_384) -> None:
         self.batch_bytes = batch_bytes
         self._lock = threading.Lock()
-        self._state: dict[str, tuple[int, int]] = {}
+        self._state: dict[str, tuple[int, int]] = {}  # topic -> (partition, bytes used)
         self._counter = itertools.count()
 
-    def partition(self, topic: str, partitions: int, record_bytes: int) -> int:
+    def partition_many(self, topic: str, partitions: int, sizes: np.ndarray) -> np.ndarray:
+        """Partitions for keyless records of ``sizes`` bytes, in order."""
         with self._lock:
             current, used = self._state.get(topic, (next(self._counter) % partitions, 0))
-            if current >= partitions or used >= self.batch_bytes:
-                current, used = next(self._counter) % partitions, 0
-            self._state[topic] = (current, used + record_bytes)
-            return current
+            current %= partitions
+            used_before = used + np.cumsum(sizes) - sizes
+            chunk = used_before // self.batch_bytes
+            out = (current + chunk) % partitions
+            last = int(chunk[-1])
+            self._state[topic] = ((current + last) % partitions,
+                                  int(used + sizes.sum()) - last * self.batch_bytes)
+            return np.asarray(out)
+
+    def partition(self, topic: str, partitions: int, record_bytes: int) -> int:
+        return int(self.partition_many(topic, partitions, np.array([record_bytes]))[0])

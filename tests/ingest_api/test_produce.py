@@ -176,6 +176,8 @@ def test_batch_entries_errors_name_the_index(client: httpx.Client, make_topic: C
     too_many = client.post(f"/topics/{topic}/records:batch", json={"entries": [
         {"id": str(i)} for i in range(1001)]})
     assert too_many.status_code == 413 and "1000" in too_many.json()["message"]
+    empty = client.post(f"/topics/{topic}/records:batch", json={"entries": []})
+    assert empty.status_code == 207 and empty.json() == {"successes": [], "failures": []}
     dup = client.post(f"/topics/{topic}/records:batch", json={"entries": [{"id": "a"}, {"id": "a"}]})
     assert dup.status_code == 422 and "'a'" in dup.json()["message"]
     assert fetch_all(client, topic, 0) == []

@@ -1,0 +1,169 @@
+"""HTTP produce and fetch throughput against a bare endpoint, driven by wrk.
+
+Run: ``python -m bench.produce`` (``--quick`` for short runs; needs ``wrk``:
+``apt-get install wrk``). Prints a table and writes ``bench/results/produce.json``.
+
+Setup: one uvicorn worker (uvloop, httptools) pinned to CPU 0 and wrk pinned to
+CPU 1, on 127.0.0.1. Bodies: 16-byte keys and 100-byte values (BINARY,
+base64), 1 record per request on ``/records``, 100 and 1,000 on
+``/records:batch``. The baseline is a FastAPI endpoint in the same server setup
+that decodes the same body with the same msgspec types and discards it.
+Reported: records/s, MB/s (key+value bytes), p50/p99 latency (wrk), server
+CPU seconds per million records, and the ratio to the baseline's records/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.report import print_table, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TOPIC = "bench"
+PARTITIONS = 8
+KEY_BYTES, VALUE_BYTES = 16, 100
+LUA = """
+local f = io.open(os.getenv("LAKELOG_BENCH_BODY"), "rb")
+wrk.body = f:read("*a")
+f:close()
+wrk.method = os.getenv("LAKELOG_BENCH_METHOD")
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  io.write(string.format(
+    '\\nRESULT {"requests": %d, "duration_us": %d, "errors": %d, "p50_us": %d, "p99_us": %d}\\n',
+    summary.requests, summary.duration,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status
+      + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def body(records: int) -> bytes:
+    def entry(i: int) -> dict[str, Any]:
+        return {"id": str(i), "key": {"type": "BINARY", "data": base64.b64encode(os.urandom(KEY_BYTES)).decode()},
+                "value": {"type": "BINARY", "data": base64.b64encode(os.urandom(VALUE_BYTES)).decode()}}
+    if records == 1:
+        single = entry(0)
+        del single["id"]
+        return json.dumps(single).encode()
+    return json.dumps({"entries": [entry(i) for i in range(records)]}).encode()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_up(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start(cmd: list[str], port: int, health: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_up(f"http://127.0.0.1:{port}{health}")
+    return proc
+
+
+def wrk(url: str, body_path: Path, method: str, connections: int, seconds: int, lua: Path
+        ) -> dict[str, Any]:
+    env = {**os.environ, "LAKELOG_BENCH_BODY": str(body_path), "LAKELOG_BENCH_METHOD": method}
+    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s",
+                          "--timeout", "10s", "-s", str(lua), url],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT "):]))
+
+
+def measure(name: str, pid: int, url: str, body_path: Path, method: str, records: int,
+            connections: int, seconds: int, lua: Path) -> dict[str, Any]:
+    wrk(url, body_path, method, connections, 1, lua)  # warm up
+    cpu0 = cpu_seconds(pid)
+    r = wrk(url, body_path, method, connections, seconds, lua)
+    cpu = cpu_seconds(pid) - cpu0
+    secs = r["duration_us"] / 1e6
+    total = r["requests"] * records
+    row = {"case": name, "records_per_request": records, "connections": connections,
+           "rec_s": total / secs, "MB_s": total * (KEY_BYTES + VALUE_BYTES) / secs / 1e6,
+           "p50_ms": r["p50_us"] / 1000, "p99_ms": r["p99_us"] / 1000,
+           "cpu_s_per_M": cpu / total * 1e6 if total else 0.0, "errors": r["errors"]}
+    print(f"  {name:>10} x{records:<5} {row['rec_s']:>12,.0f} rec/s  p99 {row['p99_ms']:.2f} ms"
+          f"  errors {r['errors']}", flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="HTTP produce/fetch benchmark")
+    parser.add_argument("--quick", action="store_true", help="3 s per case instead of 8")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None or shutil.which("taskset") is None:
+        sys.exit("bench.produce needs wrk and taskset: apt-get install wrk util-linux")
+    seconds = 3 if args.quick else 8
+    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-produce-"))
+    lua = work / "bench.lua"
+    lua.write_text(LUA)
+    port, bare_port = 18731, 18732
+    server = start([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"), "--port",
+                    str(port), "--log-level", "warning"], port, "/healthz")
+    bare = start([sys.executable, "-m", "bench.bare_app", str(bare_port)], bare_port, "/docs")
+    rows: list[dict[str, Any]] = []
+    try:
+        httpx.post(f"http://127.0.0.1:{port}/v3/clusters/lakelog/topics",
+                   json={"topic_name": TOPIC, "partitions_count": PARTITIONS}).raise_for_status()
+        for records in (1, 100, 1000):
+            path = work / f"body-{records}.json"
+            path.write_bytes(body(records))
+            route = "records" if records == 1 else "records:batch"
+            conns = 32 if records == 1 else 8
+            base = f"/v3/clusters/lakelog/topics/{TOPIC}/{route}"
+            bare_row = measure("bare", bare.pid, f"http://127.0.0.1:{bare_port}{base}", path, "POST",
+                               records, conns, seconds, lua)
+            rows.append(bare_row)
+            for acks in ("1", "all"):
+                row = measure(f"acks={acks}", server.pid, f"http://127.0.0.1:{port}{base}?acks={acks}",
+                              path, "POST", records, conns, seconds, lua)
+                row["vs_bare"] = row["rec_s"] / bare_row["rec_s"]
+                rows.append(row)
+        empty = work / "empty"
+        empty.write_bytes(b"")
+        fetch_url = (f"http://127.0.0.1:{port}/v3/clusters/lakelog/topics/{TOPIC}/partitions/0/"
+                     "records?offset=0&max_records=1000&max_bytes=4194304")
+        fetch_row = measure("fetch", server.pid, fetch_url, empty, "GET", 1000, 8, seconds, lua)
+        produce_1000 = next(r for r in rows if r["case"] == "acks=1" and r["records_per_request"] == 1000)
+        fetch_row["vs_produce"] = fetch_row["rec_s"] / produce_1000["rec_s"]
+        rows.append(fetch_row)
+    finally:
+        for proc in (server, bare):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print_table(rows, ["case", "records_per_request", "connections", "rec_s", "MB_s", "p50_ms",
+                       "p99_ms", "cpu_s_per_M", "vs_bare", "vs_produce", "errors"])
+    print(f"\nwrote {write_json('produce', rows, {'seconds_per_case': seconds})}")
+
+
+if __name__ == "__main__":
+    main()
