@@ -4,6 +4,10 @@ Shapes follow Confluent REST Proxy v3: key/value envelopes
 ``{"type": "BINARY"|"STRING"|"JSON", "data": ...}`` (BINARY data is base64),
 headers ``[{"name", "value" (base64)}]``, topics with ``topic_name``,
 ``partitions_count`` and ``configs: [{name, value}]``.
+
+Request Structs are declared ``gc=False``: they hold no reference cycles, and
+keeping thousands of them per request out of the cyclic garbage collector's
+sight is what keeps decoding as fast in the server as in a bare endpoint.
 """
 
 from __future__ import annotations
@@ -20,19 +24,22 @@ Epoch = Annotated[int, Meta(ge=0, le=32_767)]
 MAX_HEADERS = 1_000
 
 
-class BinaryData(msgspec.Struct, tag_field="type", tag="BINARY", forbid_unknown_fields=True):
+class BinaryData(msgspec.Struct, tag_field="type", tag="BINARY", forbid_unknown_fields=True,
+                 gc=False):
     """Bytes, base64-encoded in JSON."""
 
     data: bytes | None = None
 
 
-class StringData(msgspec.Struct, tag_field="type", tag="STRING", forbid_unknown_fields=True):
+class StringData(msgspec.Struct, tag_field="type", tag="STRING", forbid_unknown_fields=True,
+                 gc=False):
     """Text, stored as UTF-8."""
 
     data: str | None = None
 
 
-class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fields=True):
+class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fields=True,
+               gc=False):
     """Any JSON value, stored as its compact encoding."""
 
     data: Any = None
@@ -41,12 +48,12 @@ class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fiel
 Envelope = BinaryData | StringData | JsonData
 
 
-class HeaderIn(msgspec.Struct, forbid_unknown_fields=True):
+class HeaderIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     name: Annotated[str, Meta(min_length=1, max_length=32_768)]
     value: bytes | None = None
 
 
-class ProduceRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class ProduceRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
     """One record to produce. Without ``partition_id``, a key picks the partition
     (Kafka's murmur2); keyless records are spread evenly."""
 
@@ -60,7 +67,7 @@ class ProduceRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sequence: Sequence | None = None
 
 
-class BatchEntry(ProduceRecord, kw_only=True):
+class BatchEntry(ProduceRecord, kw_only=True, gc=False):
     id: Annotated[str, Meta(min_length=1, max_length=256)]
 
 

@@ -35,7 +35,11 @@ from log_tables.errors import (
 )
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import AppendInfo, PartitionLog
-from log_tables.partitioner import StickyPartitioner, partitions_for_keys
+from log_tables.partitioner import (
+    StickyPartitioner,
+    partition_for_key,
+    partitions_for_key_array,
+)
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
 from log_tables.registry import TopicMetadata
 
@@ -73,15 +77,42 @@ def timestamp_ms(value: int | datetime | None, now_ms: int) -> int:
     return value
 
 
+Row = tuple[bytes | None, bytes | None, int, list[dict[str, Any]] | None]  # key, value, ts, headers
+SMALL_REQUEST = 16
+
+
 @dataclass(slots=True)
 class Run:
-    """Records for one append: one partition, one producer identity, consecutive sequences."""
+    """Records for one append: one partition, one producer identity, consecutive sequences.
+
+    Large requests carry an Arrow ``batch``; small ones carry Python ``rows``, which
+    the appender turns into one Arrow batch for all the small runs of a loop turn.
+    """
 
     partition: int
-    batch: pa.RecordBatch
+    batch: pa.RecordBatch | None
     indices: np.ndarray  # positions of these records in the request
     size: int  # estimated stored bytes
     producer: tuple[int, int, int] | None = None  # (id, epoch, first sequence)
+    rows: list[Row] | None = None
+
+    def to_batch(self) -> pa.RecordBatch:
+        if self.batch is not None:
+            return self.batch
+        return _rows_batch(self.rows or [])
+
+
+def _rows_batch(rows: list[Row]) -> pa.RecordBatch:
+    first_ts = rows[0][2]
+    any_headers = any(r[3] for r in rows)
+    return pa.RecordBatch.from_arrays([
+        pa.repeat(pa.scalar(first_ts, pa.int64()), len(rows))
+        if all(r[2] == first_ts for r in rows) else pa.array([r[2] for r in rows], pa.int64()),
+        pa.array([r[0] for r in rows], pa.binary()),
+        pa.array([r[1] for r in rows], pa.binary()),
+        pa.array([r[3] for r in rows], HEADERS_TYPE) if any_headers
+        else pa.nulls(len(rows), HEADERS_TYPE),
+    ], schema=RECORD_SCHEMA)
 
 
 @dataclass(slots=True)
@@ -134,7 +165,9 @@ class PartitionAppender:
             size = items[i][0].size
             i += 1
             if group[0][0].producer is None:
+                rows = group[0][0].rows is not None
                 while i < len(items) and items[i][0].producer is None and (
+                        (items[i][0].rows is not None) == rows) and (
                         size + items[i][0].size <= limit):
                     group.append(items[i])
                     size += items[i][0].size
@@ -144,7 +177,12 @@ class PartitionAppender:
 
     def _append(self, group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]]) -> None:
         run0 = group[0][0]
-        batch = run0.batch if len(group) == 1 else pa.concat_batches([r.batch for r, _ in group])
+        if run0.rows is not None:
+            batch = _rows_batch([row for r, _ in group for row in r.rows or []])
+        elif len(group) == 1:
+            batch = run0.to_batch()
+        else:
+            batch = pa.concat_batches([r.to_batch() for r, _ in group])
         kwargs = {}
         if run0.producer is not None:
             pid, epoch, seq = run0.producer
@@ -238,6 +276,8 @@ class ProduceService:
         if n == 0:
             empty = np.empty(0, np.int64)
             return ProduceResult(empty, empty.copy(), empty.copy(), {}), []
+        if n < SMALL_REQUEST:
+            return self._plan_small(meta, records)
         config = meta.config
         now_ms = self.manager.clock.now_ms()
         errors: dict[int, LakelogError] = {}
@@ -249,23 +289,24 @@ class ProduceService:
         sizes = (pc.fill_null(pc.binary_length(key_arr), 0).to_numpy(zero_copy_only=False)
                  + pc.fill_null(pc.binary_length(value_arr), 0).to_numpy(zero_copy_only=False)
                  + RECORD_OVERHEAD).astype(np.int64)
+        # One pass decides whether anything beyond keys and values needs looking at.
+        plain = not any(r.headers or r.timestamp is not None or r.partition_id is not None
+                        or r.producer_id is not None or r.producer_epoch is not None
+                        or r.sequence is not None for r in records)
         headers: list[Any] | None = None
-        if any(r.headers for r in records):
+        if not plain and any(r.headers for r in records):
             headers = [None if not r.headers else [{"key": h.name, "value": h.value} for h in r.headers]
                        for r in records]
             sizes += np.array([sum(len(h["key"]) + len(h["value"] or b"") + 8 for h in hs)
                                if hs else 0 for hs in headers], np.int64)
-        ts_list = [r.timestamp for r in records]
-        if any(t is not None for t in ts_list):
-            timestamps = np.empty(n, np.int64)
-            for i, t in enumerate(ts_list):
-                try:
-                    timestamps[i] = timestamp_ms(t, now_ms)
-                except LakelogError as exc:
-                    errors[i] = exc
-                    timestamps[i] = now_ms
-        else:
-            timestamps = np.full(n, now_ms, np.int64)
+        timestamps = np.full(n, now_ms, np.int64)
+        if not plain:
+            for i, r in enumerate(records):
+                if r.timestamp is not None:
+                    try:
+                        timestamps[i] = timestamp_ms(r.timestamp, now_ms)
+                    except LakelogError as exc:
+                        errors[i] = exc
         record_limit = config.max_message_bytes - BATCH_OVERHEAD
         for i in np.flatnonzero(sizes > record_limit).tolist():
             errors[i] = RecordTooLargeError(
@@ -277,8 +318,8 @@ class ProduceService:
                 errors.setdefault(i, InvalidRecordError(
                     f"record {i} has no key, but topic {meta.name!r} is compacted "
                     f"(cleanup.policy={config.cleanup_policy}): every record needs a key"))
-        partitions = self._partitions(meta, records, keys, key_arr, sizes, errors)
-        producers = self._producers(records, errors)
+        partitions = self._partitions(meta, records, plain, key_arr, sizes, errors)
+        producers = None if plain else self._producers(records, errors)
         result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors)
         valid = np.ones(n, bool)
         if errors:
@@ -309,6 +350,69 @@ class ProduceService:
                 runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers))
         return result, runs
 
+    def _plan_small(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
+                    ) -> tuple[ProduceResult, list[Run]]:
+        """The same checks as ``_plan``, record by record: cheaper than numpy for a few."""
+        n = len(records)
+        config = meta.config
+        now_ms = self.manager.clock.now_ms()
+        limit = config.max_message_bytes - BATCH_OVERHEAD
+        errors: dict[int, LakelogError] = {}
+        partitions = np.full(n, -1, np.int64)
+        timestamps = np.full(n, now_ms, np.int64)
+        producers = self._producers(records, errors)
+        rows: list[Row | None] = []
+        sizes: list[int] = []
+        for i, r in enumerate(records):
+            key, value = envelope_bytes(r.key), envelope_bytes(r.value)
+            size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+            headers = None
+            if r.headers:
+                headers = [{"key": h.name, "value": h.value} for h in r.headers]
+                size += sum(len(h.name) + len(h.value or b"") + 8 for h in r.headers)
+            sizes.append(size)
+            try:
+                ts = timestamp_ms(r.timestamp, now_ms)
+                if size > limit:
+                    raise RecordTooLargeError(
+                        f"record {i} is about {size} bytes; topic {meta.name!r} accepts records up "
+                        f"to max.message.bytes={config.max_message_bytes} minus {BATCH_OVERHEAD} "
+                        "bytes of batch overhead")
+                if config.compact and key is None:
+                    raise InvalidRecordError(
+                        f"record {i} has no key, but topic {meta.name!r} is compacted "
+                        f"(cleanup.policy={config.cleanup_policy}): every record needs a key")
+                if r.partition_id is not None:
+                    if r.partition_id >= meta.partitions:
+                        raise UnknownPartitionError(meta.name, r.partition_id, meta.partitions)
+                    partitions[i] = r.partition_id
+                elif key is not None:
+                    partitions[i] = partition_for_key(key, meta.partitions)
+                else:
+                    partitions[i] = self.partitioner.partition(meta.name, meta.partitions, size)
+                timestamps[i] = ts
+            except LakelogError as exc:
+                errors.setdefault(i, exc)
+            rows.append((key, value, timestamps[i].item(), headers))
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors)
+        runs: list[Run] = []
+        open_runs: dict[int, Run] = {}
+        for i in range(n):
+            if i in errors:
+                continue
+            part = int(partitions[i])
+            producer = producers[i] if producers else None
+            run = open_runs.get(part)
+            if run is not None and _next_in_run(run, producer) and run.size + sizes[i] <= limit:
+                run.indices = np.append(run.indices, i)
+                run.rows.append(rows[i])  # type: ignore[union-attr, arg-type]
+                run.size += sizes[i]
+                continue
+            run = Run(part, None, np.array([i]), sizes[i], producer, [rows[i]])  # type: ignore[list-item]
+            open_runs[part] = run
+            runs.append(run)
+        return result, runs
+
     @staticmethod
     def _split_by_size(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
                        lo: int, hi: int, limit: int) -> list[Run]:
@@ -328,24 +432,26 @@ class ProduceService:
             start = stop
         return runs
 
-    def _partitions(self, meta: TopicMetadata, records: Sequence[ProduceRecord],
-                    keys: list[bytes | None], key_arr: pa.Array, sizes: np.ndarray,
+    def _partitions(self, meta: TopicMetadata, records: Sequence[ProduceRecord], plain: bool,
+                    key_arr: pa.Array, sizes: np.ndarray,
                     errors: dict[int, LakelogError]) -> np.ndarray:
         n = len(records)
         partitions = np.full(n, -1, np.int64)
-        explicit = [r.partition_id for r in records]
-        if any(p is not None for p in explicit):
-            for i, p in enumerate(explicit):
+        if not plain:
+            for i, r in enumerate(records):
+                p = r.partition_id
                 if p is None:
                     continue
                 if p >= meta.partitions:
                     errors[i] = UnknownPartitionError(meta.name, p, meta.partitions)
                 partitions[i] = p
+        if key_arr.null_count == 0 and plain:
+            return partitions_for_key_array(key_arr, meta.partitions)
         keyed = (partitions < 0) & ~key_arr.is_null().to_numpy(zero_copy_only=False)
         if keyed.any():
             where = np.flatnonzero(keyed)
-            chosen = partitions_for_keys([keys[i] for i in where.tolist()], meta.partitions)
-            partitions[where] = chosen
+            partitions[where] = partitions_for_key_array(key_arr.take(pa.array(where)),
+                                                         meta.partitions)
         keyless = np.flatnonzero(partitions < 0)
         if len(keyless):
             partitions[keyless] = self.partitioner.partition_many(
@@ -419,6 +525,13 @@ def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: n
                         producers[items[start]]))
         start = j
     return runs
+
+
+def _next_in_run(run: Run, producer: tuple[int, int, int] | None) -> bool:
+    if run.producer is None or producer is None:
+        return run.producer is None and producer is None
+    last_seq = run.producer[2] + len(run.indices) - 1
+    return run.producer[:2] == producer[:2] and producer[2] == last_seq + 1
 
 
 def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:

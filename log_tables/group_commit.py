@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from log_tables.errors import LogClosedError, QueueFullError
 from log_tables.partition_log import PartitionLog
@@ -19,8 +19,11 @@ from log_tables.partition_log import PartitionLog
 class GroupCommit:
     """A bounded queue of durability requests served by one flusher thread."""
 
-    def __init__(self, max_pending: int = 100_000, name: str = "lakelog-group-commit") -> None:
+    def __init__(self, max_pending: int = 100_000, name: str = "lakelog-group-commit",
+                 sync_threads: int = 8) -> None:
         self.max_pending = max_pending
+        # fdatasync releases the GIL: the partitions of one round sync in parallel.
+        self._pool = ThreadPoolExecutor(sync_threads, thread_name_prefix=f"{name}-sync")
         self._cond = threading.Condition()
         self._pending: list[tuple[PartitionLog, int, Future[int]]] = []
         self._closed = False
@@ -57,16 +60,18 @@ class GroupCommit:
             by_log: dict[PartitionLog, list[tuple[int, Future[int]]]] = defaultdict(list)
             for log, offset, future in batch:
                 by_log[log].append((offset, future))
-            for log, waiters in by_log.items():
+            jobs = [(waiters, log.flushed_offset,
+                     self._pool.submit(log.flush, max(offset for offset, _ in waiters)))
+                    for log, waiters in by_log.items()]
+            for waiters, before, job in jobs:
                 try:
-                    before = log.flushed_offset
-                    flushed = log.flush(max(offset for offset, _ in waiters))
-                    if flushed != before:
-                        self.syncs += 1
+                    flushed = job.result()
                 except Exception as exc:  # every waiter must hear of the failure
                     for _, future in waiters:
                         future.set_exception(exc)
                     continue
+                if flushed != before:
+                    self.syncs += 1
                 for _, future in waiters:
                     future.set_result(flushed)
 
@@ -76,3 +81,4 @@ class GroupCommit:
             self._closed = True
             self._cond.notify()
         self._thread.join()
+        self._pool.shutdown()

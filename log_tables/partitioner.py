@@ -13,6 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -77,9 +79,36 @@ def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
     return out
 
 
+def partitions_for_key_array(keys: pa.Array, partitions: int) -> np.ndarray:
+    """``partition_for_key`` of every key of an Arrow binary array (no nulls).
+
+    Keys of one length lie back to back in the array's data buffer, so numpy
+    reads them in place: no Python work per key.
+    """
+    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+    out = np.empty(len(keys), np.int64)
+    for length in np.unique(lengths).tolist():
+        idx = np.flatnonzero(lengths == length)
+        group = keys if len(idx) == len(keys) else keys.take(pa.array(idx))
+        if length == 0:
+            out[idx] = partition_for_key(b"", partitions)
+            continue
+        offsets = np.frombuffer(group.buffers()[1], np.int32)[group.offset:group.offset + len(group) + 1]
+        raw = np.frombuffer(group.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+        hashes = _murmur2_rows(raw.reshape(len(group), length), length)
+        out[idx] = (hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)
+    return out
+
+
 def _murmur2_same_length(keys: list[bytes], length: int) -> np.ndarray:
-    m = np.uint32(_M)
     data = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), length)
+    return _murmur2_rows(data, length)
+
+
+def _murmur2_rows(data: np.ndarray, length: int) -> np.ndarray:
+    """murmur2 of each row of a (keys x length) uint8 matrix."""
+    m = np.uint32(_M)
+    keys = data
     h = np.full(len(keys), (0x9747B28C ^ length) & _MASK, dtype=np.uint32)
     end4 = length - length % 4
     if end4:

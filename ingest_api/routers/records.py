@@ -29,7 +29,7 @@ _batch = msgspec.json.Decoder(BatchRequest)
 _producer = msgspec.json.Decoder(ProducerInit)
 
 
-class Success(msgspec.Struct):
+class Success(msgspec.Struct, gc=False):
     id: str
     partition_id: int
     offset: int
