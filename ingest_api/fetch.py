@@ -18,50 +18,71 @@ _encoder = msgspec.json.Encoder()
 _json_check = msgspec.json.Decoder()
 
 
-def _envelope(data: bytes | None, fmt: Format) -> dict[str, Any] | None:
+class Data(msgspec.Struct, gc=False):
+    type: str
+    data: Any
+
+
+class Header(msgspec.Struct, gc=False):
+    name: str
+    value: bytes | None
+
+
+class FetchedRecord(msgspec.Struct, gc=False):
+    offset: int
+    timestamp: datetime
+    timestamp_type: str
+    key: Data | None
+    value: Data | None
+    headers: list[Header]
+
+
+def _envelope(data: bytes | None, fmt: Format) -> Data | None:
     """Bytes as the caller asked; bytes that are not valid in that form come back as BINARY."""
     if data is None:
         return None
     if fmt == "STRING":
         try:
-            return {"type": "STRING", "data": data.decode()}
+            return Data("STRING", data.decode())
         except UnicodeDecodeError:
             pass
     elif fmt == "JSON":
         try:
             _json_check.decode(data)
-            return {"type": "JSON", "data": msgspec.Raw(data)}
+            return Data("JSON", msgspec.Raw(data))
         except msgspec.DecodeError:
             pass
-    return {"type": "BINARY", "data": data}
+    return Data("BINARY", data)
 
 
-def _records(batch: LogBatch, fmt: Format) -> list[dict[str, Any]]:
+def _column(values: list[bytes | None], fmt: Format) -> list[Data | None]:
+    if fmt == "BINARY":
+        return [None if v is None else Data("BINARY", v) for v in values]
+    return [_envelope(v, fmt) for v in values]
+
+
+def _records(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
     rb = batch.records
-    timestamps = rb.column(0).to_pylist()
-    keys = rb.column(1).to_pylist()
-    values = rb.column(2).to_pylist()
+    n = len(rb)
+    ts_col = rb.column(0)
+    first = ts_col[0].as_py()
+    timestamps = ts_col.to_pylist()
+    when: dict[int, datetime] = {first: datetime.fromtimestamp(first / 1000, UTC)}
+    times = [when[t] if t in when else when.setdefault(t, datetime.fromtimestamp(t / 1000, UTC))
+             for t in timestamps]
+    keys = _column(rb.column(1).to_pylist(), fmt)
+    values = _column(rb.column(2).to_pylist(), fmt)
     header_col = rb.column(3)
-    headers = (header_col.to_pylist() if header_col.null_count != len(header_col)
-               else [None] * len(rb))
+    no_headers: list[Header] = []
+    if header_col.null_count == n:
+        headers: list[list[Header]] = [no_headers] * n
+    else:
+        headers = [[Header(x["key"], x["value"]) for x in h] if h else no_headers
+                   for h in header_col.to_pylist()]
     ts_type = "LOG_APPEND_TIME" if batch.log_append_time else "CREATE_TIME"
-    when: dict[int, datetime] = {}
-    out = []
-    for i in range(len(rb)):
-        ts = timestamps[i]
-        dt = when.get(ts)
-        if dt is None:
-            dt = when[ts] = datetime.fromtimestamp(ts / 1000, UTC)
-        h = headers[i]
-        out.append({
-            "offset": batch.base_offset + i,
-            "timestamp": dt,
-            "timestamp_type": ts_type,
-            "key": _envelope(keys[i], fmt),
-            "value": _envelope(values[i], fmt),
-            "headers": [{"name": x["key"], "value": x["value"]} for x in h] if h else [],
-        })
-    return out
+    base = batch.base_offset
+    return [FetchedRecord(base + i, times[i], ts_type, keys[i], values[i], headers[i])
+            for i in range(n)]
 
 
 class FetchService:
@@ -86,7 +107,7 @@ class FetchService:
 
     def _encode(self, topic: str, partition: int, offset: int, result: FetchResult,
                 fmt: Format) -> bytes:
-        records: list[dict[str, Any]] = []
+        records: list[FetchedRecord] = []
         nbytes = 0
         for batch in result.batches:
             records.extend(_records(batch, fmt))

@@ -43,9 +43,8 @@ def test_out_of_range_names_the_bounds(client: httpx.Client, make_topic: Callabl
     assert no_offset.status_code == 422 and "offset" in no_offset.json()["message"]
 
 
-def test_long_poll_answers_as_soon_as_data_arrives(server_url_client: tuple[str, httpx.Client],
+def test_long_poll_answers_as_soon_as_data_arrives(client: httpx.Client,
                                                    make_topic: Callable[..., str]) -> None:
-    _, client = server_url_client
     topic = make_topic()
     result: dict[str, object] = {}
 
@@ -85,7 +84,3 @@ def test_list_offsets(client: httpx.Client, make_topic: Callable[..., str]) -> N
     assert client.get(base, params={"spec": "timestamp", "timestamp": 2_000_000}).json()["offset"] is None
     assert client.get(base, params={"spec": "timestamp"}).status_code == 422
 
-
-@pytest.fixture
-def server_url_client(server, client):  # type: ignore[no-untyped-def]
-    return server.url, client
