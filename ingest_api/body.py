@@ -53,15 +53,7 @@ def content_length(request: Request, limit: int) -> int | None:
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, or 413 as soon as it passes ``limit`` bytes."""
     content_length(request, limit)
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes",
-                           name="request_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join([chunk async for chunk in chunks(request, limit)])
 
 
 def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:

@@ -59,16 +59,16 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
 
-    def stop(self, timeout_s: float = 30) -> None:
+    def stop(self, timeout_s: float = 30, sig: signal.Signals = signal.SIGTERM) -> None:
         """SIGTERM, then check the shutdown was clean: every partition has its marker.
 
         (uvicorn re-raises the signal after its graceful shutdown, so the exit status
         says SIGTERM either way; the markers are what tells clean from not.)
         """
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         code = self.proc.wait(timeout_s)
-        assert code in (0, -signal.SIGTERM), f"exit {code}: {self.log()}"
+        assert code in (0, -sig, 128 + sig), f"exit {code}: {self.log()}"
         hot = self.data_dir / "hot"
         partitions = [p for t in hot.iterdir() if not t.name.startswith(".")
                       for p in t.iterdir()] if hot.exists() else []
