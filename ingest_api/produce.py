@@ -5,7 +5,7 @@ become Arrow arrays once, sizes, missing keys and partitions are checked and
 computed with Arrow and numpy, the records are permuted into partition order
 with one ``take``, and each partition gets a zero-copy slice. The slices go to
 each partition's ``PartitionAppender``, which appends everything queued during
-one event-loop turn as few batches as it can (many concurrent single-record
+two event-loop turns as few batches as it can (many concurrent single-record
 requests cost one write). acks=all then waits for the group commit; acks=1 for
 the append; acks=0 for neither.
 """
@@ -86,7 +86,7 @@ class Run:
     """Records for one append: one partition, one producer identity, consecutive sequences.
 
     Large requests carry an Arrow ``batch``; small ones carry Python ``rows``, which
-    the appender turns into one Arrow batch for all the small runs of a loop turn.
+    the appender turns into one Arrow batch for all the small runs it drains at once.
     """
 
     partition: int
@@ -129,7 +129,7 @@ class ProduceResult:
 
 
 class PartitionAppender:
-    """Coalesces the runs queued during one event-loop turn into batches of one partition."""
+    """Coalesces the runs queued during two event-loop turns into batches of one partition."""
 
     def __init__(self, plog: PartitionLog, notifier: AppendNotifier, max_queued: int) -> None:
         self.plog = plog
