@@ -27,7 +27,7 @@ def test_no_server_errors(spawn_server: Callable[..., ServerProcess], tmp_path: 
         [Path(sys.executable).parent / "schemathesis", "--config-file", str(config), "run",
          f"{server.url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", "25",
          "--request-timeout", "20", "--generation-deterministic"],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "passed" in result.stdout
     assert httpx.get(f"{server.url}/healthz").status_code == 200  # still serving
