@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
+import pyarrow.compute as pc
 
 from ingest_api.metrics import Metrics
 from ingest_api.notifier import AppendNotifier
@@ -111,7 +112,8 @@ class FetchService:
         nbytes = 0
         for batch in result.batches:
             records.extend(_records(batch, fmt))
-            nbytes += batch.records.nbytes
+            for column in (1, 2):  # key + value bytes, as lakelog_bytes_in counts them
+                nbytes += pc.sum(pc.binary_length(batch.records.column(column))).as_py() or 0
         if records:
             self.metrics.records_out.labels(topic).inc(len(records))
             self.metrics.bytes_out.labels(topic).inc(nbytes)

@@ -123,9 +123,15 @@ class ProduceResult:
     offsets: np.ndarray
     timestamps: np.ndarray
     errors: dict[int, LakelogError]
+    record_bytes: np.ndarray  # key + value bytes of each record
 
     def __len__(self) -> int:
         return len(self.partitions)
+
+    def accepted_bytes(self) -> int:
+        """Key + value bytes of the records without an error (what the metrics count)."""
+        total = int(self.record_bytes.sum())
+        return total - sum(int(self.record_bytes[i]) for i in self.errors)
 
 
 class PartitionAppender:
@@ -277,7 +283,7 @@ class ProduceService:
         n = len(records)
         if n == 0:
             empty = np.empty(0, np.int64)
-            return ProduceResult(empty, empty.copy(), empty.copy(), {}), []
+            return ProduceResult(empty, empty.copy(), empty.copy(), {}, empty.copy()), []
         if n < SMALL_REQUEST:
             return self._plan_small(meta, records)
         config = meta.config
@@ -288,9 +294,10 @@ class ProduceService:
         values = [env(r.value) for r in records]
         key_arr = pa.array(keys, pa.binary())
         value_arr = pa.array(values, pa.binary())
-        sizes = (pc.fill_null(pc.binary_length(key_arr), 0).to_numpy(zero_copy_only=False)
-                 + pc.fill_null(pc.binary_length(value_arr), 0).to_numpy(zero_copy_only=False)
-                 + RECORD_OVERHEAD).astype(np.int64)
+        record_bytes = (pc.fill_null(pc.binary_length(key_arr), 0).to_numpy(zero_copy_only=False)
+                        + pc.fill_null(pc.binary_length(value_arr), 0).to_numpy(zero_copy_only=False)
+                        ).astype(np.int64)
+        sizes = record_bytes + RECORD_OVERHEAD
         # One pass decides whether anything beyond keys and values needs looking at.
         plain = not any(r.headers or r.timestamp is not None or r.partition_id is not None
                         or r.producer_id is not None or r.producer_epoch is not None
@@ -322,7 +329,8 @@ class ProduceService:
                     f"(cleanup.policy={config.cleanup_policy}): every record needs a key"))
         partitions = self._partitions(meta, records, plain, key_arr, sizes, errors)
         producers = None if plain else self._producers(records, errors)
-        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors)
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors,
+                               record_bytes)
         valid = np.ones(n, bool)
         if errors:
             valid[list(errors)] = False
@@ -365,9 +373,11 @@ class ProduceService:
         producers = self._producers(records, errors)
         rows: list[Row | None] = []
         sizes: list[int] = []
+        payload: list[int] = []
         for i, r in enumerate(records):
             key, value = envelope_bytes(r.key), envelope_bytes(r.value)
-            size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+            payload.append((len(key) if key else 0) + (len(value) if value else 0))
+            size = RECORD_OVERHEAD + payload[-1]
             headers = None
             if r.headers:
                 headers = [{"key": h.name, "value": h.value} for h in r.headers]
@@ -396,7 +406,8 @@ class ProduceService:
             except LakelogError as exc:
                 errors.setdefault(i, exc)
             rows.append((key, value, timestamps[i].item(), headers))
-        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors)
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors,
+                               np.array(payload, np.int64))
         runs: list[Run] = []
         open_runs: dict[int, Run] = {}
         for i in range(n):

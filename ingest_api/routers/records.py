@@ -58,11 +58,11 @@ def _report(topic: str, rec: ProduceRecord, result: ProduceResult, i: int) -> di
             "key": _size(rec.key), "value": _size(rec.value)}
 
 
-def _count_in(st: AppState, topic: str, body_bytes: int, result: ProduceResult) -> None:
+def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:
     ok = len(result) - len(result.errors)
     if ok:
         st.metrics.records_in.labels(topic).inc(ok)
-        st.metrics.bytes_in.labels(topic).inc(body_bytes * ok // max(len(result), 1))
+        st.metrics.bytes_in.labels(topic).inc(result.accepted_bytes())
 
 
 @router.post(BASE + "/records", openapi_extra=json_body(ProduceRecord))
@@ -87,7 +87,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 objects = ObjectStream(limit).feed(body, final=True)
                 return _ndjson(_produce_all(st, meta, objects, acks))
             result = await st.produce.produce(meta, [record], acks)
-            _count_in(st, topic_name, len(body), result)
+            _count_in(st, topic_name, result)
             if 0 in result.errors:
                 raise result.errors[0]
             return json_response(_report(topic_name, record, result, 0))
@@ -156,7 +156,7 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(error_body(exc)[1])
     result = await st.produce.produce(meta, records, acks) if records else None
     if result is not None:
-        _count_in(st, meta.name, sum(len(o) for o in objects), result)
+        _count_in(st, meta.name, result)
     j = 0
     for slot in slots:
         if slot is None:
@@ -186,7 +186,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
         result = await st.produce.produce(meta, entries, acks)
-    _count_in(st, topic_name, int(request.headers.get("content-length") or 0), result)
+    _count_in(st, topic_name, result)
     return json_response(_batch_body(entries, result), status=207)
 
 

@@ -220,10 +220,17 @@ def test_metrics_and_health(server: ServerProcess, client: httpx.Client,
     text = httpx.get(f"{server.url}/metrics").text
     assert f'lakelog_records_in_total{{topic="{topic}"}} 1.0' in text
     assert f'lakelog_records_out_total{{topic="{topic}"}} 1.0' in text
+    assert f'lakelog_bytes_in_total{{topic="{topic}"}} 5.0' in text  # key + value bytes
+    assert f'lakelog_bytes_out_total{{topic="{topic}"}} 5.0' in text
     assert f'lakelog_partition_high_watermark{{partition="0",topic="{topic}"}} 1.0' in text
     latency = [line for line in text.splitlines() if line.startswith("lakelog_request_seconds_count{")
                and 'route="/v3/clusters/{cluster_id}/topics/{topic_name}/records"' in line
                and 'method="POST"' in line and 'status="200"' in line]
     assert latency and float(latency[0].rsplit(" ", 1)[1]) >= 1
+    big = make_topic()  # 20 records take the columnar path
+    client.post(f"/topics/{big}/records:batch", json={"entries": [
+        {"id": str(i), "key": string("k"), "value": string("x" * 10)} for i in range(20)]})
+    text = httpx.get(f"{server.url}/metrics").text
+    assert f'lakelog_bytes_in_total{{topic="{big}"}} 220.0' in text
     health = httpx.get(f"{server.url}/healthz").json()
     assert health["status"] == "ok" and health["topics"] >= 1
