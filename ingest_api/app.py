@@ -36,12 +36,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         manager = LogManager(settings.data_dir)
         notifier = AppendNotifier(settings.max_long_polls)
-        metrics = Metrics(manager)
+        metrics.attach(manager)
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
             FetchService(manager, notifier, metrics), metrics,
             InFlightBytes(settings.max_in_flight_bytes))
-        app.state.metrics_holder.metrics = metrics
         upkeep = asyncio.create_task(_roll_quiet_segments(manager, settings))
         # Everything allocated so far lives as long as the server: move it out of
         # the collector's generations so that collections during requests stay cheap.
@@ -54,18 +53,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await upkeep
+            metrics.attach(None)
             manager.close()
             log.info("lakelog stopped cleanly")
 
     app = FastAPI(title="lakelog", version="0.1.0", lifespan=lifespan,
                   description="Kafka-style event log over HTTP (Confluent REST v3 shapes), "
                               "stored in Delta Lake.")
-    app.state.metrics_holder = _MetricsHolder()
+    metrics = Metrics()
     errors.install(app)
     app.include_router(cluster.router)
     app.include_router(topics.router)
     app.include_router(records.router)
-    app.add_middleware(_LazyLatency, holder=app.state.metrics_holder)
+    app.add_middleware(LatencyMiddleware, metrics=metrics)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -89,24 +89,3 @@ async def _roll_quiet_segments(manager: LogManager, settings: ApiSettings) -> No
             await asyncio.to_thread(manager.roll_due_segments)
         except Exception:
             log.exception("rolling quiet segments failed")
-
-
-class _MetricsHolder:
-    metrics: Metrics | None = None
-
-
-class _LazyLatency:
-    """The latency middleware, bound to the metrics created at startup."""
-
-    def __init__(self, app: Any, holder: _MetricsHolder) -> None:
-        self.app = app
-        self.holder = holder
-        self._inner: LatencyMiddleware | None = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.holder.metrics is None:
-            await self.app(scope, receive, send)
-            return
-        if self._inner is None or self._inner.metrics is not self.holder.metrics:
-            self._inner = LatencyMiddleware(self.app, self.holder.metrics)
-        await self._inner(scope, receive, send)

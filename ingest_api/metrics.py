@@ -17,8 +17,9 @@ from log_tables.log_manager import LogManager
 class Metrics:
     """The metrics of one app, in a registry of their own (so tests can run several apps)."""
 
-    def __init__(self, manager: LogManager) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._partitions = _PartitionCollector()
         self.records_in = Counter("lakelog_records_in", "Records appended", ["topic"],
                                   registry=self.registry)
         self.bytes_in = Counter("lakelog_bytes_in", "Key+value bytes appended", ["topic"],
@@ -32,12 +33,16 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                      10, 30),
             registry=self.registry)
-        self.registry.register(_PartitionCollector(manager))
+        self.registry.register(self._partitions)
+
+    def attach(self, manager: LogManager | None) -> None:
+        """Report the partitions of ``manager`` (set at startup, cleared at shutdown)."""
+        self._partitions.manager = manager
 
 
 class _PartitionCollector(Collector):
-    def __init__(self, manager: LogManager) -> None:
-        self.manager = manager
+    def __init__(self) -> None:
+        self.manager: LogManager | None = None
 
     def collect(self) -> Iterator[Any]:
         end = GaugeMetricFamily("lakelog_partition_high_watermark", "Log end offset",
@@ -46,7 +51,7 @@ class _PartitionCollector(Collector):
                                   labels=["topic", "partition"])
         size = GaugeMetricFamily("lakelog_partition_hot_bytes", "Bytes in hot segments",
                                  labels=["topic", "partition"])
-        for plog in self.manager.all_logs():
+        for plog in self.manager.all_logs() if self.manager else []:
             topic, _, partition = plog.name.rpartition("-")
             end.add_metric([topic, partition], plog.high_watermark)
             start.add_metric([topic, partition], plog.log_start_offset)
