@@ -1,0 +1,271 @@
+"""The cold tier: one Delta table per topic, in the schema of Spark's Kafka source.
+
+Layout: ``<warehouse>/topics/<topic>/partition=<p>/<file>.parquet`` plus
+``_delta_log/``. The Parquet files hold every column but ``partition`` (a
+Delta partition column, Hive-style in the path) and are sorted by offset. Each
+file's add action carries real stats (``numRecords``, min/max of ``offset`` and
+``timestamp``), so readers pick files by offset or time without opening them.
+
+The tiered offset of a partition (the next offset to tier) is the version of
+the Delta app transaction ``lakelog-tier-<p>``; the tiering job checks and
+advances it in the same commit that adds the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import create_table_with_add_actions
+
+from log_tables.errors import StorageError
+from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
+
+TOPICS_DIR = "topics"
+STAGE_DIR = "_stage"
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group: small enough that a fetch of one offset reads a few MB."""
+
+# Spark's Kafka source schema; ``topic`` is added at read time, not stored.
+TABLE_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+    pa.field("timestampType", pa.int32(), nullable=False),
+    pa.field("headers", HEADERS_TYPE),
+])
+FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name != "partition"])
+PARTITION_COLUMNS = ["partition"]
+
+
+def table_uri(warehouse: str, topic: str) -> str:
+    """Where a topic's Delta table lives."""
+    return f"{warehouse.rstrip('/')}/{TOPICS_DIR}/{topic}"
+
+
+def tier_app_id(partition: int) -> str:
+    """The Delta app transaction id whose version is the partition's tiered offset."""
+    return f"lakelog-tier-{partition}"
+
+
+def is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+# -- converting between the hot and the cold form ------------------------------------
+def to_table_rows(base_offset: int, records: pa.RecordBatch, log_append_time: bool
+                  ) -> pa.RecordBatch:
+    """A hot batch body (RECORD_SCHEMA) as cold rows (FILE_SCHEMA), offsets made explicit."""
+    n = records.num_rows
+    millis = records.column(0).cast(pa.timestamp("ms", tz="UTC"))
+    return pa.RecordBatch.from_arrays([
+        records.column(1),
+        records.column(2),
+        pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64)),
+        millis.cast(TIMESTAMP_TYPE),
+        pa.array(np.full(n, LOG_APPEND_TIME if log_append_time else CREATE_TIME, np.int32)),
+        records.column(3),
+    ], schema=FILE_SCHEMA)
+
+
+class ColdBatch(NamedTuple):
+    """Rows of the cold tier back in the hot form: offsets ``base_offset ..`` dense."""
+
+    base_offset: int
+    records: pa.RecordBatch
+    log_append_time: bool
+
+
+def from_table_rows(rows: pa.Table) -> Iterator[ColdBatch]:
+    """Cold rows sorted by offset (dense) as hot-form batches, one per timestamp type run."""
+    if rows.num_rows == 0:
+        return
+    ts_type = rows.column("timestampType").to_numpy()
+    cuts = [0, *(np.flatnonzero(np.diff(ts_type)) + 1).tolist(), rows.num_rows]
+    millis = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
+    body = pa.Table.from_arrays(
+        [millis, rows.column("key"), rows.column("value"), rows.column("headers")],
+        schema=RECORD_SCHEMA).combine_chunks()
+    first = int(rows.column("offset")[0].as_py())
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        for rb in body.slice(lo, hi - lo).to_batches():
+            yield ColdBatch(first + lo, rb, bool(ts_type[lo] == LOG_APPEND_TIME))
+            lo += rb.num_rows
+
+
+def _iso_ms(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def file_stats(rows: pa.RecordBatch | pa.Table) -> str:
+    """Delta stats JSON of a file's rows (sorted by offset)."""
+    n = rows.num_rows
+    ts = pc.min_max(rows.column("timestamp").cast(pa.int64()))
+    tt = pc.min_max(rows.column("timestampType"))
+    offsets = rows.column("offset")
+    return json.dumps({
+        "numRecords": n,
+        "minValues": {"offset": offsets[0].as_py(), "timestamp": _iso_ms(ts["min"].as_py()),
+                      "timestampType": tt["min"].as_py()},
+        "maxValues": {"offset": offsets[n - 1].as_py(), "timestamp": _iso_ms(ts["max"].as_py()),
+                      "timestampType": tt["max"].as_py()},
+        "nullCount": {"key": rows.column("key").null_count,
+                      "value": rows.column("value").null_count,
+                      "offset": 0, "timestamp": 0, "timestampType": 0},
+    })
+
+
+def write_rows(path: str, batches: Sequence[pa.RecordBatch]) -> int:
+    """Write cold rows to one Parquet file; returns its size in bytes."""
+    table = pa.Table.from_batches(batches, FILE_SCHEMA)
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, compression="snappy",
+                   write_statistics=["offset", "timestamp", "timestampType"])
+    return os.path.getsize(path)
+
+
+# -- the table ----------------------------------------------------------------------------
+class ColdFile(NamedTuple):
+    """One data file of the table, as its add action describes it."""
+
+    path: str
+    """Absolute path or URI."""
+    partition: int
+    min_offset: int
+    max_offset: int
+    min_timestamp_ms: int
+    max_timestamp_ms: int
+    num_records: int
+    size_bytes: int
+
+
+class PartitionState(NamedTuple):
+    """What the cold tier holds of one partition at one table version."""
+
+    tiered_offset: int
+    """The next offset to tier (0 when nothing is tiered)."""
+    log_start_offset: int | None
+    """The lowest offset held, or None when no file holds this partition."""
+    size_bytes: int
+    files: tuple[ColdFile, ...]
+    """Sorted by offset."""
+
+
+def create_table(uri: str, topic_id: str) -> None:
+    """Create an empty topic table (an existing one is left alone)."""
+    try:
+        create_table_with_add_actions(uri, Schema.from_arrow(TABLE_SCHEMA), [], mode="ignore",
+                                      partition_by=PARTITION_COLUMNS,
+                                      description=f"lakelog topic_id={topic_id}")
+    except Exception as exc:  # delta-rs raises plain errors for a racing create
+        if open_table(uri) is None:
+            raise StorageError(f"cannot create Delta table {uri}: {exc}") from None
+
+
+def open_table(uri: str, version: int | str | datetime | None = None) -> DeltaTable | None:
+    """The topic's Delta table, or None when it does not exist yet."""
+    try:
+        dt = DeltaTable(uri, version=version if isinstance(version, int) else None)
+    except TableNotFoundError:
+        return None
+    if version is not None and not isinstance(version, int):
+        dt.load_as_version(version)
+    return dt
+
+
+def table_topic_id(dt: DeltaTable) -> str | None:
+    description = dt.metadata().description or ""
+    return description.removeprefix("lakelog topic_id=") if description.startswith("lakelog") else None
+
+
+def snapshot(dt: DeltaTable, partitions: int) -> list[PartitionState]:
+    """Per partition: tiered offset, first offset, bytes and files, from the log alone."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    root = dt.table_uri.rstrip("/")
+    files: dict[int, list[ColdFile]] = {p: [] for p in range(partitions)}
+    if actions.num_rows:
+        cols = {name: actions.column(name).to_pylist() for name in (
+            "path", "partition.partition", "min.offset", "max.offset", "min.timestamp",
+            "max.timestamp", "num_records", "size_bytes")}
+        for i, path in enumerate(cols["path"]):
+            p = cols["partition.partition"][i]
+            if p not in files:
+                continue
+            files[p].append(ColdFile(
+                f"{root}/{path}", p, cols["min.offset"][i], cols["max.offset"][i],
+                _ms(cols["min.timestamp"][i]), _ms(cols["max.timestamp"][i]),
+                cols["num_records"][i], cols["size_bytes"][i]))
+    out = []
+    for p in range(partitions):
+        fs = tuple(sorted(files[p], key=lambda f: f.min_offset))
+        tiered = dt.transaction_version(tier_app_id(p)) or 0
+        out.append(PartitionState(tiered, fs[0].min_offset if fs else None,
+                                  sum(f.size_bytes for f in fs), fs))
+    return out
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def read_files(files: Sequence[ColdFile], start: int, end: int,
+               columns: Sequence[str] | None = None) -> pa.Table:
+    """Rows with ``start <= offset < end`` of the given files, sorted by offset."""
+    chosen = [f.path for f in files if f.max_offset >= start and f.min_offset < end]
+    if not chosen:
+        return FILE_SCHEMA.empty_table()
+    dataset = ds.dataset([local_path(p) if is_local(p) else p for p in chosen],
+                         schema=FILE_SCHEMA, format="parquet")
+    table = dataset.to_table(columns=list(columns) if columns else None,
+                             filter=(ds.field("offset") >= start) & (ds.field("offset") < end))
+    return table.sort_by("offset")
+
+
+class ColdTables:
+    """Cached table handles of one warehouse, refreshed at most every ``max_age_s``."""
+
+    def __init__(self, warehouse: str, max_age_s: float = 1.0) -> None:
+        self.warehouse = warehouse
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, DeltaTable, int, list[PartitionState]]] = {}
+
+    def state(self, topic: str, partitions: int, *, refresh: bool = False
+              ) -> list[PartitionState] | None:
+        """The cold state of every partition of ``topic`` (None: nothing tiered yet)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(topic)
+        if cached and not refresh and now - cached[0] < self.max_age_s and cached[2] == partitions:
+            return cached[3]
+        dt = cached[1] if cached else open_table(table_uri(self.warehouse, topic))
+        if dt is None:
+            return None
+        dt.update_incremental()
+        states = snapshot(dt, partitions)
+        with self._lock:
+            self._cache[topic] = (now, dt, partitions, states)
+        return states
+
+    def forget(self, topic: str) -> None:
+        with self._lock:
+            self._cache.pop(topic, None)

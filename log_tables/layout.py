@@ -1,0 +1,49 @@
+"""Where lakelog keeps things: the data directory (hot tier, registry) and the warehouse."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from log_tables.cold_table import is_local, local_path, table_uri
+from log_tables.registry import TopicMetadata, TopicRegistry
+
+WAREHOUSE_DIR = "warehouse"
+
+
+class Layout(NamedTuple):
+    """The two roots every component agrees on (plain strings, so Spark tasks can carry it)."""
+
+    data_dir: str
+    """Absolute path of the data directory (``hot/``, ``topics.json``)."""
+    warehouse: str
+    """Absolute path or URI of the Delta warehouse (``topics/<topic>``, ``_consumer_offsets``)."""
+
+    @classmethod
+    def of(cls, data_dir: str | os.PathLike[str], warehouse: str | os.PathLike[str] | None = None
+           ) -> Layout:
+        """Resolve relative paths; the warehouse defaults to ``<data_dir>/warehouse``."""
+        data = os.path.abspath(data_dir)
+        if warehouse is None:
+            wh = os.path.join(data, WAREHOUSE_DIR)
+        else:
+            wh = str(warehouse)
+            wh = os.path.abspath(local_path(wh)) if is_local(wh) else wh.rstrip("/")
+        return cls(data, wh)
+
+    @property
+    def hot_dir(self) -> Path:
+        return Path(self.data_dir) / "hot"
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.hot_dir / topic / str(partition)
+
+    def table_uri(self, topic: str) -> str:
+        return table_uri(self.warehouse, topic)
+
+    def topics(self) -> list[TopicMetadata]:
+        """The registered topics, read from the registry file (any process may call this)."""
+        if not (Path(self.data_dir) / "topics.json").exists():
+            return []
+        return TopicRegistry(Path(self.data_dir)).list()

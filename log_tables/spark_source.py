@@ -1,0 +1,251 @@
+"""``format("lakelog")``: a Spark Python data source for batch reads and Structured Streaming.
+
+Option names follow Spark's Kafka source: ``subscribe`` (or ``topic``),
+``startingOffsets`` and ``endingOffsets`` (``earliest``, ``latest`` or JSON
+like ``{"events": {"0": 42}}``, where -2 is earliest and -1 latest),
+``maxOffsetsPerTrigger``. Offsets in checkpoints have the same JSON shape.
+Every task reads one offset range of one partition with ``read_range``
+(hot tier, Delta tier for what the hot tier no longer holds).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from log_tables.errors import InvalidConfigError, UnknownTopicError
+from log_tables.layout import Layout
+from log_tables.topic_reader import (
+    SPARK_DDL,
+    cold_states,
+    hot_end_offset,
+    hot_start_offset,
+    read_range,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Offsets = dict[str, dict[str, int]]
+"""``{topic: {partition (as a string): offset}}``, the Kafka source's JSON shape."""
+EARLIEST, LATEST = -2, -1
+MAX_TASK_RECORDS = 1_000_000
+"""A batch read splits a partition's range into tasks of at most this many offsets."""
+
+
+class RangePartition(InputPartition):
+    """One task: offsets ``start .. end-1`` of one topic partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def _layout(options: Mapping[str, str], default: tuple[str, str] | None) -> Layout:
+    data_dir = options.get("dataDir") or options.get("datadir") or (default and default[0])
+    if not data_dir:
+        raise InvalidConfigError("format('lakelog') needs option dataDir (or a session from "
+                                 "log_tables.spark_session.lakelog_session / attach)")
+    warehouse = options.get("warehouse") or (default[1] if default else None)
+    return Layout.of(data_dir, warehouse)
+
+
+def _topics(options: Mapping[str, str], layout: Layout) -> dict[str, int]:
+    names = options.get("subscribe") or options.get("topic")
+    if not names:
+        raise InvalidConfigError("format('lakelog') needs option subscribe (or topic)")
+    known = {t.name: t.partitions for t in layout.topics()}
+    out = {}
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in known:
+            raise UnknownTopicError(name)
+        out[name] = known[name]
+    return out
+
+
+def log_bounds(layout: Layout, topics: Mapping[str, int]) -> tuple[Offsets, Offsets]:
+    """(log start, high watermark) of every partition, across both tiers."""
+    starts: Offsets = {}
+    ends: Offsets = {}
+    for topic, count in topics.items():
+        _, cold = cold_states(layout, topic, count)
+        starts[topic], ends[topic] = {}, {}
+        for p in range(count):
+            hot_end = hot_end_offset(layout, topic, p)
+            hot_start = hot_start_offset(layout, topic, p)
+            cold_p = cold[p] if cold is not None else None
+            first = cold_p.log_start_offset if cold_p and cold_p.log_start_offset is not None \
+                else (hot_start if hot_start is not None else 0)
+            tiered = cold_p.tiered_offset if cold_p else 0
+            starts[topic][str(p)] = first
+            ends[topic][str(p)] = max(hot_end, tiered)
+    return starts, ends
+
+
+def resolve(spec: str | None, default: str, starts: Offsets, ends: Offsets, what: str) -> Offsets:
+    """``earliest`` / ``latest`` / per-partition JSON as concrete offsets."""
+    spec = (spec or default).strip()
+    if spec == "earliest":
+        return {t: dict(ps) for t, ps in starts.items()}
+    if spec == "latest":
+        return {t: dict(ps) for t, ps in ends.items()}
+    try:
+        given = json.loads(spec)
+        if not isinstance(given, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        raise InvalidConfigError(f"{what} must be earliest, latest or JSON like "
+                                 f'{{"topic": {{"0": 42}}}}: {exc}') from None
+    out: Offsets = {}
+    for topic, parts in ends.items():
+        out[topic] = {}
+        for p, end in parts.items():
+            value = int(given.get(topic, {}).get(p, EARLIEST if what == "startingOffsets" else LATEST))
+            out[topic][p] = starts[topic][p] if value == EARLIEST else end if value == LATEST \
+                else min(max(value, starts[topic][p]), end)
+    return out
+
+
+def ranges(start: Offsets, end: Offsets, max_task_records: int = MAX_TASK_RECORDS
+           ) -> list[RangePartition]:
+    out = []
+    for topic, parts in end.items():
+        for p, stop in parts.items():
+            first = start.get(topic, {}).get(p, 0)
+            while first < stop:
+                last = min(stop, first + max_task_records)
+                out.append(RangePartition(topic, int(p), first, last))
+                first = last
+    return out
+
+
+def read_partition(layout: Layout, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, RangePartition)
+    yield from read_range(layout, partition.topic, partition.partition, partition.start,
+                          partition.end)
+
+
+class LakelogDataSource(DataSource):
+    """``spark.read.format("lakelog")`` / ``spark.readStream.format("lakelog")``."""
+
+    default_layout: tuple[str, str] | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "lakelog"
+
+    def schema(self) -> str:
+        return SPARK_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _BatchReader(dict(self.options), self.default_layout)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _StreamReader(dict(self.options), self.default_layout)
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
+        self.layout = _layout(options, default)
+        exact = options.get("ranges")
+        if exact is not None:  # read_topic passes the exact ranges it planned
+            self.parts = [RangePartition(t, int(p), int(s), int(e)) for t, p, s, e in json.loads(exact)]
+            return
+        topics = _topics(options, self.layout)
+        starts, ends = log_bounds(self.layout, topics)
+        first = resolve(options.get("startingOffsets"), "earliest", starts, ends, "startingOffsets")
+        last = resolve(options.get("endingOffsets"), "latest", starts, ends, "endingOffsets")
+        self.parts = ranges(first, last)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_partition(self.layout, partition)
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
+        self.options = options
+        self.layout = _layout(options, default)
+        self.topics = _topics(options, self.layout)
+        limit = options.get("maxOffsetsPerTrigger")
+        self.max_offsets = int(limit) if limit else None
+        if self.max_offsets is not None and self.max_offsets < 1:
+            raise InvalidConfigError("maxOffsetsPerTrigger must be a positive number")
+        self.available_now: Offsets | None = None
+
+    def _bounds(self) -> tuple[Offsets, Offsets]:
+        self.topics = _topics(self.options, self.layout)  # partitions may have been added
+        return log_bounds(self.layout, self.topics)
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        starts, ends = self._bounds()
+        return resolve(self.options.get("startingOffsets"), "latest", starts, ends,
+                       "startingOffsets")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = self._bounds()[1]
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+        starts, ends = self._bounds()
+        target = self.available_now or ends
+        begin: Offsets = {t: {p: start.get(t, {}).get(p, starts[t][p]) for p in ps}
+                          for t, ps in target.items()}
+        end: Offsets = {t: {p: max(begin[t][p], min(v, ends[t][p])) for p, v in ps.items()}
+                        for t, ps in target.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limit(begin, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        return self._bounds()[1]
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
+        return ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_partition(self.layout, partition)
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        pass  # nothing to release: the log keeps data by retention, not by consumers
+
+
+def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Share ``max_rows`` among partitions in proportion to their backlog (as Kafka's source)."""
+    backlog = {(t, p): end[t][p] - begin[t][p] for t in end for p in end[t]}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return end
+    out: Offsets = {t: dict(ps) for t, ps in begin.items()}
+    budget = max_rows
+    for (t, p), lag in sorted(backlog.items(), key=lambda kv: -kv[1]):
+        share = min(lag, max(1, lag * max_rows // total), budget)
+        out[t][p] = begin[t][p] + share
+        budget -= share
+    return out
+
+
+def register_source(spark: SparkSession, layout: Layout) -> None:
+    """Register ``format("lakelog")`` with ``layout`` as its default dataDir/warehouse."""
+    attached = type("LakelogDataSourceAttached", (LakelogDataSource,),
+                    {"default_layout": (layout.data_dir, layout.warehouse)})
+    spark.dataSource.register(attached)

@@ -1,0 +1,155 @@
+"""Reading offset ranges of a partition across both tiers, from any process.
+
+The hot tier is read with ``PartitionReader`` (CRC-checked, never a partial
+batch). Offsets below what the hot tier still holds (tiered, then removed by
+local retention, possibly while the read runs) are read from the Delta table.
+Rows come out in the schema of Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log_tables.cold_table import (
+    ColdFile,
+    PartitionState,
+    open_table,
+    read_files,
+    snapshot,
+    to_table_rows,
+)
+from log_tables.errors import OffsetOutOfRangeError
+from log_tables.hot_reader import PartitionReader, list_segments
+from log_tables.layout import Layout
+
+SPARK_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+# Spark's Kafka source schema as Arrow, as Spark's Arrow conversion produces it.
+SPARK_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", SPARK_HEADERS_TYPE),
+])
+SPARK_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+             "timestamp TIMESTAMP, timestampType INT, "
+             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+MAX_ROUNDS = 64
+"""Hot/cold switches a single range read may make before giving up (each makes progress)."""
+
+
+def with_topic(rows: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBatch:
+    """Cold rows (FILE_SCHEMA) as Spark rows: ``topic`` and ``partition`` added, Kafka order."""
+    n = rows.num_rows
+    return pa.RecordBatch.from_arrays([
+        rows.column(0), rows.column(1),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.array(np.full(n, partition, np.int32)),
+        rows.column(2), rows.column(3), rows.column(4),
+        rows.column(5).cast(SPARK_HEADERS_TYPE),
+    ], schema=SPARK_SCHEMA)
+
+
+def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
+               ) -> Iterator[pa.RecordBatch]:
+    """Records ``start .. end-1`` of a partition, hot tier first, cold for what it lost.
+
+    Raises OffsetOutOfRangeError when an offset is in neither tier any more
+    (deleted by retention) or beyond what is readable.
+    """
+    position = start
+    cold: list[ColdFile] | None = None
+    for _ in range(MAX_ROUNDS):
+        if position >= end:
+            return
+        reader = PartitionReader(layout.partition_dir(topic, partition))
+        before = position
+        try:
+            for batch in reader.batches(position, end):
+                rows = to_table_rows(batch.base_offset, batch.records, batch.log_append_time)
+                yield with_topic(rows, topic, partition)
+                position += rows.num_rows
+        except OffsetOutOfRangeError:
+            pass  # below the hot tier: read it from Delta
+        if position >= end:
+            return
+        if position > before:
+            continue  # a segment went away mid-read: look again
+        if cold is None or not any(f.min_offset <= position <= f.max_offset for f in cold):
+            cold = _cold_files(layout, topic, partition)
+        hot_start = _hot_start(reader)
+        stop = end if hot_start is None else min(end, max(hot_start, position + 1))
+        table = read_files(cold, position, stop)
+        if table.num_rows == 0 or table.column("offset")[0].as_py() != position:
+            got = cold[0].min_offset if cold else -1
+            raise OffsetOutOfRangeError(f"{topic}-{partition}", position, got, end)
+        for rb in table.to_batches():
+            yield with_topic(rb, topic, partition)
+        position = table.column("offset")[-1].as_py() + 1
+    raise OffsetOutOfRangeError(f"{topic}-{partition}", position, start, end)
+
+
+def _cold_files(layout: Layout, topic: str, partition: int) -> list[ColdFile]:
+    dt = open_table(layout.table_uri(topic))
+    if dt is None:
+        return []
+    return list(snapshot(dt, partition + 1)[partition].files)
+
+
+def _hot_start(reader: PartitionReader) -> int | None:
+    segments = list_segments(reader.directory)
+    return segments[0].base_offset if segments else None
+
+
+def hot_start_offset(layout: Layout, topic: str, partition: int) -> int | None:
+    """The first offset the hot tier holds (None: no segment at all)."""
+    return _hot_start(PartitionReader(layout.partition_dir(topic, partition)))
+
+
+def hot_end_offset(layout: Layout, topic: str, partition: int) -> int:
+    """The hot tier's readable end (the high watermark as other processes see it)."""
+    return PartitionReader(layout.partition_dir(topic, partition)).end_offset()
+
+
+def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_ms: int,
+                         cold: PartitionState | None) -> int | None:
+    """Kafka's ListOffsets by time: the first offset whose timestamp is >= ``timestamp_ms``."""
+    if cold is not None:
+        files = [f for f in cold.files if f.max_timestamp_ms >= timestamp_ms]
+        for f in files:
+            found = _first_at_or_after(read_files([f], f.min_offset, f.max_offset + 1,
+                                                  ["offset", "timestamp"]), timestamp_ms)
+            if found is not None:
+                return found
+    start = cold.tiered_offset if cold is not None else 0
+    reader = PartitionReader(layout.partition_dir(topic, partition))
+    try:
+        batches = list(reader.batches(start))
+    except OffsetOutOfRangeError:
+        batches = list(reader.batches(_hot_start(reader) or 0))
+    for b in batches:
+        ts = b.records.column(0).to_numpy()
+        hits = np.flatnonzero(ts >= timestamp_ms)
+        if hits.size:
+            return b.base_offset + int(hits[0])
+    return None
+
+
+def _first_at_or_after(rows: pa.Table, timestamp_ms: int) -> int | None:
+    if rows.num_rows == 0:
+        return None
+    millis = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000).to_numpy()
+    hits = np.flatnonzero(millis >= timestamp_ms)
+    return int(rows.column("offset")[int(hits[0])].as_py()) if hits.size else None
+
+
+def cold_states(layout: Layout, topic: str, partitions: int, version: int | str | None = None
+                ) -> tuple[int | None, Sequence[PartitionState] | None]:
+    """(Delta version, per-partition cold state) of a topic's table, or (None, None)."""
+    dt = open_table(layout.table_uri(topic), version)
+    if dt is None:
+        return None, None
+    return dt.version(), snapshot(dt, partitions)
