@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pyarrow as pa
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, Transaction
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from log_tables.cold_table import (
     STAGE_DIR,
@@ -137,8 +138,9 @@ def write_segment(work: SegmentWork) -> StagedFile:
     if position != work.end:
         why = stop.reason if stop is not None else "the segment ends early"
         raise CorruptRecordError(
-            f"{work.segment_path}: sealed segment readable only up to offset {position}, "
-            f"expected up to {work.end} ({why}); not tiering {work.topic}-{work.partition}")
+            work.segment_path, stop.position if stop is not None else -1,
+            f"sealed segment readable only up to offset {position}, expected up to "
+            f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
     os.makedirs(os.path.dirname(work.staged_path), exist_ok=True)
     size = write_rows(work.staged_path, rows)
     return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)))
@@ -166,8 +168,11 @@ class TierJob:
         self.progress = progress or (lambda line: log.info("%s", line))
         self.orphan_min_age_s = orphan_min_age_s
 
-    def run(self, spark: SparkSession) -> TierReport:
-        """Plan, stage (Spark tasks), move, commit and clean up; see the module docstring."""
+    def run(self, spark: SparkSession | Callable[[], SparkSession]) -> TierReport:
+        """Plan, stage (Spark tasks), move, commit and clean up; see the module docstring.
+
+        ``spark`` may be a factory: it is called only when there is something to tier.
+        """
         started = time.monotonic()
         plans = [p for p in (self._plan(t) for t in self._topics()) if p is not None]
         works = [w for p in plans for w in p.works]
@@ -176,7 +181,8 @@ class TierJob:
             staged: list[StagedFile] = []
             if works:
                 self.progress(f"tiering {len(works)} segment(s) of {len(locks)} topic(s)")
-                rdd = spark.sparkContext.parallelize(works, len(works))
+                session = spark() if callable(spark) else spark
+                rdd = session.sparkContext.parallelize(works, len(works))
                 staged = rdd.map(write_segment).collect()
             _step("staged")
             tiered: list[TieredRange] = []
@@ -219,7 +225,7 @@ class TierJob:
         works: list[SegmentWork] = []
         for p in range(partitions):
             segments = list_segments(self.layout.partition_dir(topic, p))
-            for seg, nxt in zip(segments, segments[1:], strict=False):  # the last is active
+            for seg, nxt in itertools.pairwise(segments):  # the last is active
                 start = max(tiered[p], seg.base_offset)
                 if start >= nxt.base_offset:
                     continue
@@ -275,7 +281,7 @@ class TierJob:
             if not live:
                 return [], lost
             now_ms = int(time.time() * 1000)
-            adds = [AddAction(finals[s.work.staged_path], s.size_bytes, {"partition": str(p)},
+            adds: list[AddAction | RemoveAction] = [AddAction(finals[s.work.staged_path], s.size_bytes, {"partition": str(p)},
                               now_ms, True, s.stats) for p, files in live.items() for s in files]
             txns = [Transaction(tier_app_id(p), files[-1].work.end, now_ms)
                     for p, files in live.items()]
@@ -330,7 +336,7 @@ def clean_orphans(uri: str, dt: DeltaTable, min_age_s: float = 60.0) -> int:
                 moved = []
             if moved and referenced is None:
                 dt.update_incremental()
-                referenced = set(dt.files())
+                referenced = {_relative(uri, f) for f in dt.file_uris()}
             for rel in moved:
                 if rel not in (referenced or set()):
                     with contextlib.suppress(FileNotFoundError):
@@ -342,3 +348,9 @@ def clean_orphans(uri: str, dt: DeltaTable, min_age_s: float = 60.0) -> int:
         finally:
             os.close(fd)
     return removed
+
+
+def _relative(uri: str, file_uri: str) -> str:
+    root = local_path(uri).rstrip("/") + "/"
+    path = local_path(file_uri)
+    return path[len(root):] if path.startswith(root) else path

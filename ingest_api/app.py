@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 import msgspec
 from fastapi import FastAPI
@@ -24,11 +24,22 @@ from ingest_api.routers import cluster, records, topics
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
 from log_tables.log_manager import LogManager
+from log_tables.tiered_storage import TieredStorage
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: ApiSettings | None = None) -> FastAPI:
+class BackgroundService(Protocol):
+    """Work the server runs beside the API (the job scheduler): started after the logs
+    are open, stopped before they close."""
+
+    def start(self, manager: LogManager) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def create_app(settings: ApiSettings | None = None,
+               services: Sequence[BackgroundService] = ()) -> FastAPI:
     """An app serving ``settings.data_dir``; the logs are opened (recovered) at startup."""
     settings = settings or ApiSettings()
 
@@ -37,11 +48,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         manager = LogManager(settings.data_dir)
         notifier = AppendNotifier(settings.max_long_polls)
         metrics.attach(manager)
+        tiered = TieredStorage(manager, settings.layout)
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
-            FetchService(manager, notifier, metrics), metrics,
-            InFlightBytes(settings.max_in_flight_bytes))
-        upkeep = asyncio.create_task(_roll_quiet_segments(manager, settings))
+            FetchService(manager, notifier, metrics, tiered), metrics,
+            InFlightBytes(settings.max_in_flight_bytes), tiered)
+        upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
+        for service in services:
+            service.start(manager)
         # Everything allocated so far lives as long as the server: move it out of
         # the collector's generations so that collections during requests stay cheap.
         gc.collect()
@@ -50,6 +64,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            for service in services:
+                service.stop()
             upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await upkeep
@@ -81,11 +97,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     return app
 
 
-async def _roll_quiet_segments(manager: LogManager, settings: ApiSettings) -> None:
-    """Roll segments older than segment.ms even when nothing is produced (they become tierable)."""
+async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSettings) -> None:
+    """Roll segments older than segment.ms even when nothing is produced (they become
+    tierable), and drop hot segments that are tiered and past local retention."""
     while True:
         await asyncio.sleep(settings.roll_check_interval_ms / 1000)
         try:
             await asyncio.to_thread(manager.roll_due_segments)
         except Exception:
             log.exception("rolling quiet segments failed")
+        try:
+            await asyncio.to_thread(tiered.retire, manager.clock.now_ms())
+        except Exception:
+            log.exception("removing tiered hot segments failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -12,8 +13,10 @@ import pyarrow as pa
 
 from ingest_api.metrics import Metrics
 from ingest_api.notifier import AppendNotifier
+from log_tables.errors import OffsetOutOfRangeError
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import FetchResult, LogBatch
+from log_tables.tiered_storage import TieredStorage
 
 Format = Literal["BINARY", "STRING", "JSON"]
 _encoder = msgspec.json.Encoder()
@@ -97,8 +100,10 @@ def _data_bytes(column: pa.Array) -> int:
 
 
 class FetchService:
-    def __init__(self, manager: LogManager, notifier: AppendNotifier, metrics: Metrics) -> None:
+    def __init__(self, manager: LogManager, notifier: AppendNotifier, metrics: Metrics,
+                 tiered: TieredStorage) -> None:
         self.manager = manager
+        self.tiered = tiered
         self.notifier = notifier
         self.metrics = metrics
 
@@ -106,7 +111,17 @@ class FetchService:
                     max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
         """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
         plog = self.manager.log(topic, partition)
-        result = plog.read(offset, max_bytes, max_records)
+        try:
+            result = plog.read(offset, max_bytes, max_records)
+        except OffsetOutOfRangeError:
+            if offset >= plog.log_start_offset:
+                raise
+            # Below the hot tier: the Delta tier may still hold it (tiered storage).
+            batches = await asyncio.to_thread(self.tiered.read, plog, topic, partition, offset,
+                                              max_records, max_bytes)
+            start = self.tiered.log_start_offset(plog, topic, partition)
+            return self._encode(topic, partition, offset,
+                                FetchResult(batches, plog.high_watermark, start), fmt)
         deadline = time.monotonic() + timeout_ms / 1000
         while not result.batches and timeout_ms > 0:
             remaining = deadline - time.monotonic()

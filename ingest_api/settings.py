@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from log_tables.layout import Layout
+
 MiB = 1 << 20
 
 
@@ -36,7 +38,18 @@ class ApiSettings(BaseSettings):
                                                     "against segment.ms.")
     limit_concurrency: int = Field(4096, ge=1, description="Open connections+tasks before 503.")
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
+    warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
+                                                    "default <data_dir>/warehouse.")
+    tier_interval_ms: int = Field(5000, ge=0,
+                                  description="How often the tiering job runs in the server "
+                                              "(also right after a roll); 0: never (run "
+                                              "`lakelog jobs tier` from a scheduler instead).")
+    spark_master: str = Field("local[2]", description="Spark master of the server's jobs.")
 
     @property
     def hot_dir(self) -> Path:
         return self.data_dir / "hot"
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.data_dir, self.warehouse)

@@ -15,6 +15,7 @@ from ingest_api.metrics import Metrics
 from ingest_api.produce import ProduceService
 from ingest_api.settings import ApiSettings
 from log_tables.log_manager import LogManager
+from log_tables.tiered_storage import TieredStorage
 
 CLUSTER_ID = "lakelog"
 _encoder = msgspec.json.Encoder()
@@ -28,6 +29,7 @@ class AppState:
     fetch: FetchService
     metrics: Metrics
     in_flight: InFlightBytes
+    tiered: TieredStorage
 
 
 def state(request: Request) -> AppState:

@@ -35,16 +35,26 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Listen address [LAKELOG_HOST].")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port [LAKELOG_PORT].")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level [LAKELOG_LOG_LEVEL].")] = None,
+    warehouse: Annotated[str | None, typer.Option(
+        help="Delta warehouse path or URI [LAKELOG_WAREHOUSE].")] = None,
+    tier_interval_ms: Annotated[int | None, typer.Option(
+        help="Tiering job interval; 0 disables [LAKELOG_TIER_INTERVAL_MS].")] = None,
+    spark_master: Annotated[str | None, typer.Option(
+        "--master", help="Spark master for jobs [LAKELOG_SPARK_MASTER].")] = None,
 ) -> None:
-    """Run the HTTP server (uvicorn) on the data directory; SIGTERM/SIGINT stop it cleanly."""
+    """Run the HTTP server (uvicorn) on the data directory, with the tiering job scheduled;
+    SIGTERM/SIGINT stop it cleanly."""
     import uvicorn
     from pydantic import ValidationError
 
+    from compaction_jobs.scheduler import JobScheduler
     from ingest_api.app import create_app
     from lakelog.settings import Settings
 
-    flags: dict[str, Any] = {k: v for k, v in {"data_dir": data_dir, "host": host, "port": port,
-                                               "log_level": log_level}.items() if v is not None}
+    flags: dict[str, Any] = {k: v for k, v in {
+        "data_dir": data_dir, "host": host, "port": port, "log_level": log_level,
+        "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
+        "spark_master": spark_master}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
@@ -53,7 +63,9 @@ def serve(
     typer.echo("lakelog settings:", err=True)
     for name, value in settings.describe().items():
         typer.echo(f"  {name} = {value}", err=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+    services = [JobScheduler(settings.layout, settings.tier_interval_ms, settings.spark_master)
+                ] if settings.tier_interval_ms else []
+    uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http="httptools",
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
                 access_log=False)
@@ -68,6 +80,57 @@ def dump_log(
     from log_tables.dump import dump
 
     for line in dump(path, records):
+        typer.echo(line)
+
+
+DataDir = Annotated[Path, typer.Option(help="Data directory [LAKELOG_DATA_DIR].",
+                                       envvar="LAKELOG_DATA_DIR")]
+Warehouse = Annotated[str | None, typer.Option(help="Delta warehouse [LAKELOG_WAREHOUSE]; "
+                                               "default <data-dir>/warehouse.",
+                                               envvar="LAKELOG_WAREHOUSE")]
+Master = Annotated[str | None, typer.Option("--master", help="Spark master (default local[*]).",
+                                            envvar="LAKELOG_SPARK_MASTER")]
+
+jobs_app = typer.Typer(help="Run lakelog's PySpark jobs once (from cron, Airflow or spark-submit).",
+                       no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+@jobs_app.command("tier")
+def jobs_tier(
+    data_dir: DataDir = Path("lakelog-data"),
+    warehouse: Warehouse = None,
+    topic: Annotated[list[str] | None, typer.Option(help="Only this topic (repeatable).")] = None,
+    master: Master = None,
+) -> None:
+    """Roll sealed hot segments into the topics' Delta tables, exactly once."""
+    from compaction_jobs.tier import TierJob
+    from log_tables.layout import Layout
+    from log_tables.spark_session import lakelog_session
+
+    layout = Layout.of(data_dir, warehouse)
+    report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True)).run(
+        lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
+                                app_name="lakelog-tier"))
+    typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition range(s)"
+               + (f", {report.conflicts} partition(s) already tiered by another job"
+                  if report.conflicts else ""))
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="Spark SQL; every topic is a view, plus "
+                                              "`partitions`.")],
+    data_dir: DataDir = Path("lakelog-data"),
+    warehouse: Warehouse = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON lines.")] = False,
+    max_rows: Annotated[int, typer.Option(help="Most rows to print.")] = 1000,
+    master: Master = None,
+) -> None:
+    """Run Spark SQL over the topics (cold and hot tiers) and print the result."""
+    from lakelog.sql import run_sql
+
+    for line in run_sql(query, data_dir, warehouse, master, as_json, max_rows):
         typer.echo(line)
 
 

@@ -13,6 +13,7 @@ advances it in the same commit that adds the files.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -107,7 +108,7 @@ def from_table_rows(rows: pa.Table) -> Iterator[ColdBatch]:
         [millis, rows.column("key"), rows.column("value"), rows.column("headers")],
         schema=RECORD_SCHEMA).combine_chunks()
     first = int(rows.column("offset")[0].as_py())
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in itertools.pairwise(cuts):
         for rb in body.slice(lo, hi - lo).to_batches():
             yield ColdBatch(first + lo, rb, bool(ts_type[lo] == LOG_APPEND_TIME))
             lo += rb.num_rows

@@ -59,6 +59,12 @@ class InvalidConfigError(LakelogError):
         self.value = value
 
 
+class InvalidOptionError(LakelogError):
+    """A read option (Spark source, read_topic) that cannot be used as given."""
+
+    code = "invalid_option"
+
+
 class InvalidRecordError(LakelogError):
     code = "invalid_record"
 

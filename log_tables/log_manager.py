@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from log_tables.clock import SYSTEM_CLOCK, Clock
@@ -28,6 +28,7 @@ from log_tables.group_commit import GroupCommit
 from log_tables.partition_log import PartitionLog, partition_dir
 from log_tables.producer_ids import ProducerIdManager
 from log_tables.registry import TopicMetadata, TopicRegistry
+from log_tables.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class LogManager:
         self.producer_ids = ProducerIdManager(data_dir)
         self.group_commit = GroupCommit(max_pending_syncs)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []
+        """Called (on the appending thread) after any partition rolls a segment."""
         self._closed = False
         self._reconcile_and_open()
 
@@ -65,8 +68,13 @@ class LogManager:
     def _open_partition(self, topic: TopicMetadata, partition: int) -> PartitionLog:
         plog = PartitionLog.open(partition_dir(self.hot_dir, topic.name, partition), topic.config,
                                  name=f"{topic.name}-{partition}", clock=self.clock)
+        plog.roll_listeners.append(self._rolled)
         self._logs[(topic.name, partition)] = plog
         return plog
+
+    def _rolled(self, plog: PartitionLog, sealed: LogSegment) -> None:
+        for listener in self.roll_listeners:
+            listener(plog, sealed)
 
     # -- lookups -----------------------------------------------------------------
     def log(self, topic: str, partition: int) -> PartitionLog:

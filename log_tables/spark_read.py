@@ -11,13 +11,15 @@ land while the query runs.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from log_tables.cold_table import FILE_SCHEMA, PartitionState, table_topic_id
-from log_tables.errors import InvalidConfigError, UnknownTopicError
+from log_tables.cold_table import PartitionState, table_topic_id
+from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.layout import Layout
 from log_tables.spark_session import session_layout
 from log_tables.topic_reader import (
@@ -61,7 +63,7 @@ def read_topic(spark: SparkSession, topic: str, *,
     if meta is None:
         raise UnknownTopicError(topic)
     if version is not None and timestamp_as_of is not None:
-        raise InvalidConfigError("pass version or timestamp_as_of, not both")
+        raise InvalidOptionError("pass version or timestamp_as_of, not both")
     travel = version if version is not None else timestamp_as_of
     if isinstance(travel, datetime):
         travel = travel.isoformat()
@@ -75,11 +77,9 @@ def read_topic(spark: SparkSession, topic: str, *,
     cold_files = [f.path for p, (s, e, t) in plan.items() if cold is not None
                   for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
     if cold_files:
-        cond = None
-        for p, (s, e, t) in plan.items():
-            if s < min(e, t):
-                c = (F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < min(e, t))
-                cond = c if cond is None else cond | c
+        conds = [(F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < min(e, t))
+                 for p, (s, e, t) in plan.items() if s < min(e, t)]
+        cond = functools.reduce(operator.or_, conds)
         df = (spark.read.schema(FILE_DDL).option("basePath", layout.table_uri(topic))
               .parquet(*cold_files).where(cond)
               .withColumn("topic", F.lit(topic)).select(*KAFKA_COLUMNS))
@@ -103,7 +103,7 @@ def _check_topic_id(layout: Layout, topic: str, topic_id: str) -> None:
     dt = open_table(layout.table_uri(topic))
     found = None if dt is None else table_topic_id(dt)
     if found is not None and found != topic_id:
-        raise InvalidConfigError(f"{layout.table_uri(topic)} belongs to an earlier topic named "
+        raise StorageError(f"{layout.table_uri(topic)} belongs to an earlier topic named "
                                  f"{topic} (id {found}); delete that table")
 
 
@@ -111,7 +111,7 @@ def _ms(value: int | datetime) -> int:
     return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
 
 
-def _plan(layout: Layout, topic: str, partitions: int, cold: list[PartitionState] | None,
+def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionState] | None,
           hot: bool, starting: OffsetSpec, ending: OffsetSpec,
           starting_ts: int | datetime | None, ending_ts: int | datetime | None
           ) -> dict[int, tuple[int, int, int]]:
@@ -147,7 +147,7 @@ def _pick(spec: OffsetSpec, partition: int, earliest: int, latest: int) -> int:
         return earliest
     if spec == "latest":
         return latest
-    raise InvalidConfigError(f"offsets must be 'earliest', 'latest' or {{partition: offset}}, "
+    raise InvalidOptionError(f"offsets must be 'earliest', 'latest' or {{partition: offset}}, "
                              f"not {spec!r}")
 
 

@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from log_tables.errors import InvalidConfigError, UnknownTopicError
+from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.layout import Layout
 from log_tables.topic_reader import (
     SPARK_DDL,
@@ -59,7 +59,7 @@ class RangePartition(InputPartition):
 def _layout(options: Mapping[str, str], default: tuple[str, str] | None) -> Layout:
     data_dir = options.get("dataDir") or options.get("datadir") or (default and default[0])
     if not data_dir:
-        raise InvalidConfigError("format('lakelog') needs option dataDir (or a session from "
+        raise InvalidOptionError("format('lakelog') needs option dataDir (or a session from "
                                  "log_tables.spark_session.lakelog_session / attach)")
     warehouse = options.get("warehouse") or (default[1] if default else None)
     return Layout.of(data_dir, warehouse)
@@ -68,7 +68,7 @@ def _layout(options: Mapping[str, str], default: tuple[str, str] | None) -> Layo
 def _topics(options: Mapping[str, str], layout: Layout) -> dict[str, int]:
     names = options.get("subscribe") or options.get("topic")
     if not names:
-        raise InvalidConfigError("format('lakelog') needs option subscribe (or topic)")
+        raise InvalidOptionError("format('lakelog') needs option subscribe (or topic)")
     known = {t.name: t.partitions for t in layout.topics()}
     out = {}
     for name in (n.strip() for n in names.split(",") if n.strip()):
@@ -109,7 +109,7 @@ def resolve(spec: str | None, default: str, starts: Offsets, ends: Offsets, what
         if not isinstance(given, dict):
             raise ValueError("not an object")
     except ValueError as exc:
-        raise InvalidConfigError(f"{what} must be earliest, latest or JSON like "
+        raise InvalidOptionError(f"{what} must be earliest, latest or JSON like "
                                  f'{{"topic": {{"0": 42}}}}: {exc}') from None
     out: Offsets = {}
     for topic, parts in ends.items():
@@ -175,7 +175,7 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return self.parts
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.layout, partition)
 
 
@@ -187,7 +187,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limit = options.get("maxOffsetsPerTrigger")
         self.max_offsets = int(limit) if limit else None
         if self.max_offsets is not None and self.max_offsets < 1:
-            raise InvalidConfigError("maxOffsetsPerTrigger must be a positive number")
+            raise InvalidOptionError("maxOffsetsPerTrigger must be a positive number")
         self.available_now: Offsets | None = None
 
     def _bounds(self) -> tuple[Offsets, Offsets]:
@@ -222,7 +222,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
         return ranges(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.layout, partition)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]

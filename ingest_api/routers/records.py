@@ -246,9 +246,11 @@ async def list_offsets(
 ) -> Response:
     """Kafka's ListOffsets: earliest, latest, or the first offset with timestamp >= T (null if none)."""
     check_cluster(cluster_id)
-    plog = state(request).manager.log(topic_name, partition_id)
+    st = state(request)
+    plog = st.manager.log(topic_name, partition_id)
+    log_start = st.tiered.log_start_offset(plog, topic_name, partition_id)
     if spec == "earliest":
-        offset: int | None = plog.log_start_offset
+        offset: int | None = log_start
     elif spec == "latest":
         offset = plog.high_watermark
     else:
@@ -258,7 +260,7 @@ async def list_offsets(
         offset = plog.offset_for_timestamp(timestamp)
     return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
                           "timestamp": timestamp, "offset": offset,
-                          "log_start_offset": plog.log_start_offset,
+                          "log_start_offset": log_start,
                           "high_watermark": plog.high_watermark})
 
 

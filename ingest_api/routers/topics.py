@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import msgspec
@@ -12,7 +13,7 @@ from ingest_api.body import decode_request
 from ingest_api.errors import ApiError
 from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
-from ingest_api.state import CLUSTER_ID, json_body, json_response, state
+from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig
 from log_tables.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
@@ -47,11 +48,17 @@ def config_body(meta: TopicMetadata, name: str) -> dict[str, object]:
             "documentation": CONFIG_BY_NAME[name].doc}
 
 
-def partition_body(topic: str, plog: PartitionLog, partition: int) -> dict[str, object]:
+def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
+                   ) -> dict[str, object]:
+    cold = st.tiered.state(topic, partition)
     return {"kind": "KafkaPartition", "cluster_id": CLUSTER_ID, "topic_name": topic,
-            "partition_id": partition, "log_start_offset": plog.log_start_offset,
+            "partition_id": partition,
+            "log_start_offset": st.tiered.log_start_offset(plog, topic, partition),
             "high_watermark": plog.high_watermark, "size_bytes": plog.size_bytes,
-            "segments": len(plog.segments)}
+            "segments": len(plog.segments),
+            "hot_log_start_offset": plog.log_start_offset,
+            "tiered_offset": cold.tiered_offset if cold else 0,
+            "tiered_size_bytes": cold.size_bytes if cold else 0}
 
 
 @router.post(BASE, status_code=201, openapi_extra=json_body(TopicCreate))
@@ -98,6 +105,7 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request)
     st = state(request)
     st.manager.require_topic(topic_name)
     st.manager.delete_topic(topic_name)
+    await asyncio.to_thread(st.tiered.drop_topic, topic_name)
     return Response(status_code=204)
 
 
@@ -158,9 +166,10 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
 @router.get(BASE + "/{topic_name}/partitions")
 async def list_partitions(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    logs = state(request).manager.partitions(topic_name)
+    st = state(request)
+    logs = st.manager.partitions(topic_name)
     return json_response({"kind": "KafkaPartitionList",
-                          "data": [partition_body(topic_name, plog, p)
+                          "data": [partition_body(st, topic_name, plog, p)
                                    for p, plog in enumerate(logs)]})
 
 
@@ -168,8 +177,9 @@ async def list_partitions(cluster_id: str, topic_name: TopicName, request: Reque
 async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
                         request: Request) -> Response:
     check_cluster(cluster_id)
-    plog = state(request).manager.log(topic_name, partition_id)
-    return json_response(partition_body(topic_name, plog, partition_id))
+    st = state(request)
+    plog = st.manager.log(topic_name, partition_id)
+    return json_response(partition_body(st, topic_name, plog, partition_id))
 
 
 def _known(name: str) -> str:

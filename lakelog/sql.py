@@ -1,0 +1,57 @@
+"""``lakelog sql``: Spark SQL over the topic views, printed as a table or JSON lines."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    return value
+
+
+def format_table(columns: list[str], rows: list[list[Any]]) -> Iterator[str]:
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    yield " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    yield "-+-".join("-" * w for w in widths)
+    for r in cells:
+        yield " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
+
+
+def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
+            master: str | None, as_json: bool, max_rows: int) -> Iterator[str]:
+    """Lines of output: a table with a row count, or one JSON object per row."""
+    from log_tables.spark_read import register_views
+    from log_tables.spark_session import lakelog_session
+
+    spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
+    register_views(spark)
+    df = spark.sql(query)
+    rows = df.limit(max_rows + 1).collect()
+    more = len(rows) > max_rows
+    rows = rows[:max_rows]
+    if as_json:
+        for row in rows:
+            yield json.dumps({k: _plain(v) for k, v in row.asDict().items()})
+        return
+    yield from format_table(df.columns, [[_plain(v) for v in row] for row in rows])
+    yield f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if more else ''})"

@@ -1,0 +1,141 @@
+"""The server's view of the Delta tier: log start offsets, reads below the hot tier,
+and removal of hot segments that are tiered and past local retention."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from log_tables.cold_table import (
+    ColdTables,
+    PartitionState,
+    from_table_rows,
+    is_local,
+    local_path,
+    open_table,
+    read_files,
+    table_topic_id,
+)
+from log_tables.config import TopicConfig
+from log_tables.errors import OffsetOutOfRangeError
+from log_tables.layout import Layout
+from log_tables.log_manager import LogManager
+from log_tables.partition_log import LogBatch, PartitionLog
+
+log = logging.getLogger(__name__)
+
+
+def local_retention(config: TopicConfig) -> tuple[int, int]:
+    """(ms, bytes) the hot tier keeps of tiered data; -1 is unlimited (-2 defers to retention.*)."""
+    ms = config.retention_ms if config.local_retention_ms == -2 else config.local_retention_ms
+    size = config.retention_bytes if config.local_retention_bytes == -2 else config.local_retention_bytes
+    return ms, size
+
+
+class TieredStorage:
+    """Delta-tier lookups for one data directory's topics (refreshed at most once a second)."""
+
+    def __init__(self, manager: LogManager, layout: Layout, max_age_s: float = 1.0) -> None:
+        self.manager = manager
+        self.layout = layout
+        self.tables = ColdTables(layout.warehouse, max_age_s)
+
+    def state(self, topic: str, partition: int, *, refresh: bool = False) -> PartitionState | None:
+        """The Delta tier's state of one partition, or None when it holds nothing of it."""
+        meta = self.manager.topic(topic)
+        try:
+            states = self.tables.state(topic, meta.partitions, refresh=refresh)
+        except Exception:  # an unreadable table must not break produce or fetch
+            log.exception("reading the Delta tier of %s failed", topic)
+            return None
+        if states is None or partition >= len(states):
+            return None
+        return states[partition]
+
+    def log_start_offset(self, plog: PartitionLog, topic: str, partition: int) -> int:
+        """The first offset readable in either tier."""
+        hot = plog.log_start_offset
+        cold = self.state(topic, partition)
+        if cold is None or cold.log_start_offset is None:
+            return hot
+        return min(hot, cold.log_start_offset)
+
+    def read(self, plog: PartitionLog, topic: str, partition: int, offset: int,
+             max_records: int, max_bytes: int) -> list[LogBatch]:
+        """Records from ``offset`` (below the hot tier) out of the Delta tier.
+
+        Raises OffsetOutOfRangeError (with both tiers' log start) when neither holds it.
+        """
+        hot_start = plog.log_start_offset
+        cold = self.state(topic, partition)
+        if cold is None or cold.log_start_offset is None or offset >= hot_start:
+            raise OffsetOutOfRangeError(plog.name, offset, hot_start, plog.high_watermark)
+        if offset < cold.log_start_offset:
+            raise OffsetOutOfRangeError(plog.name, offset, cold.log_start_offset,
+                                        plog.high_watermark)
+        end = min(offset + max_records, max(hot_start, cold.tiered_offset))
+        rows = read_files(cold.files, offset, end)
+        if rows.num_rows == 0 or rows.column("offset")[0].as_py() != offset:
+            # A compaction or retention commit moved things: look again at the newest version.
+            cold = self.state(topic, partition, refresh=True)
+            rows = read_files(cold.files if cold else (), offset, end)
+        out: list[LogBatch] = []
+        budget = max_bytes
+        for batch in from_table_rows(rows):
+            sizes = batch.records.column(1).nbytes + batch.records.column(2).nbytes
+            if out and budget <= 0:
+                break
+            out.append(LogBatch(batch.base_offset, batch.records, batch.log_append_time, -1))
+            budget -= sizes
+        return out
+
+    def retire(self, now_ms: int) -> int:
+        """Delete hot segments that are fully tiered and past local retention; returns how many."""
+        deleted = 0
+        for meta in self.manager.registry.list():
+            states = self.tables.state(meta.name, meta.partitions, refresh=True)
+            if states is None:
+                continue
+            keep_ms, keep_bytes = local_retention(meta.config)
+            for p, cold in enumerate(states):
+                plog = self.manager.log(meta.name, p)
+                deleted += self._retire_partition(plog, cold.tiered_offset, now_ms, keep_ms,
+                                                  keep_bytes)
+        return deleted
+
+    @staticmethod
+    def _retire_partition(plog: PartitionLog, tiered: int, now_ms: int, keep_ms: int,
+                          keep_bytes: int) -> int:
+        sealed = [s for s in plog.segments[:-1] if s.next_offset <= tiered]
+        if not sealed:
+            return 0
+        total = plog.size_bytes
+        below = None
+        for seg in sealed:
+            too_old = keep_ms >= 0 and now_ms - seg.max_timestamp > keep_ms
+            too_big = keep_bytes >= 0 and total > keep_bytes
+            if not (too_old or too_big):
+                break
+            below = seg.next_offset
+            total -= seg.size
+        if below is None:
+            return 0
+        gone = plog.delete_segments_below(below)
+        if gone:
+            log.info("%s: removed %d tiered segment(s) below offset %d from the hot tier",
+                     plog.name, len(gone), below)
+        return len(gone)
+
+    def drop_topic(self, topic: str) -> None:
+        """Remove a deleted topic's Delta table (local warehouses)."""
+        self.tables.forget(topic)
+        uri = self.layout.table_uri(topic)
+        if is_local(uri):
+            shutil.rmtree(Path(local_path(uri)), ignore_errors=True)
+
+    def stale_table(self, topic: str) -> bool:
+        """True when the table under the topic's name belongs to an earlier topic of that name."""
+        dt = open_table(self.layout.table_uri(topic))
+        found = None if dt is None else table_topic_id(dt)
+        return found is not None and found != self.manager.topic(topic).topic_id
