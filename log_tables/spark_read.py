@@ -124,9 +124,8 @@ def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionS
         hot_start = hot_start_offset(layout, topic, p)
         earliest = (state.log_start_offset if state and state.log_start_offset is not None
                     else hot_start if hot_start is not None else 0)
-        start = _pick(starting, p, earliest, hw)
-        end = _pick(ending, p, earliest, hw) if isinstance(ending, Mapping) or ending != "latest" \
-            else hw
+        start = _pick(starting, p, earliest, hw, missing=earliest)
+        end = _pick(ending, p, earliest, hw, missing=hw)
         if starting_ts is not None:
             found = offset_for_timestamp(layout, topic, p, _ms(starting_ts), state)
             start = hw if found is None else max(found, start)
@@ -137,10 +136,12 @@ def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionS
     return plan
 
 
-def _pick(spec: OffsetSpec, partition: int, earliest: int, latest: int) -> int:
+def _pick(spec: OffsetSpec, partition: int, earliest: int, latest: int, *, missing: int) -> int:
     if isinstance(spec, Mapping):
         value = spec.get(partition)
-        if value is None or value == -2:
+        if value is None:
+            return missing
+        if value == -2:
             return earliest
         return latest if value == -1 else int(value)
     if spec == "earliest":

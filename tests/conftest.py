@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from log_tables.clock import ManualClock
 from log_tables.config import TopicConfig
 from log_tables.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 OpenLog = Callable[..., PartitionLog]
 
@@ -33,3 +37,22 @@ def open_log(tmp_path: Path, clock: ManualClock) -> Iterator[OpenLog]:
     yield factory
     for plog in opened:
         plog.abandon()
+
+
+@pytest.fixture(scope="session")
+def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One local SparkSession for the whole run (it takes seconds to start)."""
+    from log_tables.spark_session import lakelog_session
+
+    spark = lakelog_session(tmp_path_factory.mktemp("spark-default"), master="local[2]",
+                            conf={"spark.driver.memory": "1g"})
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture
+def spark(spark_session: SparkSession, tmp_path: Path) -> SparkSession:
+    """The session, attached to this test's data directory ``tmp_path/data``."""
+    from log_tables.spark_session import attach
+
+    return attach(spark_session, tmp_path / "data")

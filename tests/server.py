@@ -29,7 +29,8 @@ class ServerProcess:
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.env = {**os.environ, **(env or {})}
+        # Scheduled tiering starts Spark inside the server: only tests that want it turn it on.
+        self.env = {**os.environ, "LAKELOG_TIER_INTERVAL_MS": "0", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 
