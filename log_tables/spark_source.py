@@ -56,8 +56,13 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark hands options over case-insensitively; keep them with lower-case names."""
+    return {k.lower(): v for k, v in options.items()}
+
+
 def _layout(options: Mapping[str, str], default: tuple[str, str] | None) -> Layout:
-    data_dir = options.get("dataDir") or options.get("datadir") or (default and default[0])
+    data_dir = options.get("datadir") or (default and default[0])
     if not data_dir:
         raise InvalidOptionError("format('lakelog') needs option dataDir (or a session from "
                                  "log_tables.spark_session.lakelog_session / attach)")
@@ -153,10 +158,10 @@ class LakelogDataSource(DataSource):
         return SPARK_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _BatchReader(dict(self.options), self.default_layout)
+        return _BatchReader(_lower(self.options), self.default_layout)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _StreamReader(dict(self.options), self.default_layout)
+        return _StreamReader(_lower(self.options), self.default_layout)
 
 
 class _BatchReader(DataSourceReader):
@@ -168,8 +173,8 @@ class _BatchReader(DataSourceReader):
             return
         topics = _topics(options, self.layout)
         starts, ends = log_bounds(self.layout, topics)
-        first = resolve(options.get("startingOffsets"), "earliest", starts, ends, "startingOffsets")
-        last = resolve(options.get("endingOffsets"), "latest", starts, ends, "endingOffsets")
+        first = resolve(options.get("startingoffsets"), "earliest", starts, ends, "startingOffsets")
+        last = resolve(options.get("endingoffsets"), "latest", starts, ends, "endingOffsets")
         self.parts = ranges(first, last)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -184,7 +189,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.layout = _layout(options, default)
         self.topics = _topics(options, self.layout)
-        limit = options.get("maxOffsetsPerTrigger")
+        limit = options.get("maxoffsetspertrigger")
         self.max_offsets = int(limit) if limit else None
         if self.max_offsets is not None and self.max_offsets < 1:
             raise InvalidOptionError("maxOffsetsPerTrigger must be a positive number")
@@ -196,7 +201,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
         starts, ends = self._bounds()
-        return resolve(self.options.get("startingOffsets"), "latest", starts, ends,
+        return resolve(self.options.get("startingoffsets"), "latest", starts, ends,
                        "startingOffsets")
 
     def prepareForTriggerAvailableNow(self) -> None:
