@@ -1,0 +1,135 @@
+"""The server with the Delta tier: scheduled tiering, fetch below the hot tier, and
+read_topic staying gap- and duplicate-free while produce, tiering and hot-segment
+removal all run at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pyspark.sql import SparkSession
+
+from compaction_jobs.tier import TierJob
+from log_tables.layout import Layout
+from log_tables.spark_read import read_topic
+from tests.ingest_api.helpers import fetch_all, string
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _create(client: httpx.Client, topic: str, partitions: int, **configs: str) -> None:
+    r = client.post("/topics", json={
+        "topic_name": topic, "partitions_count": partitions,
+        "configs": [{"name": k.replace("_", "."), "value": v} for k, v in configs.items()]})
+    assert r.status_code == 201, r.text
+
+
+def _produce(client: httpx.Client, topic: str, partition: int, values: list[str]) -> list[int]:
+    r = client.post(f"/topics/{topic}/records:batch", params={"acks": "1"}, json={"entries": [
+        {"id": str(i), "partition_id": partition, "value": string(v)}
+        for i, v in enumerate(values)]})
+    assert r.status_code == 207 and not r.json()["failures"], r.text
+    return [s["offset"] for s in r.json()["successes"]]
+
+
+def _partition(client: httpx.Client, topic: str, partition: int) -> dict[str, int]:
+    r = client.get(f"/topics/{topic}/partitions/{partition}")
+    assert r.status_code == 200, r.text
+    body: dict[str, int] = r.json()
+    return body
+
+
+@pytest.fixture
+def tiering_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
+    yield proc
+    proc.stop(timeout_s=90)
+
+
+def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: ServerProcess) -> None:
+    with tiering_server.client() as client:
+        _create(client, "cold", 1, segment_ms="300", local_retention_ms="0")
+        sent = [f"record-{i}" for i in range(30)]
+        for i in range(0, 30, 10):
+            _produce(client, "cold", 0, sent[i:i + 10])
+            time.sleep(0.4)  # let segment.ms roll each batch into a segment of its own
+        deadline = time.monotonic() + 120
+        while _partition(client, "cold", 0)["hot_log_start_offset"] < 20:
+            assert time.monotonic() < deadline, tiering_server.log()
+            time.sleep(0.2)
+        part = _partition(client, "cold", 0)
+        assert part["log_start_offset"] == 0 and part["tiered_offset"] >= 20
+        assert part["tiered_size_bytes"] > 0
+        records = fetch_all(client, "cold", 0, fmt="STRING")
+        assert [r["value"]["data"] for r in records] == sent
+        assert [r["offset"] for r in records] == list(range(30))
+        one = client.get("/topics/cold/partitions/0/records",
+                         params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
+        assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
+        assert one["next_offset"] == 9 and one["log_start_offset"] == 0
+        earliest = client.get("/topics/cold/partitions/0/offsets", params={"spec": "earliest"})
+        assert earliest.json()["offset"] == 0
+
+
+def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data",
+                           env={"LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
+    layout = Layout.of(tmp_path / "data")
+    stop = threading.Event()
+    acked: dict[int, list[int]] = {0: [], 1: []}
+    failures: list[BaseException] = []
+
+    def producer() -> None:
+        with server.client() as client:
+            n = 0
+            while not stop.is_set():
+                for p in (0, 1):
+                    acked[p] += _produce(client, "live", p, [f"v{n + i}" for i in range(20)])
+                n += 20
+                stop.wait(0.05)  # a steady stream, not a flood: keeps the file count modest
+
+    def tierer() -> None:
+        while not stop.is_set():
+            try:
+                TierJob(layout).run(spark)
+            except BaseException as exc:  # surfaced below
+                failures.append(exc)
+                return
+
+    try:
+        with server.client() as client:
+            _create(client, "live", 2, segment_bytes="16384", local_retention_ms="0")
+        threads = [threading.Thread(target=producer), threading.Thread(target=tierer)]
+        for t in threads:
+            t.start()
+        seen = {0: 0, 1: 0}
+        for _ in range(4):
+            rows = read_topic(spark, "live").select("partition", "offset").collect()
+            by_p: dict[int, list[int]] = {0: [], 1: []}
+            for r in rows:
+                by_p[r["partition"]].append(r["offset"])
+            for p, offsets in by_p.items():
+                assert sorted(offsets) == list(range(len(offsets))), f"gap or duplicate in {p}"
+                assert len(offsets) >= seen[p]
+                seen[p] = len(offsets)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        assert not failures, failures
+        with server.client() as client:
+            parts = [_partition(client, "live", p) for p in (0, 1)]
+        assert any(p["hot_log_start_offset"] > 0 for p in parts), "no hot segment was retired"
+        rows = read_topic(spark, "live").select("partition", "offset").collect()
+        final = {p: sorted(r["offset"] for r in rows if r["partition"] == p) for p in (0, 1)}
+        assert final == {p: sorted(acked[p]) for p in (0, 1)}
+        assert sum(seen.values()) > 0
+    finally:
+        stop.set()
+        server.stop()
