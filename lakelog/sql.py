@@ -10,6 +10,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from log_tables.errors import LakelogError
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
@@ -43,10 +45,16 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     from log_tables.spark_read import register_views
     from log_tables.spark_session import lakelog_session
 
+    from pyspark.errors import PySparkException
+
     spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
     register_views(spark)
-    df = spark.sql(query)
-    rows = df.limit(max_rows + 1).collect()
+    try:
+        df = spark.sql(query)
+        rows = df.limit(max_rows + 1).collect()
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LakelogError(f"SQL failed: {first}") from None
     more = len(rows) > max_rows
     rows = rows[:max_rows]
     if as_json:

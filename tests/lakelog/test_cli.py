@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from log_tables.partition_log import PartitionLog
 from tests.log_tables.helpers import append_n
@@ -35,3 +39,34 @@ def test_dump_log_bad_path_is_one_line_on_stderr(tmp_path: Path) -> None:
                          text=True)
     assert out.returncode == 1
     assert out.stderr.strip().startswith("lakelog: error:") and len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_jobs_tier_and_sql(tmp_path: Path) -> None:
+    from log_tables.log_manager import LogManager
+    from tests.compaction_jobs.helpers import produce
+
+    manager = LogManager(tmp_path / "data")
+    manager.create_topic("clicks", 2)
+    for p in range(2):
+        produce(manager, "clicks", p, 30, roll_every=10)
+    manager.close()
+    env = {**os.environ, "LAKELOG_DATA_DIR": str(tmp_path / "data"),
+           "LAKELOG_SPARK_MASTER": "local[1]"}
+    tiered = subprocess.run([LAKELOG, "jobs", "tier", "--topic", "clicks"], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert tiered.returncode == 0, tiered.stderr[-2000:]
+    assert "tiered 60 records" in tiered.stdout
+    out = subprocess.run(
+        [LAKELOG, "sql", "--json",
+         "SELECT p.partition, p.tiered_offset, count(c.offset) AS n FROM partitions p "
+         "JOIN clicks c ON c.partition = p.partition GROUP BY p.partition, p.tiered_offset "
+         "ORDER BY p.partition"], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows == [{"partition": 0, "tiered_offset": 30, "n": 30},
+                    {"partition": 1, "tiered_offset": 30, "n": 30}]
+    bad = subprocess.run([LAKELOG, "sql", "SELECT * FROM no_such_view"], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert bad.returncode == 1
+    assert "no_such_view" in bad.stderr.splitlines()[-1]
