@@ -42,10 +42,10 @@ def format_table(columns: list[str], rows: list[list[Any]]) -> Iterator[str]:
 def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
             master: str | None, as_json: bool, max_rows: int) -> Iterator[str]:
     """Lines of output: a table with a row count, or one JSON object per row."""
+    from pyspark.errors import PySparkException
+
     from log_tables.spark_read import register_views
     from log_tables.spark_session import lakelog_session
-
-    from pyspark.errors import PySparkException
 
     spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
     register_views(spark)

@@ -110,22 +110,29 @@ def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
         for t in threads:
             t.start()
         seen = {0: 0, 1: 0}
-        for _ in range(4):
-            rows = read_topic(spark, "live").select("partition", "offset").collect()
-            by_p: dict[int, list[int]] = {0: [], 1: []}
-            for r in rows:
-                by_p[r["partition"]].append(r["offset"])
-            for p, offsets in by_p.items():
-                assert sorted(offsets) == list(range(len(offsets))), f"gap or duplicate in {p}"
-                assert len(offsets) >= seen[p]
-                seen[p] = len(offsets)
+        reads = 0
+        deadline = time.monotonic() + 120
+        with server.client() as client:
+            def retired() -> bool:
+                return any(_partition(client, "live", p)["hot_log_start_offset"] > 0
+                           for p in (0, 1))
+
+            while reads < 4 or not retired():
+                assert time.monotonic() < deadline, "no hot segment was retired"
+                assert not failures, failures
+                reads += 1
+                rows = read_topic(spark, "live").select("partition", "offset").collect()
+                by_p: dict[int, list[int]] = {0: [], 1: []}
+                for r in rows:
+                    by_p[r["partition"]].append(r["offset"])
+                for p, offsets in by_p.items():
+                    assert sorted(offsets) == list(range(len(offsets))), f"gap or duplicate in {p}"
+                    assert len(offsets) >= seen[p]
+                    seen[p] = len(offsets)
         stop.set()
         for t in threads:
             t.join(120)
         assert not failures, failures
-        with server.client() as client:
-            parts = [_partition(client, "live", p) for p in (0, 1)]
-        assert any(p["hot_log_start_offset"] > 0 for p in parts), "no hot segment was retired"
         rows = read_topic(spark, "live").select("partition", "offset").collect()
         final = {p: sorted(r["offset"] for r in rows if r["partition"] == p) for p in (0, 1)}
         assert final == {p: sorted(acked[p]) for p in (0, 1)}
