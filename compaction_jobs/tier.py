@@ -6,9 +6,9 @@ table state, never a mix):
 1. plan: per topic, open the table (create it if missing), clean up what dead
    jobs left in ``_stage/``, read each partition's tiered offset (its app
    transaction version) and list the sealed segments past it;
-2. stage: Spark tasks, one per segment, read the segment (CRC-checked), write
-   its records as one Parquet file under ``<table>/_stage/<job>/`` and return
-   the file's stats;
+2. stage: Spark tasks (segments spread over one task per core) read each
+   segment (CRC-checked), write its records as one Parquet file under
+   ``<table>/_stage/<job>/`` and return the file's stats;
 3. move: write the job's manifest, then move the staged files into
    ``partition=<p>/``;
 4. commit: one Delta commit per topic through delta-rs, on the handle that
@@ -146,6 +146,24 @@ def write_segment(work: SegmentWork) -> StagedFile:
     return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)))
 
 
+def write_segments(works: list[SegmentWork]) -> list[StagedFile]:
+    """One Spark task: several segments, one after the other."""
+    return [write_segment(w) for w in works]
+
+
+def balance(works: list[SegmentWork], slots: int) -> list[list[SegmentWork]]:
+    """Spread segments over at most ``slots`` tasks with similar record counts (largest
+    first onto the lightest task): a Spark task costs tens of milliseconds, so one per
+    core beats one per segment."""
+    groups: list[list[SegmentWork]] = [[] for _ in range(max(1, min(slots, len(works))))]
+    loads = [0] * len(groups)
+    for w in sorted(works, key=lambda w: w.end - w.start, reverse=True):
+        i = loads.index(min(loads))
+        groups[i].append(w)
+        loads[i] += w.end - w.start
+    return groups
+
+
 class _TopicPlan(NamedTuple):
     topic: str
     table: DeltaTable
@@ -182,8 +200,9 @@ class TierJob:
             if works:
                 self.progress(f"tiering {len(works)} segment(s) of {len(locks)} topic(s)")
                 session = spark() if callable(spark) else spark
-                rdd = session.sparkContext.parallelize(works, len(works))
-                staged = rdd.map(write_segment).collect()
+                groups = balance(works, session.sparkContext.defaultParallelism)
+                rdd = session.sparkContext.parallelize(groups, len(groups))
+                staged = rdd.flatMap(write_segments).collect()
             _step("staged")
             tiered: list[TieredRange] = []
             conflicts = 0

@@ -74,16 +74,24 @@ def read_topic(spark: SparkSession, topic: str, *,
     plan = _plan(layout, topic, meta.partitions, cold, hot, starting_offsets, ending_offsets,
                  starting_timestamp, ending_timestamp)
     parts: list[DataFrame] = []
-    cold_files = [f.path for p, (s, e, t) in plan.items() if cold is not None
-                  for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
+    chosen = {p: [f for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
+              for p, (s, e, t) in plan.items()} if cold is not None else {}
+    cold_files = [f.path for files in chosen.values() for f in files]
     if cold_files:
-        conds = [(F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < min(e, t))
-                 for p, (s, e, t) in plan.items() if s < min(e, t)]
-        cond = functools.reduce(operator.or_, conds)
-        df = (spark.read.schema(FILE_DDL).option("basePath", layout.table_uri(topic))
-              .parquet(*cold_files).where(cond)
-              .withColumn("topic", F.lit(topic)).select(*KAFKA_COLUMNS))
-        parts.append(df)
+        df = spark.read.schema(FILE_DDL).option("basePath", layout.table_uri(topic)).parquet(
+            *cold_files)
+        # Rows are filtered only in partitions where a chosen file reaches past the range:
+        # a full scan of whole files stays a plain Parquet scan.
+        partial = {p for p, files in chosen.items()
+                   if any(f.min_offset < plan[p][0] or f.max_offset >= min(plan[p][1:]) for f in files)}
+        if partial:
+            conds = [(F.col("partition") == p) & (F.col("offset") >= plan[p][0])
+                     & (F.col("offset") < min(plan[p][1:])) for p in sorted(partial)]
+            whole = [p for p, files in chosen.items() if files and p not in partial]
+            if whole:
+                conds.append(F.col("partition").isin(whole))
+            df = df.where(functools.reduce(operator.or_, conds))
+        parts.append(df.withColumn("topic", F.lit(topic)).select(*KAFKA_COLUMNS))
     hot_ranges = [(topic, p, max(s, t), e) for p, (s, e, t) in plan.items() if max(s, t) < e]
     if hot_ranges:
         parts.append(spark.read.format("lakelog").option("ranges", json.dumps(hot_ranges))
