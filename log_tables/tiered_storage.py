@@ -22,6 +22,7 @@ from log_tables.errors import OffsetOutOfRangeError
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import LogBatch, PartitionLog
+from log_tables.topic_reader import first_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,23 @@ class TieredStorage:
             out.append(LogBatch(batch.base_offset, batch.records, batch.log_append_time, -1))
             budget -= sizes
         return out
+
+    def offset_for_timestamp(self, plog: PartitionLog, topic: str, partition: int,
+                             timestamp_ms: int) -> int | None:
+        """Kafka's ListOffsets by time over both tiers: the first offset (Delta files below
+        the hot tier first) whose timestamp is >= ``timestamp_ms``."""
+        cold = self.state(topic, partition)
+        hot_start = plog.log_start_offset
+        for f in cold.files if cold is not None else ():
+            if f.min_offset >= hot_start:
+                break
+            if f.max_timestamp_ms < timestamp_ms:
+                continue
+            found = first_at_or_after(read_files([f], f.min_offset, hot_start,
+                                                 ["offset", "timestamp"]), timestamp_ms)
+            if found is not None:
+                return found
+        return plog.offset_for_timestamp(timestamp_ms)
 
     def retire(self, now_ms: int) -> int:
         """Delete hot segments that are fully tiered and past local retention; returns how many."""

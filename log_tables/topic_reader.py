@@ -120,7 +120,7 @@ def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_m
     if cold is not None:
         files = [f for f in cold.files if f.max_timestamp_ms >= timestamp_ms]
         for f in files:
-            found = _first_at_or_after(read_files([f], f.min_offset, f.max_offset + 1,
+            found = first_at_or_after(read_files([f], f.min_offset, f.max_offset + 1,
                                                   ["offset", "timestamp"]), timestamp_ms)
             if found is not None:
                 return found
@@ -138,7 +138,7 @@ def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_m
     return None
 
 
-def _first_at_or_after(rows: pa.Table, timestamp_ms: int) -> int | None:
+def first_at_or_after(rows: pa.Table, timestamp_ms: int) -> int | None:
     if rows.num_rows == 0:
         return None
     millis = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000).to_numpy()

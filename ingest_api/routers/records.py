@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -257,7 +258,8 @@ async def list_offsets(
         if timestamp is None:
             raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
                            name="invalid_request")
-        offset = plog.offset_for_timestamp(timestamp)
+        offset = await asyncio.to_thread(st.tiered.offset_for_timestamp, plog, topic_name,
+                                         partition_id, timestamp)
     return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
                           "timestamp": timestamp, "offset": offset,
                           "log_start_offset": log_start,

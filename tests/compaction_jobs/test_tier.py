@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,9 @@ def test_second_run_tiers_only_new_segments(spark: SparkSession, data: LogManage
     now = {p: data.log("events", p).high_watermark for p in ends}
     check_rows((r.asDict() for r in read_topic(spark, "events", include_hot=False).collect()),
                "events", now)
-    # Time travel: the table as of the first run's commit.
+    # Time travel: the table as of the first run's commit, and as of now by timestamp.
+    as_of_now = read_topic(spark, "events", timestamp_as_of=datetime.now(UTC)).collect()
+    check_rows((r.asDict() for r in as_of_now), "events", now)
     old = read_topic(spark, "events", version=version).collect()
     check_rows((r.asDict() for r in old), "events", {r.partition: r.end for r in first.tiered})
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -75,6 +76,11 @@ def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: Server
         assert one["next_offset"] == 9 and one["log_start_offset"] == 0
         earliest = client.get("/topics/cold/partitions/0/offsets", params={"spec": "earliest"})
         assert earliest.json()["offset"] == 0
+        # ListOffsets by time finds offsets that only the Delta tier holds.
+        second_batch_ms = int(datetime.fromisoformat(records[10]["timestamp"]).timestamp() * 1000)
+        by_time = client.get("/topics/cold/partitions/0/offsets",
+                             params={"spec": "timestamp", "timestamp": second_batch_ms})
+        assert by_time.json()["offset"] == 10, by_time.text
 
 
 def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
