@@ -13,6 +13,7 @@ from compaction_jobs.tier import TierJob
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.spark_read import register_views
+from log_tables.topic_reader import SPARK_DDL
 from tests.compaction_jobs.helpers import check_rows, produce
 
 pytestmark = pytest.mark.slow
@@ -100,3 +101,41 @@ def test_sql_views_and_partitions(spark: SparkSession, data: LogManager) -> None
     assert parts[("events", 1)]["cold_bytes"] > 0
     assert parts[("other-topic", 0)]["tiered_offset"] == 0
     assert parts[("other-topic", 0)]["hot_bytes"] > 0
+
+
+def test_stream_processing_time_trigger_restart_exactly_once(
+        spark: SparkSession, data: LogManager, tmp_path: Path) -> None:
+    import time
+
+    data.create_topic("events", 2)
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+
+    def start() -> object:
+        return (spark.readStream.format("lakelog").option("subscribe", "events")
+                .option("startingOffsets", "earliest").load()
+                .writeStream.format("parquet").option("path", str(sink))
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(processingTime="200 milliseconds").start())
+
+    def wait_rows(n: int) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            if sink.exists() and spark.read.schema(SPARK_DDL).parquet(str(sink)).count() >= n:
+                return
+            assert time.monotonic() < deadline, f"sink never reached {n} rows"
+            time.sleep(0.2)
+
+    query = start()
+    for p in range(2):
+        produce(data, "events", p, 30)
+    wait_rows(60)
+    query.stop()  # type: ignore[attr-defined]
+    for p in range(2):
+        produce(data, "events", p, 20)
+    query = start()
+    try:
+        wait_rows(100)
+    finally:
+        query.stop()  # type: ignore[attr-defined]
+    rows = spark.read.parquet(str(sink)).collect()
+    check_rows((r.asDict() for r in rows), "events", {0: 50, 1: 50})
