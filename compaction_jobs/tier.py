@@ -52,6 +52,7 @@ from log_tables.cold_table import (
     local_path,
     open_table,
     snapshot,
+    table_topic_id,
     tier_app_id,
     to_table_rows,
     write_rows,
@@ -239,6 +240,11 @@ class TierJob:
             dt = open_table(uri)
             if dt is None:
                 raise StorageError(f"{uri}: table missing right after creating it")
+        found = table_topic_id(dt)
+        if found != topic_id:
+            self.progress(f"skipping topic {topic}: {uri} belongs to an earlier topic of that "
+                          f"name (topic id {found}, now {topic_id}); delete that table")
+            return None
         clean_orphans(uri, dt, self.orphan_min_age_s)
         tiered = {s_p: st.tiered_offset for s_p, st in enumerate(snapshot(dt, partitions))}
         works: list[SegmentWork] = []

@@ -250,9 +250,12 @@ class ColdTables:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, DeltaTable, int, list[PartitionState]]] = {}
 
-    def state(self, topic: str, partitions: int, *, refresh: bool = False
+    def state(self, topic: str, partitions: int, topic_id: str, *, refresh: bool = False
               ) -> list[PartitionState] | None:
-        """The cold state of every partition of ``topic`` (None: nothing tiered yet)."""
+        """The cold state of every partition of ``topic`` (None: nothing tiered yet).
+
+        A table left by an earlier topic of the same name (another topic id) counts as
+        none: its tiered offsets say nothing about this topic's hot segments."""
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(topic)
@@ -262,6 +265,8 @@ class ColdTables:
         if dt is None:
             return None
         dt.update_incremental()
+        if table_topic_id(dt) != topic_id:
+            return None
         states = snapshot(dt, partitions)
         with self._lock:
             self._cache[topic] = (now, dt, partitions, states)

@@ -46,7 +46,7 @@ class TieredStorage:
         """The Delta tier's state of one partition, or None when it holds nothing of it."""
         meta = self.manager.topic(topic)
         try:
-            states = self.tables.state(topic, meta.partitions, refresh=refresh)
+            states = self.tables.state(topic, meta.partitions, meta.topic_id, refresh=refresh)
         except Exception:  # an unreadable table must not break produce or fetch
             log.exception("reading the Delta tier of %s failed", topic)
             return None
@@ -112,7 +112,12 @@ class TieredStorage:
         """Delete hot segments that are fully tiered and past local retention; returns how many."""
         deleted = 0
         for meta in self.manager.registry.list():
-            states = self.tables.state(meta.name, meta.partitions, refresh=True)
+            try:
+                states = self.tables.state(meta.name, meta.partitions, meta.topic_id,
+                                           refresh=True)
+            except Exception:
+                log.exception("reading the Delta tier of %s failed", meta.name)
+                continue
             if states is None:
                 continue
             keep_ms, keep_bytes = local_retention(meta.config)

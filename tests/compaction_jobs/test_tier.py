@@ -175,3 +175,25 @@ def test_corrupt_sealed_segment_is_reported_not_tiered(spark: SparkSession,
         TierJob(layout).run(spark)
     dt = open_table(layout.table_uri("events"))
     assert dt is not None and snapshot(dt, 1)[0].tiered_offset == 0
+
+
+def test_table_of_an_earlier_topic_with_the_same_name_is_never_trusted(
+        spark: SparkSession, data: LogManager) -> None:
+    from log_tables.tiered_storage import TieredStorage
+
+    _fill(data, partitions=1)
+    layout = Layout.of(data.data_dir)
+    assert TierJob(layout).run(spark).tiered
+    # The topic is deleted and made again, but its old table stays (say the server died
+    # between the two steps of a delete): its tiered offsets must not count.
+    data.delete_topic("events")
+    data.create_topic("events", 1)
+    produce(data, "events", 0, 40, roll_every=10)
+    lines: list[str] = []
+    assert TierJob(layout, progress=lines.append).run(spark).tiered == []
+    assert any("earlier topic" in line for line in lines), lines
+    tiered = TieredStorage(data, layout)
+    assert tiered.state("events", 0) is None
+    assert tiered.retire(now_ms=2**62) == 0  # no hot segment deleted on the old table's word
+    with pytest.raises(Exception, match="earlier topic"):
+        read_topic(spark, "events")
