@@ -119,9 +119,14 @@ class FetchService:
             # Below the hot tier: the Delta tier may still hold it (tiered storage).
             batches = await asyncio.to_thread(self.tiered.read, plog, topic, partition, offset,
                                               max_records, max_bytes)
-            start = self.tiered.log_start_offset(plog, topic, partition)
-            return self._encode(topic, partition, offset,
-                                FetchResult(batches, plog.high_watermark, start), fmt)
+            if batches:
+                start = self.tiered.log_start_offset(plog, topic, partition)
+                return self._encode(topic, partition, offset,
+                                    FetchResult(batches, plog.high_watermark, start), fmt)
+            # Nothing left between here and the hot tier (records deleted before they were
+            # tiered): answer from the next offset that exists, as Kafka does.
+            offset = plog.log_start_offset
+            result = plog.read(offset, max_bytes, max_records)
         deadline = time.monotonic() + timeout_ms / 1000
         while not result.batches and timeout_ms > 0:
             remaining = deadline - time.monotonic()
