@@ -25,9 +25,8 @@ from log_tables.spark_session import session_layout
 from log_tables.topic_reader import (
     SPARK_DDL,
     cold_states,
-    hot_end_offset,
-    hot_start_offset,
     offset_for_timestamp,
+    partition_bounds,
 )
 
 if TYPE_CHECKING:
@@ -127,11 +126,9 @@ def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionS
     plan = {}
     for p in range(partitions):
         state = cold[p] if cold is not None else None
-        tiered = state.tiered_offset if state else 0
-        hw = max(hot_end_offset(layout, topic, p), tiered) if hot else tiered
-        hot_start = hot_start_offset(layout, topic, p)
-        earliest = (state.log_start_offset if state and state.log_start_offset is not None
-                    else hot_start if hot_start is not None else 0)
+        earliest, tiered, hw = partition_bounds(layout, topic, p, state)
+        if not hot:
+            hw = tiered
         start = _pick(starting, p, earliest, hw, missing=earliest)
         end = _pick(ending, p, earliest, hw, missing=hw)
         if starting_ts is not None:
@@ -174,12 +171,9 @@ def partition_rows(layout: Layout) -> list[tuple[object, ...]]:
             state = cold[p] if cold is not None else None
             hot_dir = layout.partition_dir(meta.name, p)
             hot_bytes = sum(f.stat().st_size for f in hot_dir.glob("*.log")) if hot_dir.exists() else 0
-            hot_start = hot_start_offset(layout, meta.name, p)
-            tiered = state.tiered_offset if state else 0
-            start = (state.log_start_offset if state and state.log_start_offset is not None
-                     else hot_start if hot_start is not None else 0)
-            rows.append((meta.name, p, start, max(hot_end_offset(layout, meta.name, p), tiered),
-                         tiered, hot_bytes, state.size_bytes if state else 0, version))
+            start, tiered, hw = partition_bounds(layout, meta.name, p, state)
+            rows.append((meta.name, p, start, hw, tiered, hot_bytes,
+                         state.size_bytes if state else 0, version))
     return rows
 
 

@@ -33,8 +33,7 @@ from log_tables.layout import Layout
 from log_tables.topic_reader import (
     SPARK_DDL,
     cold_states,
-    hot_end_offset,
-    hot_start_offset,
+    partition_bounds,
     read_range,
 )
 
@@ -91,14 +90,9 @@ def log_bounds(layout: Layout, topics: Mapping[str, int]) -> tuple[Offsets, Offs
         _, cold = cold_states(layout, topic, count)
         starts[topic], ends[topic] = {}, {}
         for p in range(count):
-            hot_end = hot_end_offset(layout, topic, p)
-            hot_start = hot_start_offset(layout, topic, p)
-            cold_p = cold[p] if cold is not None else None
-            first = cold_p.log_start_offset if cold_p and cold_p.log_start_offset is not None \
-                else (hot_start if hot_start is not None else 0)
-            tiered = cold_p.tiered_offset if cold_p else 0
-            starts[topic][str(p)] = first
-            ends[topic][str(p)] = max(hot_end, tiered)
+            bounds = partition_bounds(layout, topic, p, cold[p] if cold is not None else None)
+            starts[topic][str(p)] = bounds.log_start_offset
+            ends[topic][str(p)] = bounds.high_watermark
     return starts, ends
 
 

@@ -13,9 +13,7 @@ from log_tables.cold_table import (
     from_table_rows,
     is_local,
     local_path,
-    open_table,
     read_files,
-    table_topic_id,
 )
 from log_tables.config import TopicConfig
 from log_tables.errors import OffsetOutOfRangeError
@@ -156,9 +154,3 @@ class TieredStorage:
         uri = self.layout.table_uri(topic)
         if is_local(uri):
             shutil.rmtree(Path(local_path(uri)), ignore_errors=True)
-
-    def stale_table(self, topic: str) -> bool:
-        """True when the table under the topic's name belongs to an earlier topic of that name."""
-        dt = open_table(self.layout.table_uri(topic))
-        found = None if dt is None else table_topic_id(dt)
-        return found is not None and found != self.manager.topic(topic).topic_id

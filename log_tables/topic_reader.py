@@ -9,6 +9,7 @@ Rows come out in the schema of Spark's Kafka source.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -107,6 +108,29 @@ def _hot_start(reader: PartitionReader) -> int | None:
 def hot_start_offset(layout: Layout, topic: str, partition: int) -> int | None:
     """The first offset the hot tier holds (None: no segment at all)."""
     return _hot_start(PartitionReader(layout.partition_dir(topic, partition)))
+
+
+class PartitionBounds(NamedTuple):
+    """One partition across both tiers, as other processes see it."""
+
+    log_start_offset: int
+    """The lowest offset either tier holds (0 for an empty partition)."""
+    tiered_offset: int
+    """Offsets below this are in the Delta tier."""
+    high_watermark: int
+    """The hot tier's readable end (at least the tiered offset)."""
+
+
+def partition_bounds(layout: Layout, topic: str, partition: int,
+                     cold: PartitionState | None) -> PartitionBounds:
+    """Log start, tiered offset and high watermark of one partition."""
+    tiered = cold.tiered_offset if cold is not None else 0
+    if cold is not None and cold.log_start_offset is not None:
+        start = cold.log_start_offset
+    else:
+        hot_start = hot_start_offset(layout, topic, partition)
+        start = hot_start if hot_start is not None else 0
+    return PartitionBounds(start, tiered, max(hot_end_offset(layout, topic, partition), tiered))
 
 
 def hot_end_offset(layout: Layout, topic: str, partition: int) -> int:

@@ -81,6 +81,11 @@ def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: Server
         by_time = client.get("/topics/cold/partitions/0/offsets",
                              params={"spec": "timestamp", "timestamp": second_batch_ms})
         assert by_time.json()["offset"] == 10, by_time.text
+        # Deleting the topic drops its table, so a new topic of that name starts clean.
+        table = tiering_server.data_dir / "warehouse" / "topics" / "cold"
+        assert (table / "_delta_log").is_dir()
+        assert client.delete("/topics/cold").status_code == 204
+        assert not table.exists()
 
 
 def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,

@@ -1,0 +1,99 @@
+"""The Delta tier without Spark: row conversion, stats, and removal of tiered hot segments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import Schema
+from deltalake.transaction import CommitProperties, Transaction
+
+from log_tables.clock import ManualClock
+from log_tables.cold_table import (
+    TABLE_SCHEMA,
+    create_table,
+    file_stats,
+    from_table_rows,
+    open_table,
+    tier_app_id,
+    to_table_rows,
+)
+from log_tables.layout import Layout
+from log_tables.log_manager import LogManager
+from log_tables.records import build_batch
+from log_tables.tiered_storage import TieredStorage
+
+
+def test_rows_round_trip_keeps_offsets_timestamps_and_timestamp_types() -> None:
+    create = build_batch([b"a", None, b"c"], keys=[b"k", b"k", None], timestamps=[5, 6, 7],
+                         headers=[[("h", b"1")], None, [("x", None)]])
+    append = build_batch([b"d", b"e"], timestamps=1_700_000_000_123)
+    rows = pa.Table.from_batches([to_table_rows(10, create, False), to_table_rows(13, append, True)])
+    assert rows.column("offset").to_pylist() == [10, 11, 12, 13, 14]
+    assert rows.column("timestampType").to_pylist() == [0, 0, 0, 1, 1]
+    stats = json.loads(file_stats(rows))
+    assert stats["numRecords"] == 5
+    assert stats["minValues"]["offset"] == 10 and stats["maxValues"]["offset"] == 14
+    assert stats["minValues"]["timestamp"] == "1970-01-01T00:00:00.005Z"
+    assert stats["maxValues"]["timestamp"] == "2023-11-14T22:13:20.123Z"
+    assert stats["nullCount"]["value"] == 1 and stats["nullCount"]["key"] == 3
+    back = list(from_table_rows(rows))
+    assert [(b.base_offset, b.records.num_rows, b.log_append_time) for b in back] == [
+        (10, 3, False), (13, 2, True)]
+    assert back[0].records.equals(create) and back[1].records.equals(append)
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[LogManager]:
+    m = LogManager(tmp_path / "data", clock=ManualClock(1_000_000))
+    yield m
+    m.close()
+
+
+def _mark_tiered(layout: Layout, topic: str, topic_id: str, partition: int, offset: int) -> None:
+    """Move the partition's tiered offset as a tiering commit would (no files needed here)."""
+    uri = layout.table_uri(topic)
+    create_table(uri, topic_id)
+    dt = open_table(uri)
+    assert dt is not None
+    dt.create_write_transaction([], "append", Schema.from_arrow(TABLE_SCHEMA),
+                                partition_by=["partition"], commit_properties=CommitProperties(
+                                    app_transactions=[Transaction(tier_app_id(partition), offset)]))
+
+
+def _segments_of(manager: LogManager, topic: str, count: int, ts: int) -> list[int]:
+    plog = manager.log(topic, 0)
+    for i in range(count):
+        plog.append(build_batch([b"x" * 100] * 10, timestamps=ts + i))
+        plog.roll()
+    return [s.base_offset for s in plog.segments]
+
+
+def test_retire_removes_only_tiered_segments_past_local_retention_ms(manager: LogManager) -> None:
+    meta = manager.create_topic("t", 1, {"local.retention.ms": "60000"})
+    layout = Layout.of(manager.data_dir)
+    tiered = TieredStorage(manager, layout, max_age_s=0)
+    bases = _segments_of(manager, "t", 4, ts=1_000)
+    assert tiered.retire(now_ms=10_000_000) == 0  # nothing tiered: nothing goes
+    _mark_tiered(layout, "t", meta.topic_id, 0, bases[2])  # two segments tiered
+    assert tiered.retire(now_ms=1_000 + 60_000) == 0  # not older than local.retention.ms yet
+    assert tiered.retire(now_ms=10_000_000) == 2
+    plog = manager.log("t", 0)
+    assert plog.log_start_offset == bases[2] and plog.high_watermark == 40
+    assert tiered.retire(now_ms=10_000_000) == 0  # idempotent
+
+
+def test_retire_by_local_retention_bytes_keeps_the_newest(manager: LogManager) -> None:
+    meta = manager.create_topic("t", 1, {"local.retention.ms": "-1"})
+    layout = Layout.of(manager.data_dir)
+    bases = _segments_of(manager, "t", 4, ts=2**40)  # timestamps in the future: time never hits
+    plog = manager.log("t", 0)
+    one = plog.segments[0].size
+    manager.alter_configs("t", {"local.retention.bytes": str(2 * one)})
+    _mark_tiered(layout, "t", meta.topic_id, 0, bases[4])  # everything sealed is tiered
+    assert TieredStorage(manager, layout, max_age_s=0).retire(now_ms=0) == 2
+    assert plog.log_start_offset == bases[2]
+    assert plog.size_bytes <= 2 * one
