@@ -111,6 +111,9 @@ class FetchService:
                     max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
         """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
         plog = self.manager.log(topic, partition)
+        start = self.tiered.log_start_offset(plog, topic, partition)
+        if offset < start:  # deleted by retention or DeleteRecords (maybe not yet from hot)
+            raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
         try:
             result = plog.read(offset, max_bytes, max_records)
         except OffsetOutOfRangeError:
@@ -120,7 +123,6 @@ class FetchService:
             batches = await asyncio.to_thread(self.tiered.read, plog, topic, partition, offset,
                                               max_records, max_bytes)
             if batches:
-                start = self.tiered.log_start_offset(plog, topic, partition)
                 return self._encode(topic, partition, offset,
                                     FetchResult(batches, plog.high_watermark, start), fmt)
             # Nothing left between here and the hot tier (records deleted before they were
@@ -134,7 +136,7 @@ class FetchService:
                 break
             await self.notifier.wait(plog.name, remaining)
             result = plog.read(offset, max_bytes, max_records)
-        return self._encode(topic, partition, offset, result, fmt)
+        return self._encode(topic, partition, offset, result._replace(log_start_offset=start), fmt)
 
     def _encode(self, topic: str, partition: int, offset: int, result: FetchResult,
                 fmt: Format) -> bytes:

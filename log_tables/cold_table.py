@@ -6,9 +6,16 @@ Delta partition column, Hive-style in the path) and are sorted by offset. Each
 file's add action carries real stats (``numRecords``, min/max of ``offset`` and
 ``timestamp``), so readers pick files by offset or time without opening them.
 
-The tiered offset of a partition (the next offset to tier) is the version of
-the Delta app transaction ``lakelog-tier-<p>``; the tiering job checks and
-advances it in the same commit that adds the files.
+Per partition, three Delta app transactions carry the log's bookkeeping, each
+checked and advanced in the same commit as the files it describes:
+
+- ``lakelog-tier-<p>``: the tiered offset (the next offset to tier);
+- ``lakelog-start-<p>``: the log start offset: offsets below it were deleted
+  (retention, DeleteRecords) even where a file that straddles it still holds them;
+- ``lakelog-cleaned-<p>``: the compaction checkpoint: ``[start, cleaned)`` is compacted;
+- ``lakelog-files-<p>``: a counter that every commit removing files of the
+  partition (retention, compaction, optimize) advances, so two such jobs planned
+  on the same files can never both commit.
 """
 
 from __future__ import annotations
@@ -65,6 +72,21 @@ def tier_app_id(partition: int) -> str:
     return f"lakelog-tier-{partition}"
 
 
+def start_app_id(partition: int) -> str:
+    """The app transaction whose version is the partition's log start offset."""
+    return f"lakelog-start-{partition}"
+
+
+def cleaned_app_id(partition: int) -> str:
+    """The app transaction whose version is the end of the compacted range."""
+    return f"lakelog-cleaned-{partition}"
+
+
+def files_app_id(partition: int) -> str:
+    """The app transaction every file-removing commit of the partition advances."""
+    return f"lakelog-files-{partition}"
+
+
 def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
@@ -98,20 +120,23 @@ class ColdBatch(NamedTuple):
 
 
 def from_table_rows(rows: pa.Table) -> Iterator[ColdBatch]:
-    """Cold rows sorted by offset (dense) as hot-form batches, one per timestamp type run."""
+    """Cold rows sorted by offset as hot-form batches: one per run of consecutive offsets
+    (compaction leaves holes) with one timestamp type."""
     if rows.num_rows == 0:
         return
     ts_type = rows.column("timestampType").to_numpy()
-    cuts = [0, *(np.flatnonzero(np.diff(ts_type)) + 1).tolist(), rows.num_rows]
+    offsets = rows.column("offset").to_numpy()
+    breaks = (np.diff(ts_type) != 0) | (np.diff(offsets) != 1)
+    cuts = [0, *(np.flatnonzero(breaks) + 1).tolist(), rows.num_rows]
     millis = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
     body = pa.Table.from_arrays(
         [millis, rows.column("key"), rows.column("value"), rows.column("headers")],
         schema=RECORD_SCHEMA).combine_chunks()
-    first = int(rows.column("offset")[0].as_py())
     for lo, hi in itertools.pairwise(cuts):
+        first = int(offsets[lo])
         for rb in body.slice(lo, hi - lo).to_batches():
-            yield ColdBatch(first + lo, rb, bool(ts_type[lo] == LOG_APPEND_TIME))
-            lo += rb.num_rows
+            yield ColdBatch(first, rb, bool(ts_type[lo] == LOG_APPEND_TIME))
+            first += rb.num_rows
 
 
 def _iso_ms(micros: int) -> str:
@@ -164,11 +189,33 @@ class PartitionState(NamedTuple):
 
     tiered_offset: int
     """The next offset to tier (0 when nothing is tiered)."""
-    log_start_offset: int | None
-    """The lowest offset held, or None when no file holds this partition."""
+    start_offset: int
+    """The log start offset (0 until retention or DeleteRecords moves it)."""
     size_bytes: int
     files: tuple[ColdFile, ...]
-    """Sorted by offset."""
+    """Sorted by offset; a compacted file has holes, a file may start below ``start_offset``."""
+    cleaned_offset: int = 0
+    """Offsets below this were compacted (the cleaner checkpoint)."""
+    files_version: int = 0
+    """How many commits have removed files of this partition."""
+
+    @property
+    def log_start_offset(self) -> int | None:
+        """The lowest offset the cold tier answers for, or None when it covers nothing."""
+        return self.start_offset if self.tiered_offset > self.start_offset else None
+
+
+def log_start(hot_start: int, cold: PartitionState | None) -> int:
+    """A partition's log start offset across both tiers.
+
+    The Delta tier covers ``[start_offset, tiered_offset)`` (compaction only leaves
+    holes, read as the next offset); above it, or with nothing tiered, the hot tier's
+    start counts, but never below a log start another process has already moved."""
+    if cold is None:
+        return hot_start
+    if cold.log_start_offset is not None:
+        return cold.log_start_offset
+    return max(cold.start_offset, hot_start)
 
 
 def create_table(uri: str, topic_id: str) -> None:
@@ -218,9 +265,12 @@ def snapshot(dt: DeltaTable, partitions: int) -> list[PartitionState]:
     out = []
     for p in range(partitions):
         fs = tuple(sorted(files[p], key=lambda f: f.min_offset))
-        tiered = dt.transaction_version(tier_app_id(p)) or 0
-        out.append(PartitionState(tiered, fs[0].min_offset if fs else None,
-                                  sum(f.size_bytes for f in fs), fs))
+        out.append(PartitionState(
+            dt.transaction_version(tier_app_id(p)) or 0,
+            dt.transaction_version(start_app_id(p)) or 0,
+            sum(f.size_bytes for f in fs), fs,
+            dt.transaction_version(cleaned_app_id(p)) or 0,
+            dt.transaction_version(files_app_id(p)) or 0))
     return out
 
 
@@ -229,16 +279,32 @@ def _ms(value: datetime) -> int:
 
 
 def read_files(files: Sequence[ColdFile], start: int, end: int,
-               columns: Sequence[str] | None = None) -> pa.Table:
-    """Rows with ``start <= offset < end`` of the given files, sorted by offset."""
-    chosen = [f.path for f in files if f.max_offset >= start and f.min_offset < end]
+               columns: Sequence[str] | None = None, limit: int | None = None) -> pa.Table:
+    """Rows with ``start <= offset < end`` of the given files, sorted by offset
+    (the first ``limit`` of them: row groups past those are not read)."""
+    chosen = sorted((f for f in files if f.max_offset >= start and f.min_offset < end),
+                    key=lambda f: f.min_offset)
     if not chosen:
         return FILE_SCHEMA.empty_table()
-    dataset = ds.dataset([local_path(p) if is_local(p) else p for p in chosen],
-                         schema=FILE_SCHEMA, format="parquet")
-    table = dataset.to_table(columns=list(columns) if columns else None,
-                             filter=(ds.field("offset") >= start) & (ds.field("offset") < end))
-    return table.sort_by("offset")
+    where = (ds.field("offset") >= start) & (ds.field("offset") < end)
+    cols = list(columns) if columns else None
+    if limit is None:
+        dataset = ds.dataset([_path(f) for f in chosen], schema=FILE_SCHEMA, format="parquet")
+        return dataset.to_table(columns=cols, filter=where).sort_by("offset")
+    parts: list[pa.Table] = []
+    wanted = limit
+    for f in chosen:  # files do not overlap and are sorted: stop once enough rows are read
+        dataset = ds.dataset([_path(f)], schema=FILE_SCHEMA, format="parquet")
+        part = dataset.scanner(columns=cols, filter=where).head(wanted)
+        parts.append(part)
+        wanted -= part.num_rows
+        if wanted <= 0:
+            break
+    return pa.concat_tables(parts).sort_by("offset")
+
+
+def _path(f: ColdFile) -> str:
+    return local_path(f.path) if is_local(f.path) else f.path
 
 
 class ColdTables:

@@ -13,6 +13,7 @@ from log_tables.cold_table import (
     from_table_rows,
     is_local,
     local_path,
+    log_start,
     read_files,
 )
 from log_tables.config import TopicConfig
@@ -53,32 +54,31 @@ class TieredStorage:
         return states[partition]
 
     def log_start_offset(self, plog: PartitionLog, topic: str, partition: int) -> int:
-        """The first offset readable in either tier."""
-        hot = plog.log_start_offset
-        cold = self.state(topic, partition)
-        if cold is None or cold.log_start_offset is None:
-            return hot
-        return min(hot, cold.log_start_offset)
+        """The partition's log start offset across both tiers (see ``cold_table.log_start``)."""
+        return log_start(plog.log_start_offset, self.state(topic, partition))
 
     def read(self, plog: PartitionLog, topic: str, partition: int, offset: int,
              max_records: int, max_bytes: int) -> list[LogBatch]:
-        """Records from ``offset`` (below the hot tier) out of the Delta tier.
+        """Records from ``offset`` (below the hot tier) out of the Delta tier: the first
+        record at or after ``offset`` (compaction leaves holes) and those after it.
 
-        Raises OffsetOutOfRangeError (with both tiers' log start) when neither holds it.
+        Raises OffsetOutOfRangeError (with the log start) when ``offset`` was deleted or
+        the Delta tier does not cover it.
         """
         hot_start = plog.log_start_offset
         cold = self.state(topic, partition)
+        start = log_start(hot_start, cold)
+        if offset < start:
+            raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
         if cold is None or cold.log_start_offset is None or offset >= hot_start:
             raise OffsetOutOfRangeError(plog.name, offset, hot_start, plog.high_watermark)
-        if offset < cold.log_start_offset:
-            raise OffsetOutOfRangeError(plog.name, offset, cold.log_start_offset,
-                                        plog.high_watermark)
-        end = min(offset + max_records, max(hot_start, cold.tiered_offset))
-        rows = read_files(cold.files, offset, end)
-        if rows.num_rows == 0 or rows.column("offset")[0].as_py() != offset:
-            # A compaction or retention commit moved things: look again at the newest version.
+        end = max(hot_start, cold.tiered_offset)
+        try:
+            rows = read_files(cold.files, offset, end, limit=max_records)
+        except FileNotFoundError:
+            # A compaction or retention commit (and a vacuum) moved things: use the newest version.
             cold = self.state(topic, partition, refresh=True)
-            rows = read_files(cold.files if cold else (), offset, end)
+            rows = read_files(cold.files if cold else (), offset, end, limit=max_records)
         out: list[LogBatch] = []
         budget = max_bytes
         for batch in from_table_rows(rows):
@@ -95,12 +95,14 @@ class TieredStorage:
         the hot tier first) whose timestamp is >= ``timestamp_ms``."""
         cold = self.state(topic, partition)
         hot_start = plog.log_start_offset
-        for f in cold.files if cold is not None else ():
+        files = cold.files if cold is not None else ()
+        first = cold.start_offset if cold is not None else 0
+        for f in files:
             if f.min_offset >= hot_start:
                 break
             if f.max_timestamp_ms < timestamp_ms:
                 continue
-            found = first_at_or_after(read_files([f], f.min_offset, hot_start,
+            found = first_at_or_after(read_files([f], first, hot_start,
                                                  ["offset", "timestamp"]), timestamp_ms)
             if found is not None:
                 return found

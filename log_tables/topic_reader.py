@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from log_tables.cold_table import (
-    ColdFile,
     PartitionState,
+    log_start,
     open_table,
     read_files,
     snapshot,
@@ -62,7 +62,7 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
     (deleted by retention) or beyond what is readable.
     """
     position = start
-    cold: list[ColdFile] | None = None
+    cold: PartitionState | None = None
     for _ in range(MAX_ROUNDS):
         if position >= end:
             return
@@ -79,25 +79,24 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
             return
         if position > before:
             continue  # a segment went away mid-read: look again
-        if cold is None or not any(f.min_offset <= position <= f.max_offset for f in cold):
-            cold = _cold_files(layout, topic, partition)
-        hot_start = _hot_start(reader)
-        stop = end if hot_start is None else min(end, max(hot_start, position + 1))
-        table = read_files(cold, position, stop)
-        if table.num_rows == 0 or table.column("offset")[0].as_py() != position:
-            got = cold[0].min_offset if cold else -1
+        if cold is None or not cold.start_offset <= position < cold.tiered_offset:
+            cold = _cold_state(layout, topic, partition)
+        if cold is None or not cold.start_offset <= position < cold.tiered_offset:
+            got = cold.start_offset if cold is not None else -1
             raise OffsetOutOfRangeError(f"{topic}-{partition}", position, got, end)
-        for rb in table.to_batches():
+        # The Delta tier answers for all of [start, tiered): what it lacks was compacted away.
+        stop = min(end, cold.tiered_offset)
+        for rb in read_files(cold.files, position, stop).to_batches():
             yield with_topic(rb, topic, partition)
-        position = table.column("offset")[-1].as_py() + 1
+        position = stop
     raise OffsetOutOfRangeError(f"{topic}-{partition}", position, start, end)
 
 
-def _cold_files(layout: Layout, topic: str, partition: int) -> list[ColdFile]:
+def _cold_state(layout: Layout, topic: str, partition: int) -> PartitionState | None:
     dt = open_table(layout.table_uri(topic))
     if dt is None:
-        return []
-    return list(snapshot(dt, partition + 1)[partition].files)
+        return None
+    return snapshot(dt, partition + 1)[partition]
 
 
 def _hot_start(reader: PartitionReader) -> int | None:
@@ -114,7 +113,7 @@ class PartitionBounds(NamedTuple):
     """One partition across both tiers, as other processes see it."""
 
     log_start_offset: int
-    """The lowest offset either tier holds (0 for an empty partition)."""
+    """The lowest offset not deleted (0 for an empty partition); compacted offsets count."""
     tiered_offset: int
     """Offsets below this are in the Delta tier."""
     high_watermark: int
@@ -125,11 +124,8 @@ def partition_bounds(layout: Layout, topic: str, partition: int,
                      cold: PartitionState | None) -> PartitionBounds:
     """Log start, tiered offset and high watermark of one partition."""
     tiered = cold.tiered_offset if cold is not None else 0
-    if cold is not None and cold.log_start_offset is not None:
-        start = cold.log_start_offset
-    else:
-        hot_start = hot_start_offset(layout, topic, partition)
-        start = hot_start if hot_start is not None else 0
+    hot_start = hot_start_offset(layout, topic, partition)
+    start = log_start(hot_start if hot_start is not None else 0, cold)
     return PartitionBounds(start, tiered, max(hot_end_offset(layout, topic, partition), tiered))
 
 
@@ -144,7 +140,7 @@ def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_m
     if cold is not None:
         files = [f for f in cold.files if f.max_timestamp_ms >= timestamp_ms]
         for f in files:
-            found = first_at_or_after(read_files([f], f.min_offset, f.max_offset + 1,
+            found = first_at_or_after(read_files([f], cold.start_offset, f.max_offset + 1,
                                                   ["offset", "timestamp"]), timestamp_ms)
             if found is not None:
                 return found
