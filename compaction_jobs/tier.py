@@ -24,28 +24,25 @@ the moved files that no commit references are deleted with it.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import itertools
-import json
 import logging
 import os
-import shutil
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
-from deltalake import DeltaTable, Schema
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction
 
+from compaction_jobs.job import step
+from compaction_jobs.staging import StageDir, clean_orphans, new_job_id
+from log_tables import job_runs
+from log_tables.cold_commit import PartitionChange, commit_changes
 from log_tables.cold_table import (
     STAGE_DIR,
-    TABLE_SCHEMA,
     create_table,
     file_stats,
     is_local,
@@ -66,16 +63,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-MAX_COMMIT_ATTEMPTS = 8
-step_hook: Callable[[str], None] | None = None
-"""Called with each step's name as it completes (tests kill the process here)."""
-
-
-def _step(name: str) -> None:
-    if step_hook is not None:
-        step_hook(name)
-
 
 class SegmentWork(NamedTuple):
     """One sealed segment (or its untiered rest) to write as one Parquet file."""
@@ -169,11 +156,16 @@ class _TopicPlan(NamedTuple):
     topic: str
     table: DeltaTable
     tiered: dict[int, int]
+    """Per partition: the tiered offset planned on (the app transaction's version)."""
+    floors: dict[int, int]
+    """Per partition: where tiering starts (the tiered offset or a later log start)."""
     works: list[SegmentWork]
 
 
 class TierJob:
     """One run of the tiering job over some topics of a layout."""
+
+    name = "tier"
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None,
                  progress: Callable[[str], None] | None = None,
@@ -183,41 +175,61 @@ class TierJob:
                                "or mounted file system; object-store warehouses are not supported yet")
         self.layout = layout
         self.only = None if topics is None else set(topics)
-        self.job_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.job_id = new_job_id()
         self.progress = progress or (lambda line: log.info("%s", line))
         self.orphan_min_age_s = orphan_min_age_s
 
-    def run(self, spark: SparkSession | Callable[[], SparkSession]) -> TierReport:
+    def run(self, spark: SparkSession | Callable[[], SparkSession], *, record: bool = True
+            ) -> TierReport:
         """Plan, stage (Spark tasks), move, commit and clean up; see the module docstring.
 
         ``spark`` may be a factory: it is called only when there is something to tier.
+        Each partition tiered is a row in ``_job_runs`` (a failed run, one failed row).
         """
         started = time.monotonic()
+        began = job_runs.now_ms()
+        try:
+            report = self._run(spark, started)
+        except Exception as exc:
+            if record:
+                job_runs.record(self.layout.warehouse, [job_runs.JobRun(
+                    self.name, self.job_id, None, None, began, job_runs.now_ms(), job_runs.FAILED,
+                    error=f"{type(exc).__name__}: {exc}")])
+            raise
+        if record:
+            end = job_runs.now_ms()
+            job_runs.record(self.layout.warehouse, [job_runs.JobRun(
+                self.name, self.job_id, r.topic, r.partition, began, end, job_runs.SUCCEEDED,
+                r.end - r.start, r.end - r.start, r.bytes, r.bytes,
+                f"tiered offsets {r.start}..{r.end - 1}") for r in report.tiered])
+        return report
+
+    def _run(self, spark: SparkSession | Callable[[], SparkSession], started: float
+             ) -> TierReport:
         plans = [p for p in (self._plan(t) for t in self._topics()) if p is not None]
         works = [w for p in plans for w in p.works]
-        locks = {p.topic: self._lock_stage_dir(p.topic) for p in plans if p.works}
+        stages = {p.topic: StageDir(self.layout.table_uri(p.topic), self.job_id)
+                  for p in plans if p.works}
         try:
             staged: list[StagedFile] = []
             if works:
-                self.progress(f"tiering {len(works)} segment(s) of {len(locks)} topic(s)")
+                self.progress(f"tiering {len(works)} segment(s) of {len(stages)} topic(s)")
                 session = spark() if callable(spark) else spark
                 groups = balance(works, session.sparkContext.defaultParallelism)
                 rdd = session.sparkContext.parallelize(groups, len(groups))
                 staged = rdd.flatMap(write_segments).collect()
-            _step("staged")
+            step("staged")
             tiered: list[TieredRange] = []
             conflicts = 0
             for plan in plans:
                 mine = [s for s in staged if s.work.topic == plan.topic]
                 if mine:
-                    done, lost = self._commit(plan, mine)
+                    done, lost = self._commit(plan, mine, stages[plan.topic])
                     tiered += done
                     conflicts += lost
-            for topic in locks:
-                shutil.rmtree(self._stage_dir(topic), ignore_errors=True)
         finally:
-            for fd in locks.values():
-                os.close(fd)
+            for stage in stages.values():
+                stage.close()
         report = TierReport(tiered, conflicts, time.monotonic() - started)
         if tiered or conflicts:
             self.progress(f"tiered {report.records:,} records ({report.bytes / 1e6:.1f} MB) of "
@@ -246,39 +258,32 @@ class TierJob:
                           f"name (topic id {found}, now {topic_id}); delete that table")
             return None
         clean_orphans(uri, dt, self.orphan_min_age_s)
-        tiered = {s_p: st.tiered_offset for s_p, st in enumerate(snapshot(dt, partitions))}
+        states = snapshot(dt, partitions)
+        tiered = {p: st.tiered_offset for p, st in enumerate(states)}
+        # Records below the log start (deleted before they were tiered) are not tiered.
+        floors = {p: max(st.tiered_offset, st.start_offset) for p, st in enumerate(states)}
+        stage = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
         works: list[SegmentWork] = []
         for p in range(partitions):
             segments = list_segments(self.layout.partition_dir(topic, p))
             for seg, nxt in itertools.pairwise(segments):  # the last is active
-                start = max(tiered[p], seg.base_offset)
+                start = max(floors[p], seg.base_offset)
                 if start >= nxt.base_offset:
                     continue
-                staged = os.path.join(self._stage_dir(topic),
-                                      f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
+                staged = os.path.join(stage, f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
                 works.append(SegmentWork(topic, p, str(seg.path), seg.base_offset, start,
                                          nxt.base_offset, staged))
-        return _TopicPlan(topic, dt, tiered, works)
-
-    def _stage_dir(self, topic: str) -> str:
-        return os.path.join(local_path(self.layout.table_uri(topic)), STAGE_DIR, self.job_id)
-
-    def _lock_stage_dir(self, topic: str) -> int:
-        directory = self._stage_dir(topic)
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
+        return _TopicPlan(topic, dt, tiered, floors, works)
 
     # -- move and commit -----------------------------------------------------------
-    def _commit(self, plan: _TopicPlan, staged: list[StagedFile]) -> tuple[list[TieredRange], int]:
+    def _commit(self, plan: _TopicPlan, staged: list[StagedFile], stage: StageDir
+                ) -> tuple[list[TieredRange], int]:
         """Steps 3 and 4 for one topic; returns what was committed and how many partitions lost."""
-        root = local_path(self.layout.table_uri(plan.topic))
         by_partition: dict[int, list[StagedFile]] = defaultdict(list)
         for s in sorted(staged, key=lambda s: (s.work.partition, s.work.start)):
             by_partition[s.work.partition].append(s)
         for p, files in by_partition.items():
-            expected = plan.tiered[p]
+            expected = plan.floors[p]
             for f in files:
                 if f.work.start != max(expected, f.work.base_offset):
                     raise StorageError(f"{plan.topic}-{p}: staged files are not contiguous at "
@@ -286,96 +291,21 @@ class TierJob:
                 expected = f.work.end
         finals = {s.work.staged_path: f"partition={s.work.partition}/"
                   f"{s.work.start:020d}-{s.work.end:020d}-{self.job_id}.parquet" for s in staged}
-        manifest = os.path.join(self._stage_dir(plan.topic), "manifest.json")
-        with open(manifest, "w") as fh:
-            json.dump(sorted(finals.values()), fh)
-        for src, rel in finals.items():
-            os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
-            os.replace(src, os.path.join(root, rel))
-        _step("moved")
-        dt = plan.table
-        live = dict(by_partition)
-        lost = 0
-        for _attempt in range(MAX_COMMIT_ATTEMPTS):
-            for p in list(live):
-                if (dt.transaction_version(tier_app_id(p)) or 0) != plan.tiered[p]:
-                    for s in live.pop(p):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(os.path.join(root, finals[s.work.staged_path]))
-                    lost += 1
-            if not live:
-                return [], lost
-            now_ms = int(time.time() * 1000)
-            adds: list[AddAction | RemoveAction] = [AddAction(finals[s.work.staged_path], s.size_bytes, {"partition": str(p)},
-                              now_ms, True, s.stats) for p, files in live.items() for s in files]
-            txns = [Transaction(tier_app_id(p), files[-1].work.end, now_ms)
-                    for p, files in live.items()]
-            try:
-                dt.create_write_transaction(
-                    adds, "append", Schema.from_arrow(TABLE_SCHEMA), partition_by=["partition"],
-                    commit_properties=CommitProperties(
-                        app_transactions=txns,
-                        custom_metadata={"lakelog.job": "tier", "lakelog.jobId": self.job_id}))
-            except CommitFailedError:
-                dt.update_incremental()
-                continue
-            _step("committed")
-            dt.update_incremental()
-            return [TieredRange(plan.topic, p, plan.tiered[p], files[-1].work.end,
-                                sum(f.size_bytes for f in files))
-                    for p, files in live.items()], lost
-        raise StorageError(f"{plan.table.table_uri}: tiering commit failed "
-                           f"{MAX_COMMIT_ATTEMPTS} times in a row; rerun the job")
-
-
-def clean_orphans(uri: str, dt: DeltaTable, min_age_s: float = 60.0) -> int:
-    """Remove stage directories of jobs that are gone, and files they moved in but never
-    committed; returns how many files were deleted.
-
-    A running job holds the lock in its directory; ``min_age_s`` keeps a job that
-    has just made its directory (and not yet taken the lock) safe."""
-    stage = os.path.join(local_path(uri), STAGE_DIR)
-    try:
-        entries = os.listdir(stage)
-    except FileNotFoundError:
-        return 0
-    removed = 0
-    referenced: set[str] | None = None
-    for name in entries:
-        directory = os.path.join(stage, name)
-        try:
-            if time.time() - os.stat(directory).st_mtime < min_age_s:
-                continue
-            fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its job is still running
-            try:
-                with open(os.path.join(directory, "manifest.json")) as fh:
-                    moved = json.load(fh)
-            except FileNotFoundError:
-                moved = []
-            if moved and referenced is None:
-                dt.update_incremental()
-                referenced = {_relative(uri, f) for f in dt.file_uris()}
-            for rel in moved:
-                if rel not in (referenced or set()):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(local_path(uri), rel))
-                        removed += 1
-            shutil.rmtree(directory, ignore_errors=True)
-            log.info("removed the stage directory of dead tiering job %s (%d uncommitted files)",
-                     name, removed)
-        finally:
-            os.close(fd)
-    return removed
-
-
-def _relative(uri: str, file_uri: str) -> str:
-    root = local_path(uri).rstrip("/") + "/"
-    path = local_path(file_uri)
-    return path[len(root):] if path.startswith(root) else path
+        stage.move_in(finals)
+        step("moved")
+        now_ms = int(time.time() * 1000)
+        changes = [PartitionChange(
+            p, [AddAction(finals[s.work.staged_path], s.size_bytes, {"partition": str(p)}, now_ms,
+                          True, s.stats) for s in files], [],
+            {tier_app_id(p): files[-1].work.end}, {tier_app_id(p): plan.tiered[p]})
+            for p, files in by_partition.items()]
+        done, lost = commit_changes(
+            plan.table, changes, self.name, self.job_id,
+            on_lost=lambda c: stage.discard([finals[s.work.staged_path]
+                                             for s in by_partition[c.partition]]))
+        if done:
+            step("committed")
+        return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],
+                            by_partition[c.partition][-1].work.end,
+                            sum(f.size_bytes for f in by_partition[c.partition]))
+                for c in done], len(lost)

@@ -19,7 +19,8 @@ from log_tables.batch import BatchScanner, ScannedBatch, ScanStop
 from log_tables.errors import CorruptIndexError, OffsetOutOfRangeError
 from log_tables.offset_index import OffsetIndex
 from log_tables.partition_log import MAX_BATCH_BYTES, LogBatch
-from log_tables.segment import INDEX_SUFFIX, LOG_SUFFIX, parse_stem, records_from
+from log_tables.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem, records_from
+from log_tables.time_index import TimeIndex
 
 
 class SegmentFile(NamedTuple):
@@ -124,3 +125,16 @@ def _last_indexed(segment: SegmentFile) -> int | None:
         return None
     last = index.last
     return None if last is None else last[0]
+
+
+def segment_max_timestamp(segment: SegmentFile) -> int:
+    """A sealed segment's newest record timestamp (ms): the last time index entry (sealing
+    writes it), else a scan of the segment; -1 for an empty segment."""
+    index = TimeIndex(segment.path.with_suffix(TIMEINDEX_SUFFIX), segment.base_offset)
+    with contextlib.suppress(CorruptIndexError, OSError):
+        index.load()
+        last = index.last
+        if last is not None:
+            return last[0]
+    batches, _ = scan_segment(segment)
+    return max((b.header.max_timestamp for b in batches), default=-1)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction_jobs import tier
+from compaction_jobs import job, tier
 from compaction_jobs.tier import TierJob
 from log_tables.cold_table import STAGE_DIR, local_path, open_table, snapshot
 from log_tables.layout import Layout
@@ -133,7 +133,7 @@ def test_two_jobs_at_once_commit_each_record_once(spark: SparkSession, data: Log
     layout = Layout.of(data.data_dir)
     both_staged = threading.Barrier(2, timeout=120)
     # Hold both jobs after staging so that their commits really race.
-    tier.step_hook = lambda step: both_staged.wait() if step == "staged" else None
+    job.step_hook = lambda step: both_staged.wait() if step == "staged" else None
     reports: list[tier.TierReport] = []
     errors: list[BaseException] = []
 
@@ -150,7 +150,7 @@ def test_two_jobs_at_once_commit_each_record_once(spark: SparkSession, data: Log
         for t in threads:
             t.join(180)
     finally:
-        tier.step_hook = None
+        job.step_hook = None
     assert not errors, errors
     assert sorted(len(r.tiered) for r in reports) == [0, 3]
     assert sum(r.conflicts for r in reports) == 3

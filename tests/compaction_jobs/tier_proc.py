@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from compaction_jobs import tier
+from compaction_jobs import job, tier
 from log_tables.layout import Layout
 from log_tables.spark_session import lakelog_session
 
@@ -22,7 +22,7 @@ def main() -> None:
         if done == step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    tier.step_hook = hook
+    job.step_hook = hook
     layout = Layout.of(data_dir)
     spark = lakelog_session(data_dir, master="local[2]", conf={"spark.driver.memory": "512m"})
     tier.TierJob(layout).run(spark)

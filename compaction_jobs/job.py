@@ -1,0 +1,118 @@
+"""What every job shares: the topics it covers, its id, dry runs, and its rows in
+``_job_runs`` (one per partition it touched, or one per topic or run that failed)."""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+from compaction_jobs.staging import new_job_id
+from log_tables import job_runs
+from log_tables.cold_table import is_local
+from log_tables.errors import StorageError
+from log_tables.job_runs import DRY_RUN, FAILED, JobRun
+from log_tables.layout import Layout
+from log_tables.registry import TopicMetadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+step_hook: Callable[[str], None] | None = None
+"""Called with each step's name as a job completes it (tests kill the process there)."""
+
+
+def step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
+class JobReport(NamedTuple):
+    """The outcome of one run: its rows, as written to ``_job_runs``."""
+
+    job: str
+    job_id: str
+    runs: list[JobRun]
+    seconds: float
+
+    @property
+    def failed(self) -> list[JobRun]:
+        return [r for r in self.runs if r.status == FAILED]
+
+    def summary(self) -> str:
+        if not self.runs:
+            return f"{self.job}: nothing to do ({self.seconds:.2f} s)"
+        rin = sum(r.records_in for r in self.runs)
+        rout = sum(r.records_out for r in self.runs)
+        bin_ = sum(r.bytes_in for r in self.runs)
+        bout = sum(r.bytes_out for r in self.runs)
+        line = (f"{self.job}: {len(self.runs)} partition run(s), records {rin:,} -> {rout:,}, "
+                f"bytes {bin_ / 1e6:.1f} MB -> {bout / 1e6:.1f} MB in {self.seconds:.2f} s")
+        if self.failed:
+            line += f"; {len(self.failed)} failed"
+        return line
+
+
+class Job(abc.ABC):
+    """A job over some topics of a layout; ``run`` records its rows in ``_job_runs``."""
+
+    name: ClassVar[str]
+    needs_local_warehouse: ClassVar[bool] = True
+
+    def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
+                 dry_run: bool = False, progress: Callable[[str], None] | None = None,
+                 now_ms: int | None = None) -> None:
+        if self.needs_local_warehouse and not is_local(layout.warehouse):
+            raise StorageError(f"{layout.warehouse}: lakelog's jobs stage files on a local or "
+                               "mounted file system; object-store warehouses are not supported yet")
+        self.layout = layout
+        self.only = None if topics is None else set(topics)
+        self.dry_run = dry_run
+        self.job_id = new_job_id()
+        self.progress = progress or (lambda line: log.info("%s", line))
+        self.now_ms = now_ms if now_ms is not None else job_runs.now_ms()
+
+    def topic_metas(self) -> list[TopicMetadata]:
+        return [t for t in self.layout.topics() if self.only is None or t.name in self.only]
+
+    def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
+            record: bool = True) -> JobReport:
+        """Run over every topic; a topic that fails gets a failed row and the others go on."""
+        started = time.monotonic()
+        runs: list[JobRun] = []
+        for meta in self.topic_metas():
+            began = job_runs.now_ms()
+            try:
+                runs += self.run_topic(meta, spark)
+            except Exception as exc:
+                log.exception("%s job failed on topic %s", self.name, meta.name)
+                runs.append(self.row(meta.name, None, began, FAILED,
+                                     error=f"{type(exc).__name__}: {exc}"))
+        if self.dry_run:
+            runs = [r._replace(status=DRY_RUN) if r.status != FAILED else r for r in runs]
+        if record:
+            job_runs.record(self.layout.warehouse, runs)
+        report = JobReport(self.name, self.job_id, runs, time.monotonic() - started)
+        if runs:
+            self.progress(report.summary())
+        return report
+
+    @abc.abstractmethod
+    def run_topic(self, meta: TopicMetadata,
+                  spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
+        """Do (or, dry, describe) the work on one topic; one row per partition touched."""
+
+    def row(self, topic: str | None, partition: int | None, began_ms: int, status: str,
+            **counts: int | str | None) -> JobRun:
+        return JobRun(self.name, self.job_id, topic, partition, began_ms, job_runs.now_ms(),
+                      status, **counts)  # type: ignore[arg-type]
+
+
+def session_of(spark: SparkSession | Callable[[], SparkSession] | None) -> SparkSession:
+    """The session, built on first need when a factory was given."""
+    if spark is None:
+        raise StorageError("this job needs a SparkSession")
+    return spark() if callable(spark) else spark
