@@ -64,7 +64,7 @@ class Job(abc.ABC):
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  dry_run: bool = False, progress: Callable[[str], None] | None = None,
-                 now_ms: int | None = None) -> None:
+                 now_ms: int | None = None, orphan_min_age_s: float = 60.0) -> None:
         if self.needs_local_warehouse and not is_local(layout.warehouse):
             raise StorageError(f"{layout.warehouse}: lakelog's jobs stage files on a local or "
                                "mounted file system; object-store warehouses are not supported yet")
@@ -74,6 +74,7 @@ class Job(abc.ABC):
         self.job_id = new_job_id()
         self.progress = progress or (lambda line: log.info("%s", line))
         self.now_ms = now_ms if now_ms is not None else job_runs.now_ms()
+        self.orphan_min_age_s = orphan_min_age_s
 
     def topic_metas(self) -> list[TopicMetadata]:
         return [t for t in self.layout.topics() if self.only is None or t.name in self.only]

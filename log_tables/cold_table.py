@@ -143,8 +143,10 @@ def _iso_ms(micros: int) -> str:
     return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def file_stats(rows: pa.RecordBatch | pa.Table) -> str:
-    """Delta stats JSON of a file's rows (sorted by offset)."""
+def file_stats(rows: pa.RecordBatch | pa.Table, key_nulls: int | None = None,
+               value_nulls: int | None = None) -> str:
+    """Delta stats JSON of a file's rows (sorted by offset; ``key``/``value`` columns may be
+    left out when their null counts are given)."""
     n = rows.num_rows
     ts = pc.min_max(rows.column("timestamp").cast(pa.int64()))
     tt = pc.min_max(rows.column("timestampType"))
@@ -155,10 +157,32 @@ def file_stats(rows: pa.RecordBatch | pa.Table) -> str:
                       "timestampType": tt["min"].as_py()},
         "maxValues": {"offset": offsets[n - 1].as_py(), "timestamp": _iso_ms(ts["max"].as_py()),
                       "timestampType": tt["max"].as_py()},
-        "nullCount": {"key": rows.column("key").null_count,
-                      "value": rows.column("value").null_count,
+        "nullCount": {"key": rows.column("key").null_count if key_nulls is None else key_nulls,
+                      "value": rows.column("value").null_count if value_nulls is None
+                      else value_nulls,
                       "offset": 0, "timestamp": 0, "timestampType": 0},
     })
+
+
+def parquet_file_stats(path: str) -> tuple[int, int, int, str]:
+    """(rows, min offset, max offset, Delta stats JSON) of a Parquet file written by anyone
+    (Spark included), sorted by offset: three small columns read, null counts from the footer."""
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    nulls = dict.fromkeys(("key", "value"), 0)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for name in nulls:
+            stats = group.column(names.index(name)).statistics
+            nulls[name] += stats.null_count if stats is not None and stats.has_null_count else 0
+    rows = pf.read(columns=["offset", "timestamp", "timestampType"])
+    if rows.schema.field("timestamp").type != TIMESTAMP_TYPE:
+        raise StorageError(f"{path}: timestamps stored as {rows.schema.field('timestamp').type}, "
+                           f"expected {TIMESTAMP_TYPE} (spark.sql.parquet.outputTimestampType)")
+    offsets = rows.column("offset")
+    return (rows.num_rows, offsets[0].as_py(), offsets[-1].as_py(),
+            file_stats(rows, nulls["key"], nulls["value"]))
 
 
 def write_rows(path: str, batches: Sequence[pa.RecordBatch]) -> int:

@@ -110,7 +110,8 @@ def test_killed_job_then_rerun_loses_and_duplicates_nothing(
         spark: SparkSession, data: LogManager, step: str) -> None:
     ends = _fill(data, partitions=2)
     layout = Layout.of(data.data_dir)
-    proc = subprocess.run([sys.executable, str(HERE / "tier_proc.py"), layout.data_dir, step],
+    proc = subprocess.run([sys.executable, str(HERE / "job_proc.py"), layout.data_dir, "tier",
+                           step],
                           capture_output=True, timeout=180, cwd=HERE.parent.parent)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     stage = Path(local_path(layout.table_uri("events"))) / STAGE_DIR
