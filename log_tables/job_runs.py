@@ -147,5 +147,7 @@ def trim(warehouse: str, retention_ms: int = RETENTION_MS) -> int:
         old = int(pc.sum(pc.less(starts.column("start"), pa.scalar(cutoff, SCHEMA.field("start").type))).as_py() or 0)
     if old:
         dt.delete(f"start < '{cutoff.strftime('%Y-%m-%dT%H:%M:%S')}Z'")
-    dt.create_checkpoint()
+        dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+    if dt.version() % 10 == 0:
+        dt.create_checkpoint()
     return old

@@ -1,0 +1,87 @@
+"""The vacuum job: delete files that commits removed once a grace period has passed,
+checkpoint the tables, and keep ``_job_runs`` small.
+
+The grace period (``retention_hours``, 24 by default) must outlast any reader
+or job still using an older snapshot: a Spark query planned before a
+compaction reads the removed files until it ends. Vacuum runs in delta-rs'
+"lite" mode: only files that a commit removed are deleted, never files a
+running job has moved in but not yet committed (those are the stage
+directories' business).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from deltalake import DeltaTable
+
+from compaction_jobs.job import Job, JobReport
+from log_tables import job_runs
+from log_tables.cold_commit import open_topic_table
+from log_tables.cold_table import local_path
+from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.layout import Layout
+from log_tables.registry import TopicMetadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_RETENTION_HOURS = 24
+CHECKPOINT_EVERY = 10
+"""Commits between checkpoints: opening a table then reads one Parquet file and a few JSONs."""
+
+
+def checkpoint_if_due(dt: DeltaTable) -> bool:
+    """Checkpoint when ``CHECKPOINT_EVERY`` commits came since the last one; drop expired logs."""
+    try:
+        with open(os.path.join(local_path(dt.table_uri), "_delta_log", "_last_checkpoint")) as fh:
+            last = int(json.load(fh)["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        last = -1
+    if dt.version() - last < CHECKPOINT_EVERY:
+        return False
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    return True
+
+
+class VacuumJob(Job):
+    """Vacuum and checkpoint every topic's table."""
+
+    name = "vacuum"
+
+    def __init__(self, layout: Layout, topics: list[str] | None = None, *,
+                 retention_hours: int = DEFAULT_RETENTION_HOURS, **kwargs: object) -> None:
+        super().__init__(layout, topics, **kwargs)  # type: ignore[arg-type]
+        self.retention_hours = retention_hours
+
+    def run_topic(self, meta: TopicMetadata,
+                  spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
+        began = now_ms()
+        dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
+        root = local_path(dt.table_uri).rstrip("/") + "/"
+        doomed = dt.vacuum(retention_hours=self.retention_hours, dry_run=True,
+                           enforce_retention_duration=False)
+        if not self.dry_run:
+            if doomed:
+                dt.vacuum(retention_hours=self.retention_hours, dry_run=False,
+                          enforce_retention_duration=False)
+            checkpoint_if_due(dt)
+        if not doomed:
+            return []
+        for path in doomed:
+            self.progress(f"{'would delete' if self.dry_run else 'deleted'} "
+                          f"{root}{path.removeprefix(root)}")
+        return [self.row(meta.name, None, began, SUCCEEDED,
+                         detail=f"{len(doomed)} removed file(s) older than "
+                                f"{self.retention_hours} h deleted")]
+
+    def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
+            record: bool = True) -> JobReport:
+        report = super().run(spark, record=record)
+        if not self.dry_run:
+            job_runs.trim(self.layout.warehouse)
+        return report
