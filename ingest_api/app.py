@@ -20,7 +20,7 @@ from ingest_api.metrics import LatencyMiddleware, Metrics
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce import ProduceService
-from ingest_api.routers import cluster, records, topics
+from ingest_api.routers import admin, cluster, records, topics
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
 from log_tables.log_manager import LogManager
@@ -81,6 +81,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(cluster.router)
     app.include_router(topics.router)
     app.include_router(records.router)
+    app.include_router(admin.router)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
 
     def openapi() -> dict[str, Any]:

@@ -111,6 +111,19 @@ class ProducerInit(msgspec.Struct, forbid_unknown_fields=True):
     producer_id: NonNegative | None = None
 
 
+class DeleteRecordsPartition(msgspec.Struct, forbid_unknown_fields=True):
+    partition_id: NonNegative
+    offset: Annotated[int, msgspec.Meta(ge=-1)]
+    """Delete every record below this offset; -1: the high watermark (everything)."""
+
+
+class DeleteRecordsRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Kafka's DeleteRecords for some partitions of one topic."""
+
+    partitions: Annotated[list[DeleteRecordsPartition], msgspec.Meta(min_length=1, max_length=10_000)]
+
+
 REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
     ProduceRecord, BatchRequest, TopicCreate, TopicPatch, ConfigUpdate, ConfigAlter, ProducerInit,
+    DeleteRecordsRequest,
 )

@@ -44,6 +44,18 @@ class ApiSettings(BaseSettings):
                                   description="How often the tiering job runs in the server "
                                               "(also right after a roll); 0: never (run "
                                               "`lakelog jobs tier` from a scheduler instead).")
+    retention_interval_ms: int = Field(30_000, ge=0,
+                                       description="How often retention.ms / retention.bytes "
+                                                   "are applied; 0: never.")
+    compact_interval_ms: int = Field(15_000, ge=0,
+                                     description="How often compacted topics are checked for "
+                                                 "dirty partitions; 0: never.")
+    upkeep_interval_ms: int = Field(600_000, ge=0,
+                                    description="How often small files are merged (optimize) "
+                                                "and removed files vacuumed; 0: never.")
+    vacuum_retention_hours: int = Field(24, ge=0,
+                                        description="How long files removed by a commit stay "
+                                                    "for readers of older snapshots.")
     spark_master: str = Field("local[2]", description="Spark master of the server's jobs.")
 
     @property

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 
+from log_tables import job_runs
+from log_tables.cold_commit import delete_records
 from log_tables.cold_table import (
     ColdTables,
     PartitionState,
@@ -123,9 +126,19 @@ class TieredStorage:
             keep_ms, keep_bytes = local_retention(meta.config)
             for p, cold in enumerate(states):
                 plog = self.manager.log(meta.name, p)
+                self.follow_log_start(plog, cold)
                 deleted += self._retire_partition(plog, cold.tiered_offset, now_ms, keep_ms,
                                                   keep_bytes)
         return deleted
+
+    @staticmethod
+    def follow_log_start(plog: PartitionLog, cold: PartitionState) -> None:
+        """Move the hot tier's log start up to the one retention or DeleteRecords committed
+        in Delta (maybe from another process), dropping the segments below it."""
+        target = min(cold.start_offset, plog.high_watermark)
+        if target > plog.log_start_offset:
+            plog.delete_records(target)
+            log.info("%s: log start moved to %d (committed in the Delta tier)", plog.name, target)
 
     @staticmethod
     def _retire_partition(plog: PartitionLog, tiered: int, now_ms: int, keep_ms: int,
@@ -149,6 +162,33 @@ class TieredStorage:
             log.info("%s: removed %d tiered segment(s) below offset %d from the hot tier",
                      plog.name, len(gone), below)
         return len(gone)
+
+    def delete_records(self, topic: str, targets: dict[int, int]) -> dict[int, int]:
+        """Kafka's DeleteRecords: per partition, delete every record below the target offset
+        (-1: the high watermark). Committed in Delta first (so every process sees it), then
+        the hot tier follows. Returns each partition's new log start (low watermark)."""
+        meta = self.manager.topic(topic)
+        resolved: dict[int, int] = {}
+        for p, offset in targets.items():
+            plog = self.manager.log(topic, p)
+            hw = plog.high_watermark
+            target = hw if offset == -1 else offset
+            if target > hw:
+                raise OffsetOutOfRangeError(plog.name, target, self.log_start_offset(plog, topic, p),
+                                            hw)
+            resolved[p] = target
+        job_id = f"delete-records-{int(time.time() * 1000)}"
+        started = job_runs.now_ms()
+        starts = delete_records(self.layout.table_uri(topic), topic, meta.topic_id,
+                                meta.partitions, resolved, job_id)
+        states = self.tables.state(topic, meta.partitions, meta.topic_id, refresh=True)
+        for p in resolved:
+            if states is not None:
+                self.follow_log_start(self.manager.log(topic, p), states[p])
+        job_runs.record(self.layout.warehouse, [job_runs.JobRun(
+            "delete-records", job_id, topic, p, started, job_runs.now_ms(), job_runs.SUCCEEDED,
+            detail=f"log start -> {starts[p]} (asked {resolved[p]})") for p in resolved])
+        return starts
 
     def drop_topic(self, topic: str) -> None:
         """Remove a deleted topic's Delta table (local warehouses)."""

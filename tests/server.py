@@ -30,7 +30,9 @@ class ServerProcess:
         self.data_dir = data_dir
         self.port = free_port()
         # Scheduled tiering starts Spark inside the server: only tests that want it turn it on.
-        self.env = {**os.environ, "LAKELOG_TIER_INTERVAL_MS": "0", **(env or {})}
+        self.env = {**os.environ, "LAKELOG_TIER_INTERVAL_MS": "0",
+                    "LAKELOG_RETENTION_INTERVAL_MS": "0", "LAKELOG_COMPACT_INTERVAL_MS": "0",
+                    "LAKELOG_UPKEEP_INTERVAL_MS": "0", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 
