@@ -119,6 +119,134 @@ def jobs_tier(
                   if report.conflicts else ""))
 
 
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "
+                                     "rewritten; change nothing.")]
+Topics = Annotated[list[str] | None, typer.Option("--topic", help="Only this topic (repeatable).")]
+
+
+def _run_jobs(names: list[str], data_dir: Path, warehouse: str | None, topic: list[str] | None,
+              master: str | None, dry_run: bool, target_bytes: int, retention_hours: int) -> None:
+    from compaction_jobs.compact import CompactJob
+    from compaction_jobs.job import Job, JobReport
+    from compaction_jobs.optimize import OptimizeJob
+    from compaction_jobs.retention import RetentionJob
+    from compaction_jobs.vacuum import VacuumJob
+    from log_tables.layout import Layout
+    from log_tables.spark_session import lakelog_session
+
+    layout = Layout.of(data_dir, warehouse)
+    session: list[Any] = []
+
+    def spark() -> Any:
+        if not session:
+            session.append(lakelog_session(layout.data_dir, layout.warehouse, master=master,
+                                           app_name="lakelog-jobs"))
+        return session[0]
+
+    def echo(line: str) -> None:
+        typer.echo(line, err=True)
+
+    failed = 0
+    for name in names:
+        if name == "tier":
+            if dry_run:
+                typer.echo("tier: skipped (no dry run; it only adds data)")
+                continue
+            jobs_tier(data_dir, warehouse, topic, master)
+            continue
+        job: Job
+        if name == "retention":
+            job = RetentionJob(layout, topic, dry_run=dry_run, progress=echo)
+        elif name == "compact":
+            job = CompactJob(layout, topic, dry_run=dry_run, progress=echo)
+        elif name == "optimize":
+            job = OptimizeJob(layout, topic, target_bytes=target_bytes, dry_run=dry_run,
+                              progress=echo)
+        else:
+            job = VacuumJob(layout, topic, retention_hours=retention_hours, dry_run=dry_run,
+                            progress=echo)
+        report: JobReport = job.run(spark)
+        typer.echo(report.summary())
+        for run in report.failed:
+            typer.echo(f"{name} failed on {run.topic}: {run.error}", err=True)
+        failed += len(report.failed)
+    if failed:
+        raise typer.Exit(1)
+
+
+TargetBytes = Annotated[int, typer.Option(help="Optimize: merge files up to this size.")]
+RetentionHours = Annotated[int, typer.Option(help="Vacuum: keep removed files this long for "
+                                                  "readers of older snapshots.")]
+
+
+@jobs_app.command("retention")
+def jobs_retention(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+                   topic: Topics = None, master: Master = None, dry_run: DryRun = False) -> None:
+    """Apply retention.ms / retention.bytes: whole files and segments, log start moves."""
+    _run_jobs(["retention"], data_dir, warehouse, topic, master, dry_run, 0, 0)
+
+
+@jobs_app.command("compact")
+def jobs_compact(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+                 topic: Topics = None, master: Master = None, dry_run: DryRun = False) -> None:
+    """Compact the dirty partitions of compacted topics (latest value per key)."""
+    _run_jobs(["compact"], data_dir, warehouse, topic, master, dry_run, 0, 0)
+
+
+@jobs_app.command("optimize")
+def jobs_optimize(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+                  topic: Topics = None, master: Master = None, dry_run: DryRun = False,
+                  target_bytes: TargetBytes = 64 << 20) -> None:
+    """Merge small Delta files, keeping offset order."""
+    _run_jobs(["optimize"], data_dir, warehouse, topic, master, dry_run, target_bytes, 0)
+
+
+@jobs_app.command("vacuum")
+def jobs_vacuum(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+                topic: Topics = None, master: Master = None, dry_run: DryRun = False,
+                retention_hours: RetentionHours = 24) -> None:
+    """Delete files that commits removed, after the grace period; checkpoint the tables."""
+    _run_jobs(["vacuum"], data_dir, warehouse, topic, master, dry_run, 0, retention_hours)
+
+
+@jobs_app.command("all")
+def jobs_all(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+             topic: Topics = None, master: Master = None, dry_run: DryRun = False,
+             target_bytes: TargetBytes = 64 << 20, retention_hours: RetentionHours = 24) -> None:
+    """Tier, retention, compact, optimize and vacuum, in that order."""
+    _run_jobs(["tier", "retention", "compact", "optimize", "vacuum"], data_dir, warehouse, topic,
+              master, dry_run, target_bytes, retention_hours)
+
+
+@app.command("delete-records")
+def delete_records(
+    topic: Annotated[str, typer.Argument(help="The topic.")],
+    before: Annotated[list[str], typer.Option(
+        help="PARTITION=OFFSET: delete the partition's records below OFFSET (-1: all); "
+             "repeatable.")],
+    url: Annotated[str, typer.Option(help="The server [LAKELOG_URL].",
+                                     envvar="LAKELOG_URL")] = "http://127.0.0.1:8080",
+) -> None:
+    """Kafka's DeleteRecords through the server: move log starts forward."""
+    import httpx
+
+    partitions = []
+    for item in before:
+        p, sep, offset = item.partition("=")
+        if not sep or not p.strip().isdigit() or not offset.strip().lstrip("-").isdigit():
+            raise LakelogError(f"--before {item!r}: expected PARTITION=OFFSET, e.g. 0=1500")
+        partitions.append({"partition_id": int(p), "offset": int(offset)})
+    try:
+        r = httpx.post(f"{url.rstrip('/')}/v3/clusters/lakelog/topics/{topic}/records:delete",
+                       json={"partitions": partitions}, timeout=60)
+    except httpx.HTTPError as exc:
+        raise LakelogError(f"cannot reach lakelog at {url}: {exc}") from None
+    if r.status_code != 200:
+        raise LakelogError(f"{r.status_code}: {r.json().get('message', r.text)}")
+    for part in r.json()["partitions"]:
+        typer.echo(f"{topic}-{part['partition_id']}: log start offset {part['low_watermark']}")
+
+
 @app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="Spark SQL; every topic is a view, plus "

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from log_tables.cold_table import PartitionState, table_topic_id
+from log_tables.cold_table import PartitionState, open_table, table_topic_id
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
+from log_tables.job_runs import SPARK_DDL as JOB_RUNS_DDL
+from log_tables.job_runs import job_runs_uri
 from log_tables.layout import Layout
 from log_tables.spark_session import session_layout
 from log_tables.topic_reader import (
@@ -105,7 +107,6 @@ def read_topic(spark: SparkSession, topic: str, *,
 
 
 def _check_topic_id(layout: Layout, topic: str, topic_id: str) -> None:
-    from log_tables.cold_table import open_table
 
     dt = open_table(layout.table_uri(topic))
     found = None if dt is None else table_topic_id(dt)
@@ -178,7 +179,8 @@ def partition_rows(layout: Layout) -> list[tuple[object, ...]]:
 
 
 def register_views(spark: SparkSession, topics: list[str] | None = None) -> list[str]:
-    """Make every topic (or the given ones) a temporary SQL view, plus ``partitions``.
+    """Make every topic (or the given ones) a temporary SQL view, plus ``partitions`` and
+    ``job_runs`` (what the jobs did: one row per run and partition).
 
     A view is a snapshot as of this call (like ``read_topic``); call again to refresh.
     """
@@ -188,4 +190,11 @@ def register_views(spark: SparkSession, topics: list[str] | None = None) -> list
         read_topic(spark, name).createOrReplaceTempView(f"`{name}`")
     spark.createDataFrame(partition_rows(layout), PARTITIONS_DDL).createOrReplaceTempView(
         "partitions")
-    return [*names, "partitions"]
+    runs_uri = job_runs_uri(layout.warehouse)
+    runs = open_table(runs_uri)
+    if runs is not None and runs.file_uris():
+        spark.read.schema(JOB_RUNS_DDL).parquet(*runs.file_uris()).createOrReplaceTempView(
+            "job_runs")
+    else:
+        spark.createDataFrame([], JOB_RUNS_DDL).createOrReplaceTempView("job_runs")
+    return [*names, "partitions", "job_runs"]

@@ -70,3 +70,47 @@ def test_jobs_tier_and_sql(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=180)
     assert bad.returncode == 1
     assert "no_such_view" in bad.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_jobs_all_dry_run_then_for_real(tmp_path: Path) -> None:
+    from log_tables.log_manager import LogManager
+    from log_tables.records import build_batch
+
+    manager = LogManager(tmp_path / "data")
+    manager.create_topic("state", 1, {"cleanup.policy": "compact"})
+    manager.create_topic("old", 1, {"retention.ms": "60000"})
+    for topic in ("state", "old"):
+        plog = manager.log(topic, 0)
+        for i in range(40):  # 4 keys, 10 updates; timestamps in 2023: past any retention
+            plog.append(build_batch([b"v%d" % i], keys=[b"k%d" % (i % 4)],
+                                    timestamps=[1_700_000_000_000 + i]))
+            if i % 10 == 9:
+                plog.roll()
+    manager.close()
+    env = {**os.environ, "LAKELOG_DATA_DIR": str(tmp_path / "data"),
+           "LAKELOG_SPARK_MASTER": "local[1]"}
+
+    def lakelog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([LAKELOG, *args], env=env, capture_output=True, text=True,
+                              timeout=240)
+
+    tier = lakelog("jobs", "tier")
+    assert tier.returncode == 0, tier.stderr[-2000:]
+    dry = lakelog("jobs", "all", "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert "would delete old-0 below offset 40" in dry.stderr
+    assert "would compact state-0 offsets 0..39: 4 file(s), 40 records" in dry.stderr
+    real = lakelog("jobs", "all")
+    assert real.returncode == 0, real.stderr[-2000:]
+    assert "compact: 1 partition run(s), records 40 -> 4" in real.stdout
+    out = lakelog("sql", "--json", "SELECT job, status, sum(records_in) AS n FROM job_runs "
+                  "WHERE job IN ('retention', 'compact') GROUP BY job, status ORDER BY job, status")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"job": "compact", "status": "dry_run", "n": 40},
+        {"job": "compact", "status": "succeeded", "n": 40},
+        {"job": "retention", "status": "dry_run", "n": 40},
+        {"job": "retention", "status": "succeeded", "n": 40}]
+    bad = lakelog("delete-records", "old", "--before", "zero=1")
+    assert bad.returncode == 1 and "PARTITION=OFFSET" in bad.stderr
