@@ -43,7 +43,7 @@ DAY_MS = 24 * 3600 * 1000
 
 
 def fill(data_dir: Path, topic: str, records: int, keys: int, configs: dict[str, str],
-         ts_step_ms: int = 0) -> int:
+         ts_step_ms: int = 0, segment_records: int = SEGMENT_RECORDS) -> int:
     """Append ``records`` with keys drawn from ``keys`` distinct ones; returns the base time."""
     rng = np.random.default_rng(11)
     key_pool = [b"key-%012d" % k for k in range(keys)]
@@ -61,7 +61,7 @@ def fill(data_dir: Path, topic: str, records: int, keys: int, configs: dict[str,
             pa.array([key_pool[k] for k in picks], pa.binary()),
             pa.array(values, pa.binary()),
             pa.nulls(PER_BATCH, RECORD_SCHEMA.field(3).type)], schema=RECORD_SCHEMA))
-        if plog.high_watermark % SEGMENT_RECORDS == 0:
+        if plog.high_watermark % segment_records == 0:
             plog.roll()
     for p in range(PARTITIONS):
         manager.log(topic, p).roll()
@@ -103,7 +103,8 @@ def bench_compact(work: Path, records: int, keys: int, spark: Any) -> dict[str, 
 
 def bench_retention(work: Path, records: int, spark: Any) -> dict[str, Any]:
     data = work / "retention"
-    fill(data, "old", records, 1000, {"retention.ms": str(DAY_MS)}, ts_step_ms=1)
+    fill(data, "old", records, 1000, {"retention.ms": str(DAY_MS)}, ts_step_ms=1,
+         segment_records=5000)
     layout = Layout.of(data)
     TierJob(layout, progress=lambda _line: None).run(spark)
     uri = layout.table_uri("old")

@@ -17,9 +17,10 @@ For each partition of a topic with ``cleanup.policy`` ``compact`` or
 Steps of one run per topic (a kill at any step leaves the old or the new state):
 
 1. plan: snapshot the table, pick the due partitions and their files;
-2. staged: one Spark job reads those files, keeps the latest record per
-   (partition, key), and writes each partition sorted by offset under
-   ``_stage/<job>/``; file stats come from the written files;
+2. staged: Spark keeps the latest record per (partition, key) and writes each
+   partition sorted by offset under ``_stage/<job>/``: one task per partition
+   (pyarrow in the task) when each fits in ``task_max_bytes``, else a Spark SQL
+   shuffle over all of them; file stats come from the written rows or files;
 3. moved: manifest, then the files move into ``partition=<p>/``;
 4. committed: one delta-rs commit removes the old files and adds the new ones,
    advancing each partition's cleaner checkpoint and file-removal counter (the
@@ -38,25 +39,32 @@ import glob
 import operator
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake.transaction import AddAction
 
 from compaction_jobs.job import Job, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold_commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold_table import (
+    TIMESTAMP_TYPE,
     ColdFile,
     PartitionState,
     cleaned_app_id,
+    file_stats,
     files_app_id,
     parquet_file_stats,
+    read_files,
     snapshot,
+    write_rows,
 )
 from log_tables.config import TopicConfig
 from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 from log_tables.spark_read import FILE_DDL
 
@@ -65,6 +73,48 @@ if TYPE_CHECKING:
 
 MAX_RECORDS_PER_FILE = 4_000_000
 """Bound on one output file; a partition's compacted range may span several."""
+TASK_MAX_BYTES = 1 << 30
+"""A partition whose cleanable files are larger than this is compacted by a Spark SQL
+shuffle; smaller ones by one Spark task each (pyarrow in the task), which on small
+clusters is an order of magnitude faster."""
+
+Written = tuple[str, int, int, int, str, int]
+"""A written file: path, rows, first and last offset, Delta stats, bytes."""
+
+
+class PartitionTask(NamedTuple):
+    """One partition's rewrite, done whole by one Spark task."""
+
+    partition: int
+    files: list[ColdFile]
+    start_offset: int
+    horizon_ms: int
+    """Tombstones older than this go."""
+    out_dir: str
+
+
+def compact_partition(task: PartitionTask) -> tuple[int, list[Written]]:
+    """Step 2 in a Spark task: the latest record per key, tombstones past the horizon and
+    keyless records dropped, written sorted by offset (files of at most
+    MAX_RECORDS_PER_FILE rows)."""
+    table = read_files(task.files, task.start_offset, task.files[-1].max_offset + 1)
+    table = table.filter(pc.is_valid(table.column("key")))
+    latest = table.group_by("key", use_threads=False).aggregate([("offset", "max")])
+    keep = pc.is_in(table.column("offset"), value_set=latest.column("offset_max"))
+    horizon = pa.scalar(task.horizon_ms * 1000, pa.int64()).cast(TIMESTAMP_TYPE)
+    expired = pc.and_(pc.is_null(table.column("value")),
+                      pc.less(table.column("timestamp"), horizon))
+    kept = table.filter(pc.and_(keep, pc.invert(expired)))
+    os.makedirs(task.out_dir, exist_ok=True)
+    out: list[Written] = []
+    for i in range(0, kept.num_rows, MAX_RECORDS_PER_FILE):
+        chunk = kept.slice(i, MAX_RECORDS_PER_FILE)
+        path = os.path.join(task.out_dir, f"p{task.partition}-{i // MAX_RECORDS_PER_FILE}.parquet")
+        size = write_rows(path, chunk.to_batches())
+        offsets = chunk.column("offset")
+        out.append((path, chunk.num_rows, offsets[0].as_py(), offsets[-1].as_py(),
+                    file_stats(chunk), size))
+    return task.partition, out
 
 
 class CompactPlan(NamedTuple):
@@ -116,6 +166,11 @@ class CompactJob(Job):
 
     name = "compact"
 
+    def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
+                 task_max_bytes: int = TASK_MAX_BYTES, **kwargs: Any) -> None:
+        super().__init__(layout, topics, **kwargs)
+        self.task_max_bytes = task_max_bytes
+
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
         config = meta.config
@@ -138,7 +193,11 @@ class CompactJob(Job):
                              bytes_in=p.size_bytes, detail=p.reason) for p in plans]
         stage = StageDir(uri, self.job_id)
         try:
-            written = self._rewrite(session_of(spark), uri, plans, config, stage.path)
+            session = session_of(spark)
+            if max(p.size_bytes for p in plans) <= self.task_max_bytes:
+                written = self._rewrite_in_tasks(session, plans, config, stage.path)
+            else:
+                written = self._rewrite(session, uri, plans, config, stage.path)
             step("staged")
             finals = {src: f"partition={p}/{lo:020d}-{hi:020d}-{self.job_id}-c{i}.parquet"
                       for p, files in written.items()
@@ -170,10 +229,19 @@ class CompactJob(Job):
                          detail=f"offsets {p.state.start_offset}..{p.cleaned_to - 1}: {p.reason}")
                 for p in plans if p.partition in ok]
 
+    def _rewrite_in_tasks(self, spark: SparkSession, plans: list[CompactPlan],
+                          config: TopicConfig, out_dir: str) -> dict[int, list[Written]]:
+        """Step 2, one Spark task per partition (largest first)."""
+        tasks = [PartitionTask(p.partition, p.files, p.state.start_offset,
+                               self.now_ms - config.delete_retention_ms, out_dir)
+                 for p in sorted(plans, key=lambda p: -p.size_bytes)]
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        return dict(rdd.map(compact_partition).collect())
+
     def _rewrite(self, spark: SparkSession, uri: str, plans: list[CompactPlan],
                  config: TopicConfig, out_dir: str
-                 ) -> dict[int, list[tuple[str, int, int, int, str, int]]]:
-        """Step 2: the Spark job; per partition, the files written (path, rows, first and
+                 ) -> dict[int, list[Written]]:
+        """Step 2 as a Spark SQL shuffle (partitions too large for one task); per partition, the files written (path, rows, first and
         last offset, stats, bytes) in offset order."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
@@ -194,7 +262,7 @@ class CompactJob(Job):
         (kept.repartition(len(plans), "partition").sortWithinPartitions("partition", "offset")
          .write.mode("overwrite").option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
          .partitionBy("partition").parquet(target))
-        out: dict[int, list[tuple[str, int, int, int, str, int]]] = {}
+        out: dict[int, list[Written]] = {}
         for plan in plans:
             files = []
             for path in glob.glob(os.path.join(target, f"partition={plan.partition}", "*.parquet")):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction_jobs.compact import CompactJob
+from compaction_jobs.compact import TASK_MAX_BYTES, CompactJob
 from compaction_jobs.tier import TierJob
 from log_tables import job_runs
 from log_tables.cold_table import open_table, snapshot
@@ -79,14 +79,18 @@ def compacted_topic(manager: LogManager, name: str = "state", partitions: int = 
     return Layout.of(manager.data_dir)
 
 
-def test_latest_value_per_key_survives_with_its_offset(spark: SparkSession, data: LogManager
-                                                       ) -> None:
+PATHS = pytest.mark.parametrize("task_max_bytes", [TASK_MAX_BYTES, 0], ids=["tasks", "sql"])
+
+
+@PATHS
+def test_latest_value_per_key_survives_with_its_offset(spark: SparkSession, data: LogManager,
+                                                       task_max_bytes: int) -> None:
     layout = compacted_topic(data, partitions=2)
     expected = {p: updates(data, "state", p, keys=30, rounds=6) for p in range(2)}
     TierJob(layout).run(spark)
     before = {p: table_map(spark, "state", p)[0] for p in range(2)}
     assert before == expected
-    report = CompactJob(layout, now_ms=T0 + DAY_MS).run(spark)
+    report = CompactJob(layout, now_ms=T0 + DAY_MS, task_max_bytes=task_max_bytes).run(spark)
     assert {r.partition for r in report.runs} == {0, 1}
     assert all(r.records_in == 180 and r.records_out == 30 for r in report.runs)
     for p in range(2):
@@ -111,18 +115,19 @@ def test_latest_value_per_key_survives_with_its_offset(spark: SparkSession, data
         ("state", 0, 30), ("state", 1, 30)}
 
 
-def test_tombstones_stay_for_delete_retention_then_go(spark: SparkSession, data: LogManager
-                                                      ) -> None:
+@PATHS
+def test_tombstones_stay_for_delete_retention_then_go(spark: SparkSession, data: LogManager,
+                                                      task_max_bytes: int) -> None:
     layout = compacted_topic(data, delete_retention_ms=DAY_MS)
     expected = updates(data, "state", 0, keys=10, rounds=3, tombstones={5, 7})
     TierJob(layout).run(spark)
-    CompactJob(layout, now_ms=T0 + 1000).run(spark)  # inside delete.retention.ms
+    CompactJob(layout, now_ms=T0 + 1000, task_max_bytes=task_max_bytes).run(spark)  # inside
     kept, _ = table_map(spark, "state")
     assert kept == expected and kept[b"k5"][0] is None
     # More updates make the partition dirty again; now the tombstones are past it.
     more = updates(data, "state", 0, keys=3, rounds=4, ts=T0 + 10)
     TierJob(layout).run(spark)
-    CompactJob(layout, now_ms=T0 + 2 * DAY_MS).run(spark)
+    CompactJob(layout, now_ms=T0 + 2 * DAY_MS, task_max_bytes=task_max_bytes).run(spark)
     kept, _ = table_map(spark, "state")
     want = {k: v for k, v in {**expected, **more}.items() if v[0] is not None}
     assert kept == want and b"k5" not in kept and b"k7" not in kept
