@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import base64
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +73,14 @@ async def load(rate_per_s: float, seconds: float) -> list[float]:
     return latencies
 
 
+def _runs(params: dict[str, Any]) -> list[dict[str, Any]]:
+    r = httpx.get(f"{BASE}/jobs/runs", params=params, timeout=30)
+    if r.status_code != 200:
+        raise RuntimeError(f"/jobs/runs answered {r.status_code}: {r.text}")
+    runs: list[dict[str, Any]] = r.json()["runs"]
+    return runs
+
+
 def phase(work: Path, name: str, jobs: bool, rate: float, seconds: float) -> dict[str, Any]:
     data = work / name
     interval = "1000" if jobs else "0"
@@ -83,7 +90,7 @@ def phase(work: Path, name: str, jobs: bool, rate: float, seconds: float) -> dic
            "LAKELOG_VACUUM_RETENTION_HOURS": "0", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}
     server = subprocess.Popen([str(BIN / "lakelog"), "serve", "--data-dir", str(data), "--port",
                                str(PORT), "--log-level", "warning"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=(work / f"{name}.log").open("w"))
     try:
         wait_up(f"http://127.0.0.1:{PORT}/healthz")
         for topic, configs in (("events", {"retention.ms": "5000"}),
@@ -96,13 +103,13 @@ def phase(work: Path, name: str, jobs: bool, rate: float, seconds: float) -> dic
         asyncio.run(load(rate, 3))  # warm up (and, with jobs, start Spark)
         if jobs:
             deadline = time.monotonic() + 120
-            while not httpx.get(f"{BASE}/jobs/runs", params={"job": "tier"}).json()["runs"]:
+            while not _runs({"job": "tier"}):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the tiering job never ran")
                 asyncio.run(load(rate, 1))
-        before = len(httpx.get(f"{BASE}/jobs/runs", params={"limit": 10000}).json()["runs"])
+        before = len(_runs({"limit": 10000}))
         latencies = np.array(asyncio.run(load(rate, seconds))) * 1000
-        runs = httpx.get(f"{BASE}/jobs/runs", params={"limit": 10000}).json()["runs"]
+        runs = _runs({"limit": 10000})
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(120)
@@ -122,7 +129,7 @@ def main() -> None:
         rows = [phase(work, "no jobs", False, args.rate, args.seconds),
                 phase(work, "jobs running", True, args.rate, args.seconds)]
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        print(f"server logs in {work}")
     rows[1]["p99_vs_no_jobs"] = rows[1]["p99_ms"] / rows[0]["p99_ms"]
     print_table(rows, ["case", "requests", "rec_s", "p50_ms", "p99_ms", "max_ms", "job_runs",
                        "p99_vs_no_jobs"])

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from bench.produce import wait_up
 from bench.report import print_table, write_json
 from compaction_jobs.tier import TierJob
-from log_tables.cold_table import ROW_GROUP_ROWS, local_path, to_table_rows
+from log_tables.cold_table import ROW_GROUP_ROWS, delta_path, local_path, to_table_rows
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.records import RECORD_SCHEMA
@@ -97,7 +97,7 @@ def scan_seconds(spark: Any, layout: Layout) -> tuple[float, float]:
 
     dt = open_table(layout.table_uri(TOPIC))
     assert dt is not None
-    files = [local_path(u) for u in dt.file_uris()]
+    files = [delta_path(u) for u in dt.file_uris()]
     lakelog = read_topic(spark, TOPIC)
     plain = spark.read.option("basePath", layout.table_uri(TOPIC)).parquet(*files)
     times: dict[str, list[float]] = {"read_topic": [], "parquet": []}

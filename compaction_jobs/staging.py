@@ -98,8 +98,7 @@ def clean_orphans(uri: str, dt: DeltaTable, min_age_s: float = 60.0) -> int:
                 moved = []
             if moved and referenced is None:
                 dt.update_incremental()
-                referenced = {relative_path(local_path(uri), local_path(f))
-                              for f in dt.file_uris()}
+                referenced = {relative_path(uri, f) for f in dt.file_uris()}
             for rel in moved:
                 if rel not in (referenced or set()):
                     with contextlib.suppress(FileNotFoundError):

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from compaction_jobs.job import Job, JobReport
 from log_tables import job_runs
 from log_tables.cold_commit import open_topic_table
-from log_tables.cold_table import local_path
+from log_tables.cold_table import delta_path
 from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
@@ -37,7 +37,7 @@ CHECKPOINT_EVERY = 10
 def checkpoint_if_due(dt: DeltaTable) -> bool:
     """Checkpoint when ``CHECKPOINT_EVERY`` commits came since the last one; drop expired logs."""
     try:
-        with open(os.path.join(local_path(dt.table_uri), "_delta_log", "_last_checkpoint")) as fh:
+        with open(os.path.join(delta_path(dt.table_uri), "_delta_log", "_last_checkpoint")) as fh:
             last = int(json.load(fh)["version"])
     except (FileNotFoundError, KeyError, ValueError):
         last = -1
@@ -62,7 +62,7 @@ class VacuumJob(Job):
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
         began = now_ms()
         dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
-        root = local_path(dt.table_uri).rstrip("/") + "/"
+        root = delta_path(dt.table_uri).rstrip("/") + "/"
         doomed = dt.vacuum(retention_hours=self.retention_hours, dry_run=True,
                            enforce_retention_duration=False)
         if not self.dry_run:

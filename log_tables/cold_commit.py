@@ -24,6 +24,7 @@ from log_tables.cold_table import (
     ColdFile,
     PartitionState,
     create_table,
+    delta_path,
     files_app_id,
     open_table,
     snapshot,
@@ -48,7 +49,9 @@ class PartitionChange(NamedTuple):
 
 
 def relative_path(table_uri: str, path: str) -> str:
-    root = table_uri.rstrip("/") + "/"
+    """A data file's path relative to its table (as add and remove actions hold it)."""
+    root = delta_path(table_uri).rstrip("/") + "/"
+    path = delta_path(path)
     return path[len(root):] if path.startswith(root) else path
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +94,12 @@ def is_local(uri: str) -> bool:
 
 def local_path(uri: str) -> str:
     return uri.removeprefix("file://")
+
+
+def delta_path(uri: str) -> str:
+    """A file or table URI as delta-rs returns it (percent-encoded: ``jobs%20running``) as
+    a path to open: local ones decoded."""
+    return unquote(local_path(uri)) if is_local(uri) else uri
 
 
 # -- converting between the hot and the cold form ------------------------------------
@@ -272,7 +279,7 @@ def table_topic_id(dt: DeltaTable) -> str | None:
 def snapshot(dt: DeltaTable, partitions: int) -> list[PartitionState]:
     """Per partition: tiered offset, first offset, bytes and files, from the log alone."""
     actions = pa.table(dt.get_add_actions(flatten=True))
-    root = dt.table_uri.rstrip("/")
+    root = delta_path(dt.table_uri).rstrip("/")
     files: dict[int, list[ColdFile]] = {p: [] for p in range(partitions)}
     if actions.num_rows:
         cols = {name: actions.column(name).to_pylist() for name in (

@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from log_tables.cold_table import is_local, local_path
+from log_tables.cold_table import delta_path
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def read(warehouse: str, *, job: str | None = None, topic: str | None = None,
         dt = DeltaTable(job_runs_uri(warehouse))
     except TableNotFoundError:
         return []
-    files = [local_path(u) if is_local(u) else u for u in dt.file_uris()]
+    files = [delta_path(u) for u in dt.file_uris()]
     if not files:
         return []
     where = None
@@ -140,7 +140,7 @@ def trim(warehouse: str, retention_ms: int = RETENTION_MS) -> int:
     except TableNotFoundError:
         return 0
     cutoff = datetime.fromtimestamp((now_ms() - retention_ms) / 1000, UTC)
-    files = [local_path(u) if is_local(u) else u for u in dt.file_uris()]
+    files = [delta_path(u) for u in dt.file_uris()]
     old = 0
     if files:
         starts = ds.dataset(files, schema=SCHEMA, format="parquet").to_table(columns=["start"])

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from log_tables.cold_table import PartitionState, open_table, table_topic_id
+from log_tables.cold_table import PartitionState, delta_path, open_table, table_topic_id
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.job_runs import SPARK_DDL as JOB_RUNS_DDL
 from log_tables.job_runs import job_runs_uri
@@ -193,7 +193,8 @@ def register_views(spark: SparkSession, topics: list[str] | None = None) -> list
     runs_uri = job_runs_uri(layout.warehouse)
     runs = open_table(runs_uri)
     if runs is not None and runs.file_uris():
-        spark.read.schema(JOB_RUNS_DDL).parquet(*runs.file_uris()).createOrReplaceTempView(
+        spark.read.schema(JOB_RUNS_DDL).parquet(
+            *(delta_path(u) for u in runs.file_uris())).createOrReplaceTempView(
             "job_runs")
     else:
         spark.createDataFrame([], JOB_RUNS_DDL).createOrReplaceTempView("job_runs")

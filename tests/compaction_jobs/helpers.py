@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from log_tables.cold_table import local_path, open_table
+from log_tables.cold_table import delta_path, local_path, open_table
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.records import build_batch
@@ -72,6 +72,6 @@ def table_files(layout: Layout, topic: str) -> tuple[set[str], set[str]]:
     dt = open_table(layout.table_uri(topic))
     assert dt is not None
     root = Path(local_path(layout.table_uri(topic)))
-    referenced = {str(Path(local_path(u)).relative_to(root)) for u in dt.file_uris()}
+    referenced = {str(Path(delta_path(u)).relative_to(root)) for u in dt.file_uris()}
     on_disk = {str(f.relative_to(root)) for f in root.glob("partition=*/*.parquet")}
     return referenced, on_disk

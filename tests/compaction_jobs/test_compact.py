@@ -219,3 +219,25 @@ def test_killed_at_each_step_leaves_old_or_new_state(spark: SparkSession, data: 
     assert read_topic(spark, "state").count() == 10
     assert uncommitted_outputs(layout) == []
     assert not list(Path(layout.table_uri("state"), "_stage").glob("*/*.parquet"))
+
+
+def test_jobs_in_a_directory_whose_name_needs_escaping(spark: SparkSession, tmp_path: Path
+                                                      ) -> None:
+    """delta-rs hands back percent-encoded paths (``my%20data``): every job must decode them."""
+    from compaction_jobs.retention import RetentionJob
+    from log_tables.spark_session import attach
+
+    manager = LogManager(tmp_path / "my data")
+    try:
+        layout = compacted_topic(manager, "state")
+        expected = updates(manager, "state", 0, keys=5, rounds=4)
+        TierJob(layout).run(spark)
+        assert len(CompactJob(layout, now_ms=T0 + DAY_MS).run(spark).runs) == 1
+        manager.alter_configs("state", {"cleanup.policy": "compact,delete", "retention.ms": "1"})
+        RetentionJob(layout, now_ms=T0 + DAY_MS).run()
+        assert snapshot(open_table(layout.table_uri("state")), 1)[0].files == ()
+        attach(spark, tmp_path / "my data")
+        assert read_topic(spark, "state").count() == 0
+        assert expected  # produced for real
+    finally:
+        manager.close()
