@@ -8,7 +8,9 @@ Spark work itself runs in the JVM and in Python worker processes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+JOBS_NICE = 10
 STOP_WAIT_S = 60.0
 """How long stop() waits for a running job to finish before leaving it to die with the process."""
 
@@ -103,6 +106,10 @@ class JobScheduler:
         return VacuumJob(self.layout, retention_hours=self.intervals.vacuum_retention_hours).run()
 
     def _loop(self) -> None:
+        # Jobs yield the CPU to produce and fetch: on Linux a thread has its own nice value,
+        # and the Spark JVM and its Python workers, started from this thread, inherit it.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), JOBS_NICE)
         while not self._stopping.is_set():
             next_due = min(self._due.values())
             self._wake.wait(max(0.0, next_due - time.monotonic()))
