@@ -90,7 +90,10 @@ def test_sql_views_and_partitions(spark: SparkSession, data: LogManager) -> None
         produce(data, "events", p, 30, roll_every=10)
     produce(data, "other-topic", 0, 5)
     TierJob(Layout.of(data.data_dir)).run(spark)
-    assert register_views(spark) == ["events", "other-topic", "partitions"]
+    assert register_views(spark) == ["events", "other-topic", "partitions", "job_runs"]
+    tiered = spark.sql("SELECT topic, partition, records_in FROM job_runs WHERE job = 'tier' "
+                       "ORDER BY topic, partition").collect()
+    assert [tuple(r) for r in tiered] == [("events", 0, 30), ("events", 1, 30)]
     counts = {r["partition"]: r["n"] for r in spark.sql(
         "SELECT partition, count(*) AS n FROM events GROUP BY partition").collect()}
     assert counts == {0: 30, 1: 30}
