@@ -40,21 +40,18 @@ from deltalake.transaction import AddAction
 from compaction_jobs.job import step
 from compaction_jobs.staging import StageDir, clean_orphans, new_job_id
 from log_tables import job_runs
-from log_tables.cold_commit import PartitionChange, commit_changes
+from log_tables.cold_commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold_table import (
     STAGE_DIR,
-    create_table,
     file_stats,
     is_local,
     local_path,
-    open_table,
     snapshot,
-    table_topic_id,
     tier_app_id,
     to_table_rows,
     write_rows,
 )
-from log_tables.errors import CorruptRecordError, StorageError
+from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot_reader import SegmentFile, list_segments, scan_segment
 from log_tables.layout import Layout
 from log_tables.segment import records_from
@@ -246,16 +243,10 @@ class TierJob:
     def _plan(self, topic_info: tuple[str, str, int]) -> _TopicPlan | None:
         topic, topic_id, partitions = topic_info
         uri = self.layout.table_uri(topic)
-        dt = open_table(uri)
-        if dt is None:
-            create_table(uri, topic_id)
-            dt = open_table(uri)
-            if dt is None:
-                raise StorageError(f"{uri}: table missing right after creating it")
-        found = table_topic_id(dt)
-        if found != topic_id:
-            self.progress(f"skipping topic {topic}: {uri} belongs to an earlier topic of that "
-                          f"name (topic id {found}, now {topic_id}); delete that table")
+        try:
+            dt = open_topic_table(uri, topic, topic_id)
+        except StaleTableError as exc:
+            self.progress(f"skipping topic {topic}: {exc}")
             return None
         clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, partitions)

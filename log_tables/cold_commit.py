@@ -31,7 +31,7 @@ from log_tables.cold_table import (
     start_app_id,
     table_topic_id,
 )
-from log_tables.errors import StorageError
+from log_tables.errors import StaleTableError, StorageError
 
 MAX_COMMIT_ATTEMPTS = 8
 
@@ -121,7 +121,7 @@ def open_topic_table(uri: str, topic: str, topic_id: str) -> DeltaTable:
             raise StorageError(f"{uri}: table missing right after creating it")
     found = table_topic_id(dt)
     if found != topic_id:
-        raise StorageError(f"{uri} belongs to an earlier topic named {topic} (topic id {found}, "
+        raise StaleTableError(f"{uri} belongs to an earlier topic named {topic} (topic id {found}, "
                            f"now {topic_id}); delete that table")
     return dt
 

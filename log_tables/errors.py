@@ -128,6 +128,13 @@ class StorageError(LakelogError):
         self.errno = errno_
 
 
+class StaleTableError(StorageError):
+    """A Delta table left by an earlier topic of the same name: never trusted."""
+
+    code = "stale_table"
+    retriable = False
+
+
 class QueueFullError(LakelogError):
     """A bounded queue is full; try again later."""
 
