@@ -12,6 +12,7 @@ directories' business).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_HOURS = 24
 CHECKPOINT_EVERY = 10
@@ -83,5 +86,8 @@ class VacuumJob(Job):
             record: bool = True) -> JobReport:
         report = super().run(spark, record=record)
         if not self.dry_run:
-            job_runs.trim(self.layout.warehouse)
+            try:
+                job_runs.trim(self.layout.warehouse)
+            except Exception:  # bookkeeping must not fail the job
+                log.exception("trimming %s failed", job_runs.job_runs_uri(self.layout.warehouse))
         return report
