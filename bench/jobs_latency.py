@@ -129,7 +129,7 @@ def main() -> None:
         rows = [phase(work, "no jobs", False, args.rate, args.seconds),
                 phase(work, "jobs running", True, args.rate, args.seconds)]
     finally:
-        print(f"server logs in {work}")
+        shutil.rmtree(work, ignore_errors=True)
     rows[1]["p99_vs_no_jobs"] = rows[1]["p99_ms"] / rows[0]["p99_ms"]
     print_table(rows, ["case", "requests", "rec_s", "p50_ms", "p99_ms", "max_ms", "job_runs",
                        "p99_vs_no_jobs"])
