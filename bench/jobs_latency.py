@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import sys
