@@ -1,20 +1,31 @@
 """The server's job scheduler: tier, retention, compact and upkeep (optimize + vacuum)
-on their own intervals, one after another in one worker thread, so that produce
-never waits for them. Tiering also runs right after a segment is sealed.
+on their own intervals, one after another, in a child process of the server
+(``JobProcess``), so that produce never waits for them and never shares a GIL
+with them. Tiering also runs right after a segment is sealed: the server writes
+a byte to the child's stdin. The child runs at nice 10 (the Spark JVM and its
+Python workers inherit it) and leaves when its stdin closes, which is also what
+happens when the server dies, however it dies.
 
-The SparkSession is built on the first run that needs one, in this thread; the
-Spark work itself runs in the JVM and in Python worker processes.
+The jobs only need the data directory and the warehouse: everything they change
+is committed to Delta, and the server's hot tier follows the log start they
+commit (``TieredStorage.follow_log_start``), as it does for ``lakelog jobs``.
+
+The SparkSession is built on the first run that needs one; the Spark work itself
+runs in the JVM and in Python worker processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 from compaction_jobs.compact import CompactJob
 from compaction_jobs.optimize import OptimizeJob
@@ -32,7 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 JOBS_NICE = 10
 STOP_WAIT_S = 60.0
-"""How long stop() waits for a running job to finish before leaving it to die with the process."""
+"""How long a stop waits for a running job to finish before the job process is killed
+(every job is safe to kill at any step; the next run finishes or undoes its work)."""
+ROLLED = b"r"
 
 
 class Intervals(NamedTuple):
@@ -71,12 +84,12 @@ class JobScheduler:
     def enabled(self) -> bool:
         return bool(self._jobs)
 
-    def start(self, manager: LogManager) -> None:
-        manager.roll_listeners.append(self._on_roll)
-        self._thread = threading.Thread(target=self._loop, name="lakelog-jobs", daemon=True)
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.loop, name="lakelog-jobs", daemon=True)
         self._thread.start()
 
-    def _on_roll(self, plog: PartitionLog, sealed: LogSegment) -> None:
+    def segment_rolled(self) -> None:
+        """Tier now: a segment was sealed."""
         if "tier" in self._due:
             self._due["tier"] = 0.0
             self._wake.set()
@@ -105,11 +118,7 @@ class JobScheduler:
         OptimizeJob(self.layout).run(self._session)
         return VacuumJob(self.layout, retention_hours=self.intervals.vacuum_retention_hours).run()
 
-    def _loop(self) -> None:
-        # Jobs yield the CPU to produce and fetch: on Linux a thread has its own nice value,
-        # and the Spark JVM and its Python workers, started from this thread, inherit it.
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), JOBS_NICE)
+    def loop(self) -> None:
         while not self._stopping.is_set():
             next_due = min(self._due.values())
             self._wake.wait(max(0.0, next_due - time.monotonic()))
@@ -136,3 +145,82 @@ class JobScheduler:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+class JobProcess:
+    """The server's side of the scheduler: starts ``python -m compaction_jobs.scheduler``
+    with the layout and intervals, tells it when a segment rolls, and stops it."""
+
+    def __init__(self, layout: Layout, intervals: Intervals, spark_master: str,
+                 log_level: str = "info") -> None:
+        self.layout = layout
+        self.intervals = intervals
+        self.spark_master = spark_master
+        self.log_level = log_level
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return any(ms > 0 for ms in self.intervals[:4])
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self, manager: LogManager) -> None:
+        spec = {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
+                "spark_master": self.spark_master, "intervals": self.intervals._asdict(),
+                "log_level": self.log_level.upper()}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "compaction_jobs.scheduler", json.dumps(spec)],
+            stdin=subprocess.PIPE)
+        os.set_blocking(self._stdin().fileno(), False)
+        manager.roll_listeners.append(self._on_roll)
+        log.info("job process %d started (tier/retention/compact/upkeep every %s ms)",
+                 self._proc.pid, "/".join(str(ms) for ms in self.intervals[:4]))
+
+    def _stdin(self) -> IO[bytes]:
+        assert self._proc is not None and self._proc.stdin is not None
+        return self._proc.stdin
+
+    def _on_roll(self, plog: PartitionLog, sealed: LogSegment) -> None:
+        # Never blocks the appender: a full pipe already holds a wake-up.
+        with contextlib.suppress(BlockingIOError, BrokenPipeError, ValueError):
+            self._stdin().write(ROLLED)
+            self._stdin().flush()
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._stdin().close()
+        try:
+            self._proc.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("job process %d still busy after %.0f s: killed (its job is undone or "
+                        "finished by the next run)", self._proc.pid, STOP_WAIT_S)
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+
+def main(argv: list[str]) -> None:
+    """The job process: run the scheduler until stdin closes; each byte read means "a
+    segment rolled"."""
+    spec = json.loads(argv[0])
+    # Jobs yield the CPU to produce and fetch; the Spark JVM and its workers inherit it.
+    with contextlib.suppress(OSError):
+        os.nice(JOBS_NICE)
+    logging.basicConfig(level=spec.get("log_level", "INFO"),
+                        format="%(levelname)s:     [jobs] %(name)s: %(message)s")
+    scheduler = JobScheduler(Layout(spec["data_dir"], spec["warehouse"]),
+                             Intervals(**spec["intervals"]), spec["spark_master"])
+    scheduler.start()
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    while stdin.read(64):
+        scheduler.segment_rolled()
+    scheduler.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

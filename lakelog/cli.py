@@ -47,7 +47,7 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from compaction_jobs.scheduler import Intervals, JobScheduler
+    from compaction_jobs.scheduler import Intervals, JobProcess
     from ingest_api.app import create_app
     from lakelog.settings import Settings
 
@@ -63,9 +63,10 @@ def serve(
     typer.echo("lakelog settings:", err=True)
     for name, value in settings.describe().items():
         typer.echo(f"  {name} = {value}", err=True)
-    scheduler = JobScheduler(settings.layout, Intervals(
+    scheduler = JobProcess(settings.layout, Intervals(
         settings.tier_interval_ms, settings.retention_interval_ms, settings.compact_interval_ms,
-        settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master)
+        settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
+        settings.log_level)
     services = [scheduler] if scheduler.enabled else []
     uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http="httptools",

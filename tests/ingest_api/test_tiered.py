@@ -151,3 +151,38 @@ def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
     finally:
         stop.set()
         server.stop()
+
+
+def _children(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", env={"LAKELOG_TIER_INTERVAL_MS": "60000"}).start()
+    assert server.proc is not None
+    jobs = [c for c in _children(server.proc.pid)
+            if b"compaction_jobs.scheduler" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(jobs) == 1, server.log()
+
+    def nice() -> int:
+        return int(Path(f"/proc/{jobs[0]}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+    deadline = time.monotonic() + 30
+    while nice() != 10:  # set once the job process has imported its modules
+        assert time.monotonic() < deadline, f"job process runs at nice {nice()}, not 10"
+        time.sleep(0.1)
+    # However the server ends, its job process follows: its stdin closes with the server.
+    server.kill()
+    deadline = time.monotonic() + 30
+    while _alive(jobs[0]):
+        assert time.monotonic() < deadline, f"job process {jobs[0]} outlived the server"
+        time.sleep(0.1)
