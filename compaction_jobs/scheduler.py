@@ -208,9 +208,12 @@ def main(argv: list[str]) -> None:
     """The job process: run the scheduler until stdin closes; each byte read means "a
     segment rolled"."""
     spec = json.loads(argv[0])
-    # Jobs yield the CPU to produce and fetch; the Spark JVM and its workers inherit it.
+    # Jobs yield the CPU to produce and fetch: SCHED_IDLE where Linux has it (the server's
+    # threads preempt the jobs' at once), nice 10 as well; the Spark JVM and workers inherit both.
     with contextlib.suppress(OSError):
         os.nice(JOBS_NICE)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     logging.basicConfig(level=spec.get("log_level", "INFO"),
                         format="%(levelname)s:     [jobs] %(name)s: %(message)s")
     scheduler = JobScheduler(Layout(spec["data_dir"], spec["warehouse"]),

@@ -361,10 +361,14 @@ class ColdTables:
         dt = cached[1] if cached else open_table(table_uri(self.warehouse, topic))
         if dt is None:
             return None
+        version = dt.version()
         dt.update_incremental()
         if table_topic_id(dt) != topic_id:
             return None
-        states = snapshot(dt, partitions)
+        if cached and dt.version() == version and cached[2] == partitions:
+            states = cached[3]  # no new commit: the states still hold
+        else:
+            states = snapshot(dt, partitions)
         with self._lock:
             self._cache[topic] = (now, dt, partitions, states)
         return states

@@ -116,8 +116,8 @@ class TieredStorage:
         deleted = 0
         for meta in self.manager.registry.list():
             try:
-                states = self.tables.state(meta.name, meta.partitions, meta.topic_id,
-                                           refresh=True)
+                # At most a second old: a late look only retires a segment a little later.
+                states = self.tables.state(meta.name, meta.partitions, meta.topic_id)
             except Exception:
                 log.exception("reading the Delta tier of %s failed", meta.name)
                 continue

@@ -4,6 +4,7 @@ removal all run at once."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -173,12 +174,13 @@ def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -
             if b"compaction_jobs.scheduler" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert len(jobs) == 1, server.log()
 
-    def nice() -> int:
-        return int(Path(f"/proc/{jobs[0]}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    def nice_and_policy() -> tuple[int, int]:
+        fields = Path(f"/proc/{jobs[0]}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[16]), int(fields[38])  # stat fields 19 (nice) and 41 (policy)
 
     deadline = time.monotonic() + 30
-    while nice() != 10:  # set once the job process has imported its modules
-        assert time.monotonic() < deadline, f"job process runs at nice {nice()}, not 10"
+    while nice_and_policy() != (10, os.SCHED_IDLE):  # set once the process has its imports
+        assert time.monotonic() < deadline, f"job process nice/policy: {nice_and_policy()}"
         time.sleep(0.1)
     # However the server ends, its job process follows: its stdin closes with the server.
     server.kill()
