@@ -6,27 +6,32 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from consumer_groups.coordinator import GroupCoordinator
+from consumer_groups.offsets import OffsetStore
 from ingest_api import errors
 from ingest_api.body import InFlightBytes
 from ingest_api.fetch import FetchService
+from ingest_api.group_poll import GroupPoll
 from ingest_api.metrics import LatencyMiddleware, Metrics
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce import ProduceService
 from ingest_api.routers import admin, cluster, records, topics
+from ingest_api.routers import groups as groups_router
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
 from log_tables.log_manager import LogManager
 from log_tables.tiered_storage import TieredStorage
 
 log = logging.getLogger(__name__)
+SESSION_CHECK_S = 0.1
 
 
 class BackgroundService(Protocol):
@@ -49,11 +54,21 @@ def create_app(settings: ApiSettings | None = None,
         notifier = AppendNotifier(settings.max_long_polls)
         metrics.attach(manager)
         tiered = TieredStorage(manager, settings.layout)
+        fetch = FetchService(manager, notifier, metrics, tiered)
+        store = OffsetStore(settings.layout.warehouse, max_wait_ms=settings.offsets_commit_wait_ms,
+                            vacuum_retention_hours=settings.vacuum_retention_hours)
+        await asyncio.to_thread(store.load)
+        store.start()
+        groups = GroupCoordinator(store, _partitions_of(manager),
+                                  max_groups=settings.max_consumer_groups,
+                                  max_members=settings.max_group_members,
+                                  offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
-            FetchService(manager, notifier, metrics, tiered), metrics,
-            InFlightBytes(settings.max_in_flight_bytes), tiered)
+            fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
+            GroupPoll(groups, fetch, manager))
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
+        sessions = asyncio.create_task(_expire_sessions(groups))
         for service in services:
             service.start(manager)
         # Everything allocated so far lives as long as the server: move it out of
@@ -66,9 +81,11 @@ def create_app(settings: ApiSettings | None = None,
         finally:
             for service in services:
                 service.stop()
-            upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upkeep
+            for task in (upkeep, sessions):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await asyncio.to_thread(store.close)
             metrics.attach(None)
             manager.close()
             log.info("lakelog stopped cleanly")
@@ -82,6 +99,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(topics.router)
     app.include_router(records.router)
     app.include_router(admin.router)
+    app.include_router(groups_router.router)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
 
     def openapi() -> dict[str, Any]:
@@ -111,3 +129,20 @@ async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSetti
             await asyncio.to_thread(tiered.retire, manager.clock.now_ms())
         except Exception:
             log.exception("removing tiered hot segments failed")
+
+
+def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
+    def partitions_of(topic: str) -> int | None:
+        if topic not in manager.registry:
+            return None
+        return manager.topic(topic).partitions
+    return partitions_of
+
+
+async def _expire_sessions(groups: GroupCoordinator) -> None:
+    """Remove group members whose session timed out (their partitions move)."""
+    while True:
+        await asyncio.sleep(SESSION_CHECK_S)
+        for group, member in groups.expire_sessions():
+            log.info("consumer group %s: member %s missed its session timeout and was removed",
+                     group, member)

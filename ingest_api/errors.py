@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from consumer_groups import errors as g
 from log_tables import errors as e
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,12 @@ _STATUS: list[tuple[type[e.LakelogError], int, int]] = [
     (e.UnknownTopicError, 404, 40401),
     (e.UnknownPartitionError, 404, 40402),
     (e.UnknownProducerIdError, 404, 40404),
+    (g.UnknownGroupError, 404, 40405),
+    (g.UnknownMemberError, 404, 40406),
+    (g.StaleMemberEpochError, 409, 40905),
+    (g.GroupNotEmptyError, 409, 40906),
+    (g.InconsistentGroupError, 400, 40005),
+    (g.NoOffsetError, 416, 41602),
     (e.TopicExistsError, 409, 40902),
     (e.InvalidProducerEpochError, 409, 40903),
     (e.OutOfOrderSequenceError, 409, 40904),

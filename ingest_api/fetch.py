@@ -66,7 +66,7 @@ def _column(values: list[bytes | None], fmt: Format) -> list[Data | None]:
     return [_envelope(v, fmt) for v in values]
 
 
-def _records(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
+def records_of(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
     rb = batch.records
     n = len(rb)
     ts_col = rb.column(0)
@@ -107,9 +107,12 @@ class FetchService:
         self.notifier = notifier
         self.metrics = metrics
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
-                    max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
-        """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
+    async def read(self, topic: str, partition: int, offset: int, max_records: int,
+                   max_bytes: int) -> tuple[int, FetchResult]:
+        """What is there from ``offset`` now, from either tier, without waiting: the offset
+        actually read from (the next existing one when ``offset`` fell in a hole the
+        Delta tier no longer has) and the result, whose ``log_start_offset`` spans both
+        tiers. Raises OffsetOutOfRangeError below the log start or past the end."""
         plog = self.manager.log(topic, partition)
         start = self.tiered.log_start_offset(plog, topic, partition)
         if offset < start:  # deleted by retention or DeleteRecords (maybe not yet from hot)
@@ -123,12 +126,19 @@ class FetchService:
             batches = await asyncio.to_thread(self.tiered.read, plog, topic, partition, offset,
                                               max_records, max_bytes)
             if batches:
-                return self._encode(topic, partition, offset,
-                                    FetchResult(batches, plog.high_watermark, start), fmt)
+                return offset, FetchResult(batches, plog.high_watermark, start)
             # Nothing left between here and the hot tier (records deleted before they were
             # tiered): answer from the next offset that exists, as Kafka does.
             offset = plog.log_start_offset
             result = plog.read(offset, max_bytes, max_records)
+        return offset, result._replace(log_start_offset=start)
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
+                    max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
+        """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
+        plog = self.manager.log(topic, partition)
+        offset, result = await self.read(topic, partition, offset, max_records, max_bytes)
+        start = result.log_start_offset
         deadline = time.monotonic() + timeout_ms / 1000
         while not result.batches and timeout_ms > 0:
             remaining = deadline - time.monotonic()
@@ -143,7 +153,7 @@ class FetchService:
         records: list[FetchedRecord] = []
         nbytes = 0
         for batch in result.batches:
-            records.extend(_records(batch, fmt))
+            records.extend(records_of(batch, fmt))
             nbytes += _data_bytes(batch.records.column(1)) + _data_bytes(batch.records.column(2))
         if records:
             self.metrics.records_out.labels(topic).inc(len(records))

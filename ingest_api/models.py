@@ -123,7 +123,71 @@ class DeleteRecordsRequest(msgspec.Struct, forbid_unknown_fields=True):
     partitions: Annotated[list[DeleteRecordsPartition], msgspec.Meta(min_length=1, max_length=10_000)]
 
 
+TopicName = Annotated[str, Meta(min_length=1, max_length=249)]
+Name = Annotated[str, Meta(min_length=1, max_length=249)]
+
+
+class PartitionRef(msgspec.Struct, forbid_unknown_fields=True):
+    topic_name: TopicName
+    partition_id: NonNegative
+
+
+class JoinRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Join a consumer group (KIP-848 style: the server assigns)."""
+
+    topics: Annotated[list[TopicName], Meta(min_length=1, max_length=1_000)]
+    session_timeout_ms: Annotated[int, Meta(ge=1_000, le=1_800_000)] = 45_000
+    group_instance_id: Name | None = None
+    assignor: Literal["range", "roundrobin", "cooperative-sticky"] | None = None
+    auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
+
+
+class HeartbeatRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``owned``: the partitions the member still holds (acknowledges revocations); without
+    it, the heartbeat after the one that announced a revocation acknowledges it."""
+
+    member_epoch: Annotated[int, Meta(ge=0)]
+    owned: Annotated[list[PartitionRef], Meta(max_length=100_000)] | None = None
+
+
+class OffsetEntry(msgspec.Struct, forbid_unknown_fields=True):
+    topic_name: TopicName
+    partition_id: NonNegative
+    offset: NonNegative
+    metadata: Annotated[str, Meta(max_length=4096)] | None = None
+
+
+class CommitRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Commit offsets (the next record to read) as member ``member_id`` at ``member_epoch``;
+    without a member id (epoch -1) only while the group has no members."""
+
+    offsets: Annotated[list[OffsetEntry], Meta(min_length=1, max_length=10_000)]
+    member_id: Name | None = None
+    member_epoch: Annotated[int, Meta(ge=-1)] = -1
+
+
+class PositionEntry(msgspec.Struct, forbid_unknown_fields=True):
+    topic_name: TopicName
+    partition_id: NonNegative
+    offset: NonNegative | None
+    """None: back to the committed offset (or the reset policy)."""
+
+
+class SeekRequest(msgspec.Struct, forbid_unknown_fields=True):
+    positions: Annotated[list[PositionEntry], Meta(min_length=1, max_length=100_000)]
+
+
+class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Reset a group's committed offsets (only while it has no members)."""
+
+    to: Literal["earliest", "latest", "offset", "datetime"]
+    offset: NonNegative | None = None
+    datetime: datetime | None = None
+    topics: Annotated[list[TopicName], Meta(min_length=1, max_length=1_000)] | None = None
+    dry_run: bool = False
+
+
 REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
     ProduceRecord, BatchRequest, TopicCreate, TopicPatch, ConfigUpdate, ConfigAlter, ProducerInit,
-    DeleteRecordsRequest,
+    DeleteRecordsRequest, JoinRequest, HeartbeatRequest, CommitRequest, SeekRequest, ResetRequest,
 )

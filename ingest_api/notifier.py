@@ -35,3 +35,28 @@ class AppendNotifier:
             return False
         finally:
             self.waiters -= 1
+
+    async def wait_any(self, partition_names: list[str], timeout_s: float) -> bool:
+        """Wait until any of the partitions is appended to or ``timeout_s`` passes (one waiter
+        however many partitions); True if woken."""
+        if not partition_names:
+            await asyncio.sleep(timeout_s)
+            return False
+        if self.waiters >= self.max_waiters:
+            raise QueueFullError(f"{self.waiters} fetches are already waiting for data")
+        events = []
+        for name in partition_names:
+            event = self._events.get(name)
+            if event is None:
+                event = self._events[name] = asyncio.Event()
+            events.append(event)
+        self.waiters += 1
+        tasks = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            return bool(done)
+        finally:
+            self.waiters -= 1
+            for t in tasks:
+                t.cancel()

@@ -57,6 +57,14 @@ class ApiSettings(BaseSettings):
                                         description="How long files removed by a commit stay "
                                                     "for readers of older snapshots.")
     spark_master: str = Field("local[2]", description="Spark master of the server's jobs.")
+    offsets_commit_wait_ms: float = Field(5.0, ge=0, le=1000,
+                                          description="How long an offset commit waits for "
+                                                      "others to share its Delta append.")
+    offsets_retention_minutes: int = Field(7 * 24 * 60, ge=1,
+                                           description="Committed offsets of a group without "
+                                                       "members expire after this.")
+    max_consumer_groups: int = Field(10_000, ge=1, description="Active consumer groups at most.")
+    max_group_members: int = Field(1_000, ge=1, description="Members of one group at most.")
 
     @property
     def hot_dir(self) -> Path:

@@ -9,8 +9,10 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
+from consumer_groups.coordinator import GroupCoordinator
 from ingest_api.body import InFlightBytes
 from ingest_api.fetch import FetchService
+from ingest_api.group_poll import GroupPoll
 from ingest_api.metrics import Metrics
 from ingest_api.produce import ProduceService
 from ingest_api.settings import ApiSettings
@@ -30,6 +32,8 @@ class AppState:
     metrics: Metrics
     in_flight: InFlightBytes
     tiered: TieredStorage
+    groups: GroupCoordinator
+    poll: GroupPoll
 
 
 def state(request: Request) -> AppState:

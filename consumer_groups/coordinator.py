@@ -1,0 +1,354 @@
+"""The group coordinator, after Kafka's new consumer group protocol (KIP-848): the
+server computes the assignment and hands it out in heartbeat answers.
+
+Each group has an epoch that grows whenever its membership, subscriptions or
+topics' partition counts change; the assignor then computes a target
+assignment. Members converge on it one heartbeat at a time, cooperatively:
+
+- a partition leaving a member is first *revoked*: it is no longer polled for
+  that member, and is given to nobody until the member acknowledges (a heartbeat
+  whose ``owned`` list no longer has it, or, for clients that send no ``owned``,
+  the heartbeat after the one that told it), which gives it time to commit;
+- a member's epoch moves to the group epoch only in the answer to its own
+  heartbeat (or join), when it has released what it must and received what is
+  free; so every call it makes carries an epoch the coordinator can check;
+- commits and heartbeats from an unknown member (left, timed out, replaced) are
+  answered 404 and from another epoch 409: a zombie can never overwrite the
+  offsets of the member that took over its partitions.
+
+Members that miss heartbeats for ``session_timeout_ms`` are removed. A member
+with a ``group_instance_id`` (static membership) that leaves keeps its
+partitions until its session times out; joining again with the same instance id
+takes them back without a rebalance, under a new member id (the old one is
+fenced).
+
+Everything here runs on the server's event loop; only offset commits wait (for
+their Delta append, see ``offsets.OffsetStore``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from consumer_groups.assignors import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNOR,
+    MemberSpec,
+    TopicPartition,
+    assign,
+)
+from consumer_groups.errors import (
+    GroupNotEmptyError,
+    InconsistentGroupError,
+    StaleMemberEpochError,
+    UnknownGroupError,
+    UnknownMemberError,
+)
+from consumer_groups.offsets import Change, Committed, OffsetKey, OffsetStore
+from log_tables.errors import InvalidOptionError, QueueFullError, UnknownPartitionError
+
+OffsetReset = Literal["earliest", "latest", "none"]
+MIN_SESSION_TIMEOUT_MS = 1_000
+MAX_SESSION_TIMEOUT_MS = 30 * 60_000
+MAX_HEARTBEAT_INTERVAL_MS = 5_000
+GroupState = Literal["Empty", "Reconciling", "Stable"]
+
+
+def heartbeat_interval_ms(session_timeout_ms: int) -> int:
+    """How often a member should heartbeat: a third of its session, at most 5 s."""
+    return max(100, min(MAX_HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3))
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    topics: frozenset[str]
+    session_timeout_ms: int
+    auto_offset_reset: OffsetReset
+    epoch: int
+    deadline: float
+    assigned: set[TopicPartition] = field(default_factory=set)
+    revoking: set[TopicPartition] = field(default_factory=set)
+    target: set[TopicPartition] = field(default_factory=set)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    revocation_told: bool = False
+    left: bool = False
+    """A static member that left: its partitions wait for it until its session ends."""
+    poll_turn: int = 0
+
+    @property
+    def order_key(self) -> str:
+        return self.instance_id or self.member_id
+
+
+@dataclass
+class Group:
+    name: str
+    assignor: str
+    epoch: int = 0
+    members: dict[str, Member] = field(default_factory=dict)
+    partitions_seen: dict[str, int] = field(default_factory=dict)
+
+    def state(self) -> GroupState:
+        if not self.members:
+            return "Empty"
+        converged = all(not m.revoking and m.assigned == m.target and m.epoch == self.epoch
+                        for m in self.members.values() if not m.left)
+        return "Stable" if converged else "Reconciling"
+
+    def owned_by_others(self, member_id: str) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for m in self.members.values():
+            if m.member_id != member_id:
+                out |= m.assigned | m.revoking
+        return out
+
+
+class GroupCoordinator:
+    """Every group of one server, with their offsets in ``store``.
+
+    ``partitions_of(topic)`` gives a topic's partition count (None: no such topic).
+    """
+
+    def __init__(self, store: OffsetStore, partitions_of: Callable[[str], int | None], *,
+                 max_groups: int = 10_000, max_members: int = 1_000,
+                 offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.partitions_of = partitions_of
+        self.max_groups = max_groups
+        self.max_members = max_members
+        self.offsets_retention_ms = offsets_retention_ms
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        store.expired = self._expired
+
+    # -- membership ----------------------------------------------------------------------
+
+    def join(self, group_id: str, topics: Iterable[str], session_timeout_ms: int,
+             instance_id: str | None = None, assignor: str | None = None,
+             auto_offset_reset: OffsetReset = "latest") -> Member:
+        """A new member (or a static member back under a new id) with its first assignment."""
+        if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            raise InvalidOptionError(
+                f"session_timeout_ms {session_timeout_ms} is outside "
+                f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]")
+        if assignor is not None and assignor not in ASSIGNORS:
+            raise InvalidOptionError(f"unknown assignor {assignor!r}: use one of "
+                                     f"{', '.join(sorted(ASSIGNORS))}")
+        subscribed = frozenset(topics)
+        if not subscribed:
+            raise InvalidOptionError("subscribe to at least one topic")
+        group = self.groups.get(group_id)
+        if group is None:
+            if len(self.groups) >= self.max_groups:
+                raise QueueFullError(f"{len(self.groups)} consumer groups are active (the "
+                                     "most this server keeps): delete unused groups")
+            group = self.groups[group_id] = Group(group_id, assignor or DEFAULT_ASSIGNOR)
+        elif assignor is not None and assignor != group.assignor and group.members:
+            raise InconsistentGroupError(
+                f"consumer group {group_id!r} uses the {group.assignor!r} assignor, not "
+                f"{assignor!r}: join with the same one (or none)")
+        elif not group.members and assignor is not None:
+            group.assignor = assignor
+        now = self.clock()
+        old = next((m for m in group.members.values()
+                    if instance_id is not None and m.instance_id == instance_id), None)
+        member = Member(uuid.uuid4().hex, instance_id, subscribed, session_timeout_ms,
+                        auto_offset_reset, 0, now + session_timeout_ms / 1000)
+        if old is not None and old.topics == subscribed:
+            # Static membership: the new instance takes the old one's place and partitions
+            # (and the old member id is fenced); no rebalance.
+            del group.members[old.member_id]
+            member.assigned, member.revoking, member.target = old.assigned, old.revoking, old.target
+            member.revocation_told = old.revocation_told
+            group.members[member.member_id] = member
+            member.epoch = group.epoch
+            self._reconcile(group, member)
+            return member
+        if old is not None:
+            del group.members[old.member_id]
+        if len(group.members) >= self.max_members:
+            raise InconsistentGroupError(f"consumer group {group_id!r} has {len(group.members)} "
+                                         f"members, the most allowed ({self.max_members})")
+        group.members[member.member_id] = member
+        self._rebalance(group)
+        self._reconcile(group, member)
+        return member
+
+    def heartbeat(self, group_id: str, member_id: str, epoch: int,
+                  owned: set[TopicPartition] | None = None) -> Member:
+        """Keep a member alive, take its acknowledgement of revoked partitions, and give it
+        its current epoch and assignment."""
+        group, member = self._member(group_id, member_id, epoch)
+        member.deadline = self.clock() + member.session_timeout_ms / 1000
+        member.left = False
+        if member.revoking and (member.revocation_told if owned is None
+                                else not (owned & member.revoking)):
+            member.revoking = set()
+            member.revocation_told = False
+        counts = self._partition_counts(group)
+        if counts != group.partitions_seen:
+            self._rebalance(group)
+        self._reconcile(group, member)
+        if member.revoking:
+            member.revocation_told = True
+        return member
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        """A member leaves: its partitions move now (a static member's wait for it until
+        its session times out)."""
+        group = self._group(group_id)
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberError(group_id, member_id)
+        if member.instance_id is not None:
+            member.left = True
+            member.positions.clear()
+            return
+        self._remove(group, member)
+
+    def expire_sessions(self) -> list[tuple[str, str]]:
+        """Remove members whose session timed out; returns (group, member id) of each."""
+        now = self.clock()
+        gone: list[tuple[str, str]] = []
+        for group in list(self.groups.values()):
+            for member in [m for m in group.members.values() if m.deadline < now]:
+                self._remove(group, member)
+                gone.append((group.name, member.member_id))
+        return gone
+
+    def _remove(self, group: Group, member: Member) -> None:
+        del group.members[member.member_id]
+        self._rebalance(group)
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise UnknownMemberError(group_id, None) if group_id in self.store.groups() else \
+                UnknownGroupError(group_id)
+        return group
+
+    def _member(self, group_id: str, member_id: str, epoch: int) -> tuple[Group, Member]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            raise UnknownMemberError(group_id, member_id)
+        if epoch != member.epoch:
+            raise StaleMemberEpochError(group_id, member_id, epoch, member.epoch)
+        return group, member
+
+    def member(self, group_id: str, member_id: str) -> Member:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            raise UnknownMemberError(group_id, member_id)
+        return member
+
+    # -- assignment ----------------------------------------------------------------------
+
+    def _partition_counts(self, group: Group) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for topic in {t for m in group.members.values() for t in m.topics}:
+            n = self.partitions_of(topic)
+            if n:
+                counts[topic] = n
+        return counts
+
+    def _rebalance(self, group: Group) -> None:
+        """A new group epoch and target assignment; revocations take effect at once."""
+        group.epoch += 1
+        group.partitions_seen = self._partition_counts(group)
+        specs = {m.member_id: MemberSpec(m.order_key, m.topics) for m in group.members.values()}
+        previous = {m.member_id: m.target for m in group.members.values()}
+        target = assign(group.assignor, specs, group.partitions_seen, previous)
+        for member in group.members.values():
+            member.target = target[member.member_id]
+            revoke = member.assigned - member.target
+            if revoke:
+                member.assigned -= revoke
+                member.revoking |= revoke
+                member.revocation_told = False
+                for tp in revoke:
+                    member.positions.pop(tp, None)
+
+    def _reconcile(self, group: Group, member: Member) -> None:
+        """Move ``member`` toward its target (only in answer to its own call)."""
+        revoke = member.assigned - member.target
+        if revoke:
+            member.assigned -= revoke
+            member.revoking |= revoke
+            for tp in revoke:
+                member.positions.pop(tp, None)
+        if member.revoking:
+            return  # nothing new until it has let go
+        free = (member.target - member.assigned) - group.owned_by_others(member.member_id)
+        if free:
+            member.assigned |= free
+            member.epoch = group.epoch
+        elif member.assigned == member.target:
+            member.epoch = group.epoch
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def check_commit(self, group_id: str, member_id: str | None, epoch: int,
+                     offsets: list[tuple[str, int, int, str | None]]) -> list[Change]:
+        """Fence the committer and check the partitions; the changes to write."""
+        group = self.groups.get(group_id)
+        if member_id is None:
+            # A commit outside the group protocol (Kafka's simple consumer, admin tools):
+            # only while the group has no members, with epoch -1.
+            if group is not None and group.members:
+                raise UnknownMemberError(group_id, None)
+            if epoch != -1:
+                raise InvalidOptionError("a commit without member_id must use member_epoch -1")
+        else:
+            self._member(group_id, member_id, epoch)
+        now_ms = int(time.time() * 1000)
+        changes: list[Change] = []
+        for topic, partition, offset, metadata in offsets:
+            count = self.partitions_of(topic)
+            if count is None or partition >= count:
+                raise UnknownPartitionError(topic, partition, count or 0)
+            changes.append((OffsetKey(group_id, topic, partition),
+                            Committed(offset, metadata, now_ms, member_id, epoch)))
+        return changes
+
+    async def commit(self, group_id: str, member_id: str | None, epoch: int,
+                     offsets: list[tuple[str, int, int, str | None]]) -> None:
+        changes = self.check_commit(group_id, member_id, epoch, offsets)
+        await self.store.commit(changes)
+        # The member may have been fenced while the append ran: its offsets are in Delta
+        # (they were valid when checked), exactly as Kafka's log has them.
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
+        return self.store.group_offsets(group_id)
+
+    def known_groups(self) -> list[str]:
+        return sorted(set(self.groups) | self.store.groups())
+
+    def _expired(self, group_id: str, newest_commit_ms: int) -> bool:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return False
+        return newest_commit_ms < time.time() * 1000 - self.offsets_retention_ms
+
+    def require_empty(self, group_id: str, action: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise GroupNotEmptyError(group_id, len(group.members), action)
+        if group is None and group_id not in self.store.groups():
+            raise UnknownGroupError(group_id)
+
+    async def delete_group(self, group_id: str) -> None:
+        self.require_empty(group_id, "delete it")
+        changes: list[Change] = [(OffsetKey(group_id, t, p), None)
+                                 for (t, p) in self.committed(group_id)]
+        if changes:
+            await self.store.commit(changes)
+        self.groups.pop(group_id, None)
