@@ -179,8 +179,9 @@ def partition_rows(layout: Layout) -> list[tuple[object, ...]]:
 
 
 def register_views(spark: SparkSession, topics: list[str] | None = None) -> list[str]:
-    """Make every topic (or the given ones) a temporary SQL view, plus ``partitions`` and
-    ``job_runs`` (what the jobs did: one row per run and partition).
+    """Make every topic (or the given ones) a temporary SQL view, plus ``partitions``,
+    ``job_runs`` (what the jobs did: one row per run and partition), and the consumer
+    group views ``consumer_offsets``, ``consumer_lag`` and ``consumer_group_lag``.
 
     A view is a snapshot as of this call (like ``read_topic``); call again to refresh.
     """
@@ -198,4 +199,6 @@ def register_views(spark: SparkSession, topics: list[str] | None = None) -> list
             "job_runs")
     else:
         spark.createDataFrame([], JOB_RUNS_DDL).createOrReplaceTempView("job_runs")
-    return [*names, "partitions", "job_runs"]
+    from consumer_groups.views import register_group_views
+
+    return [*names, "partitions", "job_runs", *register_group_views(spark, layout)]

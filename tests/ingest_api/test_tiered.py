@@ -170,20 +170,22 @@ def _alive(pid: int) -> bool:
 def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", env={"LAKELOG_TIER_INTERVAL_MS": "60000"}).start()
     assert server.proc is not None
-    jobs = [c for c in _children(server.proc.pid)
-            if b"compaction_jobs.scheduler" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    assert len(jobs) == 1, server.log()
+    try:
+        jobs = [c for c in _children(server.proc.pid)
+                if b"compaction_jobs.scheduler" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(jobs) == 1, server.log()
 
-    def nice_and_policy() -> tuple[int, int]:
-        fields = Path(f"/proc/{jobs[0]}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[16]), int(fields[38])  # stat fields 19 (nice) and 41 (policy)
+        def nice_and_policy() -> tuple[int, int]:
+            fields = Path(f"/proc/{jobs[0]}/stat").read_text().rsplit(")", 1)[1].split()
+            return int(fields[16]), int(fields[38])  # stat fields 19 (nice) and 41 (policy)
 
-    deadline = time.monotonic() + 30
-    while nice_and_policy() != (10, os.SCHED_IDLE):  # set once the process has its imports
-        assert time.monotonic() < deadline, f"job process nice/policy: {nice_and_policy()}"
-        time.sleep(0.1)
-    # However the server ends, its job process follows: its stdin closes with the server.
-    server.kill()
+        deadline = time.monotonic() + 30
+        while nice_and_policy() != (10, os.SCHED_IDLE):  # set once it has its imports
+            assert time.monotonic() < deadline, f"job process nice/policy: {nice_and_policy()}"
+            time.sleep(0.1)
+    finally:
+        # However the server ends, its job process follows: its stdin closes with the server.
+        server.kill()
     deadline = time.monotonic() + 30
     while _alive(jobs[0]):
         assert time.monotonic() < deadline, f"job process {jobs[0]} outlived the server"
