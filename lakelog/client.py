@@ -348,12 +348,22 @@ class Consumer:
         self.heartbeat_interval_s = 1.0
         self._assigned: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
+        """After the records poll returned (what ``commit()`` commits)."""
+        self._processed: dict[TopicPartition, int] = {}
+        """The positions as of the latest poll call: the records returned before it are
+        processed (what auto-commit and a revocation commit, as in Kafka)."""
         self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
         self._stop = threading.Event()
         self._rejoin = threading.Event()
+        self._hb_lock = threading.RLock()
+        self._to_release: set[TopicPartition] = set()
+        self._release_deadline = 0.0
         self._last_commit = time.monotonic()
         self._thread: threading.Thread | None = None
         self.rejoins = 0
+        self.polled_member_id: str | None = None
+        """The member id the latest poll read as."""
         if topics:
             self.subscribe(topics)
 
@@ -379,6 +389,8 @@ class Consumer:
         _raise_for(r)
         with self._lock:
             self._positions.clear()
+            self._processed.clear()
+            self._to_release = set()
             self._assigned = set()
             self._apply(r.json())
 
@@ -397,51 +409,72 @@ class Consumer:
         return revoked - new
 
     def _heartbeat_loop(self) -> None:
-        revoking: set[TopicPartition] = set()
-        while not self._stop.wait(0 if revoking else self.heartbeat_interval_s):
+        while not self._stop.wait(self.heartbeat_interval_s):
             try:
-                if self._rejoin.is_set():
-                    self._rejoin.clear()
-                    self.rejoins += 1
-                    self._join()
-                    revoking = set()
-                    continue
-                with self._lock:
-                    # Revoked partitions were released (committed) before this heartbeat:
-                    # leaving them out of `owned` acknowledges the revocation.
-                    owned = [{"topic_name": t, "partition_id": p}
-                             for t, p in sorted(self._assigned)]
-                    epoch = self.member_epoch
-                r = self._hb_http.post(f"/members/{self.member_id}/heartbeat",
-                                       json={"member_epoch": epoch, "owned": owned})
-                if r.status_code in (404, 409):
-                    log.info("member %s of %s fenced (%s): joining again", self.member_id,
-                             self.group, r.status_code)
-                    self._rejoin.set()
-                    continue
-                _raise_for(r)
-                with self._lock:
-                    revoked = self._apply(r.json())
-                if revoked:
-                    self._release(revoked)
-                revoking = revoked
+                self._heartbeat_once()
             except (httpx.TransportError, LakelogClientError) as exc:
                 log.warning("heartbeat of %s failed: %s", self.group, exc)
-                revoking = set()
-                time.sleep(min(1.0, self.heartbeat_interval_s))
 
-    def _release(self, revoked: set[TopicPartition]) -> None:
-        """Before acknowledging a revocation: commit those partitions' positions."""
+    def _heartbeat_once(self) -> None:
+        with self._hb_lock:  # one heartbeat at a time: each carries the epoch the last gave
+            self._heartbeat_locked()
+
+    def _heartbeat_locked(self) -> None:
+        if self._rejoin.is_set():
+            self._rejoin.clear()
+            self.rejoins += 1
+            self._join()
+            return
         with self._lock:
-            offsets = {tp: self._positions[tp] for tp in revoked if tp in self._positions}
+            if self._to_release and time.monotonic() > self._release_deadline:
+                # No poll for a whole session: release here, so the group is not held up.
+                self._release_pending()
+            # Partitions still to release stay in `owned`; leaving a revoked partition out
+            # acknowledges its revocation.
+            owned = [{"topic_name": t, "partition_id": p}
+                     for t, p in sorted(self._assigned | self._to_release)]
+            epoch = self.member_epoch
+        r = self._hb_http.post(f"/members/{self.member_id}/heartbeat",
+                               json={"member_epoch": epoch, "owned": owned})
+        if r.status_code in (404, 409):
+            log.info("member %s of %s fenced (%s): joining again", self.member_id,
+                     self.group, r.status_code)
+            self._rejoin.set()
+            self._heartbeat_locked()
+            return
+        _raise_for(r)
+        with self._lock:
+            revoked = self._apply(r.json())
+            if revoked - self._to_release:
+                self._to_release |= revoked
+                self._release_deadline = time.monotonic() + self.session_timeout_ms / 1000
+
+    def _release_pending(self) -> None:
+        """Let go of revoked partitions: commit their processed positions (with
+        auto-commit), tell ``on_revoke``, forget them; the next heartbeat acknowledges.
+        Runs in poll (the caller's thread, as Kafka's rebalance callbacks do)."""
+        with self._lock:
+            revoked, self._to_release = self._to_release, set()
+            offsets = {tp: self._processed[tp] for tp in revoked if tp in self._processed}
+            for tp in revoked:
+                self._positions.pop(tp, None)
+                self._processed.pop(tp, None)
+        if not revoked:
+            return
         if self.enable_auto_commit and offsets:
             with contextlib.suppress(LakelogClientError, httpx.TransportError):
                 self.commit(offsets)
         if self.on_revoke:
             self.on_revoke(revoked)
-        with self._lock:
-            for tp in revoked:
-                self._positions.pop(tp, None)
+        self._hb_now()
+
+    def _hb_now(self) -> None:
+        """Heartbeat soon (to acknowledge a revocation without waiting an interval)."""
+        threading.Thread(target=self._quiet_heartbeat, daemon=True).start()
+
+    def _quiet_heartbeat(self) -> None:
+        with contextlib.suppress(httpx.TransportError, LakelogClientError):
+            self._heartbeat_once()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -450,16 +483,23 @@ class Consumer:
             return set(self._assigned)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
-        """The next records of the assigned partitions (waits up to ``timeout_s``)."""
+        """The next records of the assigned partitions (waits up to ``timeout_s``). Calling
+        it says the records it returned before are processed."""
+        with self._lock:
+            self._processed = dict(self._positions)
+            pending = bool(self._to_release)
+        if pending:
+            self._release_pending()
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= \
                 self.auto_commit_interval_s:
             with contextlib.suppress(LakelogClientError, httpx.TransportError):
-                self.commit()
+                self._auto_commit()
         if self._rejoin.is_set() or self.member_id is None:
             time.sleep(min(timeout_s, 0.1))
             return []
+        self.polled_member_id = self.member_id
         try:
-            r = self._http.get(f"/members/{self.member_id}/records", params={
+            r = self._http.get(f"/members/{self.polled_member_id}/records", params={
                 "timeout_ms": int(timeout_s * 1000), "max_records": max_records,
                 "format": self.format})
         except httpx.TransportError:
@@ -499,7 +539,7 @@ class Consumer:
             {"topic_name": tp.topic, "partition_id": tp.partition, "offset": offset}]})
         _raise_for(r)
         with self._lock:
-            self._positions[tp] = offset
+            self._positions[tp] = self._processed[tp] = offset
 
     def position(self, tp: TopicPartition) -> int | None:
         with self._lock:
@@ -516,11 +556,26 @@ class Consumer:
             future = pool.submit(self.commit, offsets)
             pool.shutdown(wait=False)
             return future  # type: ignore[return-value]
-        with self._lock:
-            offsets = dict(self._positions) if offsets is None else offsets
-        self._last_commit = time.monotonic()
-        if not offsets:
-            return None
+        with self._commit_lock:  # one at a time: an older snapshot never lands after a newer
+            with self._lock:
+                if offsets is None:
+                    # Only partitions still assigned: a revoked one was committed on release.
+                    offsets = {tp: off for tp, off in self._positions.items()
+                               if tp in self._assigned}
+            self._last_commit = time.monotonic()
+            if offsets:
+                self._commit(offsets)
+        return None
+
+    def _auto_commit(self) -> None:
+        with self._commit_lock:
+            with self._lock:
+                offsets = {tp: off for tp, off in self._processed.items() if tp in self._assigned}
+            self._last_commit = time.monotonic()
+            if offsets:
+                self._commit(offsets)
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         body = [{"topic_name": tp.topic, "partition_id": tp.partition, "offset": off}
                 for tp, off in sorted(offsets.items())]
         for _ in range(3):
@@ -530,10 +585,8 @@ class Consumer:
                                                   "offsets": body})
             if r.status_code == 409 and epoch != self.member_epoch:
                 continue  # a heartbeat moved the epoch meanwhile: commit under the new one
-            _raise_for(r)
-            return None
+            break
         _raise_for(r)
-        return None
 
     def committed(self) -> dict[TopicPartition, int]:
         r = self._http.get("/offsets")

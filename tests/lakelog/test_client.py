@@ -1,0 +1,188 @@
+"""The Python client against a real server: keyed partitioning as the server's, a group
+of consumers sharing a topic, and the end-to-end test with real processes killed."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from lakelog.client import Consumer, Producer, TopicPartition
+from tests.server import ServerProcess
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> ServerProcess:
+    proc = ServerProcess(tmp_path / "data").start()
+    yield proc  # type: ignore[misc]
+    if proc.proc is not None and proc.proc.poll() is None:
+        proc.kill()
+
+
+def _topic(server: ServerProcess, name: str, partitions: int) -> None:
+    with server.client() as c:
+        r = c.post("/topics", json={"topic_name": name, "partitions_count": partitions})
+        assert r.status_code == 201, r.text
+
+
+def test_producer_partitions_keys_as_the_server_and_a_group_shares_the_topic(
+        server: ServerProcess) -> None:
+    _topic(server, "t", 4)
+    with Producer(server.url, linger_ms=2) as producer:
+        futures = [producer.send("t", f"v{i}", key=f"k{i % 40}") for i in range(2000)]
+        producer.flush()
+        sent = [f.result() for f in futures]
+    with server.client() as c:  # the server partitions the same keys the same way
+        for i in range(40):
+            r = c.post("/topics/t/records", json={"key": {"type": "STRING", "data": f"k{i}"},
+                                                  "value": {"type": "STRING", "data": "x"}})
+            assert r.json()["partition_id"] == sent[i].partition
+    per_partition: dict[int, list[int]] = defaultdict(list)
+    for md in sent:
+        per_partition[md.partition].append(md.offset)
+    assert all(offs == sorted(offs) for offs in per_partition.values())
+
+    seen: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    consumers = [Consumer(server.url, "g", ["t"], auto_offset_reset="earliest",
+                          session_timeout_ms=5000, format="STRING") for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in seen.values()) < 2040:
+        assert time.monotonic() < deadline, {k: len(v) for k, v in seen.items()}
+        for i, consumer in enumerate(consumers):
+            seen[str(i)].extend((r.partition, r.offset, r.value)
+                                for r in consumer.poll(timeout_s=0.2))
+    assignments = [c.assignment() for c in consumers]
+    assert not (assignments[0] & assignments[1])
+    assert assignments[0] | assignments[1] == {TopicPartition("t", p) for p in range(4)}
+    values = sorted(v for rows in seen.values() for _, _, v in rows)
+    assert values == sorted([f"v{i}" for i in range(2000)] + ["x"] * 40)
+    for consumer in consumers:
+        consumer.commit()
+    committed = consumers[0].committed()
+    assert sum(committed.values()) == 2040
+    for consumer in consumers:
+        consumer.close()
+    with server.client() as c:
+        described = c.get("/consumer-groups/g").json()
+        assert described["members"] == [] and all(o["lag"] == 0 for o in described["offsets"])
+
+
+def _consumer(server: ServerProcess, out: Path) -> subprocess.Popen[bytes]:
+    with out.with_suffix(".err").open("ab") as err:
+        return subprocess.Popen([sys.executable, "-m", "tests.lakelog.consumer_proc",
+                                 server.url, "chaos", "events", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=err)
+
+
+def test_group_end_to_end_with_consumers_and_the_server_killed(
+        server: ServerProcess, tmp_path: Path) -> None:
+    """Producers and three consumer processes; consumers SIGKILLed and restarted at random,
+    the server SIGKILLed once. Every acknowledged record is consumed at least once, each
+    member's reads of a partition are gap-free, committed offsets never go backwards, and
+    duplicates come only from members that failed."""
+    _topic(server, "events", 4)
+    rng = random.Random(11)
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(server.url, linger_ms=5, retries=40) as producer:
+            i = 0
+            while not stop.is_set():
+                futures = [(f"r{i + j}", producer.send("events", f"r{i + j}"))
+                           for j in range(20)]
+                i += 20
+                for value, f in futures:
+                    try:
+                        f.result(timeout=60)
+                        acked.append(value)
+                    except Exception:
+                        pass  # not acknowledged: may or may not be in the log
+                time.sleep(0.02)
+
+    outs = [tmp_path / f"consumer-{i}.txt" for i in range(3)]
+    procs = [_consumer(server, out) for out in outs]
+    failed_files: set[Path] = set()
+    producer = threading.Thread(target=produce)
+    producer.start()
+    lines_at_server_kill: dict[Path, int] = {}
+    try:
+        for step in range(8):
+            time.sleep(2.5)
+            if step == 3:
+                lines_at_server_kill = {o: len(o.read_text().splitlines()) if o.exists() else 0
+                                        for o in outs}
+                server.kill()
+                time.sleep(0.5)
+                server.start()
+                continue
+            victim = rng.randrange(3)
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            failed_files.add(outs[victim])
+            outs[victim] = tmp_path / f"consumer-{victim}-{step}.txt"
+            procs[victim] = _consumer(server, outs[victim])
+        stop.set()
+        producer.join(120)
+        assert acked, "nothing was acknowledged"
+        deadline = time.monotonic() + 90
+        consumed: set[str] = set()
+        while not set(acked) <= consumed:
+            assert time.monotonic() < deadline, f"{len(set(acked) - consumed)} never consumed"
+            time.sleep(1)
+            consumed = {line.split()[3] for f in tmp_path.glob("consumer-*.txt")
+                        for line in f.read_text().splitlines() if line.count(" ") == 3}
+    finally:
+        stop.set()
+        for out in outs:
+            Path(str(out) + ".stop").touch()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    rows = [(f, *line.split()) for f in sorted(tmp_path.glob("consumer-*.txt"))
+            for line in f.read_text().splitlines() if line.count(" ") == 3]
+    # Each member's reads of a partition are gap-free and move forward.
+    by_member: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for _, member, partition, offset, _ in rows:
+        by_member[(member, partition)].append(int(offset))
+    for key, offsets in by_member.items():
+        assert all(b <= a + 1 for a, b in itertools.pairwise(offsets)), key
+    # Duplicates only from members that failed: killed processes, or any member alive
+    # when the server was killed (its uncommitted reads are read again).
+    failed_members = {member for f, member, *_ in rows if f in failed_files}
+    failed_members |= {line.split()[0] for f, n in lines_at_server_kill.items()
+                       for line in f.read_text().splitlines()[:n]}
+    first: dict[tuple[str, str], str] = {}
+    duplicates = 0
+    for _, member, partition, offset, _ in rows:
+        key = (partition, offset)
+        if key in first:
+            duplicates += 1
+            assert first[key] in failed_members or first[key] == member, (key, first[key])
+        else:
+            first[key] = member
+    # Committed offsets never went backwards: every row ever written, in commit order.
+    table = tmp_path / "data" / "warehouse" / "_consumer_offsets"
+    history = sorted((r["seq"], r["partition"], r["offset"])
+                     for f in table.glob("*.parquet")
+                     for r in pq.read_table(f).to_pylist())
+    last: dict[int, int] = {}
+    for _, partition, offset in history:
+        assert offset >= last.get(partition, 0), (partition, offset, last.get(partition))
+        last[partition] = offset
+    with httpx.Client(base_url=server.url) as c:
+        assert c.get("/healthz").status_code == 200
+    print(f"{len(acked)} acknowledged, {len(rows)} consumed, {duplicates} duplicates")
