@@ -219,6 +219,101 @@ def jobs_all(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = No
               master, dry_run, target_bytes, retention_hours)
 
 
+Url = Annotated[str, typer.Option(help="The server [LAKELOG_URL].", envvar="LAKELOG_URL")]
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _call(method: str, url: str, path: str, body: object | None = None,
+          ok: tuple[int, ...] = (200,)) -> Any:
+    """One call to the server's API; an error answer becomes a one-line LakelogError."""
+    import httpx
+
+    try:
+        r = httpx.request(method, f"{url.rstrip('/')}/v3/clusters/lakelog{path}", json=body,
+                          timeout=60)
+    except httpx.HTTPError as exc:
+        raise LakelogError(f"cannot reach lakelog at {url}: {exc}") from None
+    if r.status_code not in ok:
+        try:
+            message = r.json().get("message", r.text)
+        except ValueError:
+            message = r.text
+        raise LakelogError(f"{r.status_code}: {message}")
+    return r.json() if r.content else None
+
+
+groups_app = typer.Typer(help="Consumer groups (like kafka-consumer-groups): list, describe "
+                              "with lag, reset offsets, delete.", no_args_is_help=True)
+app.add_typer(groups_app, name="groups")
+
+
+@groups_app.command("list")
+def groups_list(url: Url = DEFAULT_URL) -> None:
+    """Every group with members or committed offsets."""
+    for g in _call("GET", url, "/consumer-groups")["data"]:
+        typer.echo(f"{g['consumer_group_id']}\t{g['state']}\tmembers={g['members']}")
+
+
+@groups_app.command("describe")
+def groups_describe(group: Annotated[str, typer.Argument(help="The group.")],
+                    url: Url = DEFAULT_URL) -> None:
+    """Members and, per partition, committed offset, log end offset and lag."""
+    d = _call("GET", url, f"/consumer-groups/{group}")
+    typer.echo(f"group {group}: {d['state']}, {len(d['members'])} member(s), "
+               f"assignor {d['assignor']}, epoch {d['group_epoch']}")
+    header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+    rows = [header] + [tuple("-" if v is None else str(v) for v in (
+        o["topic_name"], o["partition_id"], o["committed_offset"], o["log_end_offset"],
+        o["lag"], o["member_id"])) for o in d["offsets"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+@groups_app.command("reset-offsets")
+def groups_reset(
+    group: Annotated[str, typer.Argument(help="The group (it must have no members).")],
+    to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
+    to_offset: Annotated[int | None, typer.Option("--to-offset")] = None,
+    to_datetime: Annotated[str | None, typer.Option(
+        "--to-datetime", help="ISO 8601 with a timezone, e.g. 2026-11-21T10:00:00Z")] = None,
+    topic: Annotated[list[str] | None, typer.Option(
+        help="Topics to reset (repeatable); default: those the group has offsets for.")] = None,
+    execute: Annotated[bool, typer.Option(
+        "--execute", help="Apply; without it, only show what would be set (dry run).")] = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Reset committed offsets, as kafka-consumer-groups --reset-offsets (dry run unless
+    --execute)."""
+    chosen = [k for k, v in (("earliest", to_earliest), ("latest", to_latest),
+                             ("offset", to_offset is not None),
+                             ("datetime", to_datetime is not None)) if v]
+    if len(chosen) != 1:
+        raise LakelogError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                           "--to-datetime")
+    body: dict[str, Any] = {"to": chosen[0], "dry_run": not execute}
+    if to_offset is not None:
+        body["offset"] = to_offset
+    if to_datetime is not None:
+        body["datetime"] = to_datetime.replace("Z", "+00:00")
+    if topic:
+        body["topics"] = topic
+    r = _call("POST", url, f"/consumer-groups/{group}/offsets:reset", body)
+    for o in r["offsets"]:
+        typer.echo(f"{o['topic_name']}-{o['partition_id']}\t{o['offset']}")
+    typer.echo("(dry run: add --execute to apply)" if r["dry_run"] else "offsets reset",
+               err=True)
+
+
+@groups_app.command("delete")
+def groups_delete(group: Annotated[str, typer.Argument(help="The group (no members).")],
+                  url: Url = DEFAULT_URL) -> None:
+    """Delete a group and its committed offsets."""
+    _call("DELETE", url, f"/consumer-groups/{group}", ok=(204,))
+    typer.echo(f"deleted consumer group {group}")
+
+
 @app.command("delete-records")
 def delete_records(
     topic: Annotated[str, typer.Argument(help="The topic.")],

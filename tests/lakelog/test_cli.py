@@ -114,3 +114,51 @@ def test_jobs_all_dry_run_then_for_real(tmp_path: Path) -> None:
         {"job": "retention", "status": "succeeded", "n": 40}]
     bad = lakelog("delete-records", "old", "--before", "zero=1")
     assert bad.returncode == 1 and "PARTITION=OFFSET" in bad.stderr
+
+
+def test_groups_describe_reset_delete_and_lag_in_sql(tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data").start()
+    env = {**os.environ, "LAKELOG_URL": server.url}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([LAKELOG, *args], capture_output=True, text=True, env=env)
+        assert not check or out.returncode == 0, out.stderr
+        return out
+
+    try:
+        with server.client() as c:
+            c.post("/topics", json={"topic_name": "orders", "partitions_count": 2})
+            for p in range(2):
+                c.post("/topics/orders/records:batch", json={"entries": [
+                    {"id": str(i), "partition_id": p, "value": {"type": "STRING", "data": "x"}}
+                    for i in range(10)]})
+            assert c.post("/consumer-groups/billing/offsets", json={"offsets": [
+                {"topic_name": "orders", "partition_id": 0, "offset": 4},
+                {"topic_name": "orders", "partition_id": 1, "offset": 10}]}).status_code == 200
+        assert "billing\tEmpty" in run("groups", "list").stdout
+        described = run("groups", "describe", "billing").stdout.splitlines()
+        assert described[1].split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                                        "LAG", "MEMBER-ID"]
+        assert described[2].split() == ["orders", "0", "4", "10", "6", "-"]
+        dry = run("groups", "reset-offsets", "billing", "--to-earliest")
+        assert dry.stdout.split() == ["orders-0", "0", "orders-1", "0"] and "dry run" in dry.stderr
+        assert run("groups", "describe", "billing").stdout.splitlines()[2].split()[2] == "4"
+        run("groups", "reset-offsets", "billing", "--to-offset", "7", "--execute")
+        bad = run("groups", "reset-offsets", "billing", check=False)
+        assert bad.returncode == 1 and "exactly one of" in bad.stderr
+        lag = run("sql", "--json", "--data-dir", str(tmp_path / "data"),
+                  "SELECT `group`, topic, partition, committed_offset, lag FROM consumer_lag "
+                  "ORDER BY partition")
+        assert [json.loads(line) for line in lag.stdout.splitlines()] == [
+            {"group": "billing", "topic": "orders", "partition": p, "committed_offset": 7,
+             "lag": 3} for p in range(2)]
+        total = run("sql", "--json", "--data-dir", str(tmp_path / "data"),
+                    "SELECT total_lag FROM consumer_group_lag")
+        assert json.loads(total.stdout) == {"total_lag": 6}
+        run("groups", "delete", "billing")
+        gone = run("groups", "describe", "billing", check=False)
+        assert gone.returncode == 1 and "does not exist" in gone.stderr
+    finally:
+        server.stop()
