@@ -102,6 +102,7 @@ class OffsetStore:
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._dt: DeltaTable | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -209,8 +210,18 @@ class OffsetStore:
             self._seq += 1
         return pa.table(cols, schema=SCHEMA)
 
+    def _table(self) -> DeltaTable | None:
+        if self._dt is None:
+            try:
+                self._dt = DeltaTable(self.uri)
+            except TableNotFoundError:
+                return None
+        return self._dt
+
     def _append(self, changes: list[Change]) -> None:
-        write_deltalake(self.uri, self._rows(changes), mode="append")
+        # Through a kept handle: delta-rs then reads only the new log entries, not the log.
+        dt = self._table()
+        write_deltalake(dt if dt is not None else self.uri, self._rows(changes), mode="append")
         self.appends += 1
         self._since_compaction += 1
         for key, c in changes:
@@ -227,12 +238,13 @@ class OffsetStore:
             newest[key.group] = max(newest.get(key.group, 0), c.commit_ms)
         gone = {g for g, ms in newest.items() if self.expired(g, ms)}
         keep = [(k, c) for k, c in sorted(self.latest.items()) if k.group not in gone]
-        write_deltalake(self.uri, self._rows(keep), mode="overwrite")
+        dt = self._table()
+        write_deltalake(dt if dt is not None else self.uri, self._rows(keep), mode="overwrite")
         self.appends += 1
         self._since_compaction = 0
         for key in [k for k in self.latest if k.group in gone]:
             self.latest.pop(key, None)
-        dt = DeltaTable(self.uri)
+        dt = self._dt = DeltaTable(self.uri)
         dt.create_checkpoint()
         dt.cleanup_metadata()
         if is_local(self.uri) and os.path.isdir(local_path(self.uri)):
