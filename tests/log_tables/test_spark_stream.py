@@ -90,7 +90,10 @@ def test_sql_views_and_partitions(spark: SparkSession, data: LogManager) -> None
         produce(data, "events", p, 30, roll_every=10)
     produce(data, "other-topic", 0, 5)
     TierJob(Layout.of(data.data_dir)).run(spark)
-    assert register_views(spark) == ["events", "other-topic", "partitions", "job_runs"]
+    assert register_views(spark) == ["events", "other-topic", "partitions", "job_runs",
+                                     "consumer_offsets", "consumer_lag", "consumer_group_lag"]
+    # No group has committed yet: the group views exist, empty.
+    assert spark.sql("SELECT count(*) FROM consumer_lag").first()[0] == 0
     tiered = spark.sql("SELECT topic, partition, records_in FROM job_runs WHERE job = 'tier' "
                        "ORDER BY topic, partition").collect()
     assert [tuple(r) for r in tiered] == [("events", 0, 30), ("events", 1, 30)]
