@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -312,6 +314,201 @@ def groups_delete(group: Annotated[str, typer.Argument(help="The group (no membe
     """Delete a group and its committed offsets."""
     _call("DELETE", url, f"/consumer-groups/{group}", ok=(204,))
     typer.echo(f"deleted consumer group {group}")
+
+
+topics_app = typer.Typer(help="Topics: create, list, describe, alter, delete.",
+                         no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+def _configs(items: list[str] | None) -> list[dict[str, str]]:
+    out = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise LakelogError(f"--config {item!r}: expected NAME=VALUE, e.g. retention.ms=3600000")
+        out.append({"name": name, "value": value})
+    return out
+
+
+ConfigOpt = Annotated[list[str] | None, typer.Option(
+    "--config", help="NAME=VALUE topic config (repeatable), e.g. cleanup.policy=compact.")]
+
+
+@topics_app.command("create")
+def topics_create(name: Annotated[str, typer.Argument(help="The topic.")],
+                  partitions: Annotated[int, typer.Option(help="Partition count.")] = 1,
+                  config: ConfigOpt = None, url: Url = DEFAULT_URL) -> None:
+    """Create a topic."""
+    _call("POST", url, "/topics", {"topic_name": name, "partitions_count": partitions,
+                                   "configs": _configs(config)}, ok=(201,))
+    typer.echo(f"created topic {name} ({partitions} partition(s))")
+
+
+@topics_app.command("list")
+def topics_list(url: Url = DEFAULT_URL) -> None:
+    """Every topic and its partition count."""
+    for t in _call("GET", url, "/topics")["data"]:
+        typer.echo(f"{t['topic_name']}\tpartitions={t['partitions_count']}")
+
+
+@topics_app.command("describe")
+def topics_describe(name: Annotated[str, typer.Argument(help="The topic.")],
+                    url: Url = DEFAULT_URL) -> None:
+    """Partitions (log start, high watermark, size) and configs that differ from defaults."""
+    topic = _call("GET", url, f"/topics/{name}")
+    typer.echo(f"topic {name}: {topic['partitions_count']} partition(s)")
+    for p in _call("GET", url, f"/topics/{name}/partitions")["data"]:
+        typer.echo(f"  partition {p['partition_id']}: log_start_offset={p['log_start_offset']} "
+                   f"high_watermark={p['high_watermark']} size_bytes={p['size_bytes']}")
+    for c in _call("GET", url, f"/topics/{name}/configs")["data"]:
+        if not c.get("is_default", False):
+            typer.echo(f"  {c['name']}={c['value']}")
+
+
+@topics_app.command("alter")
+def topics_alter(name: Annotated[str, typer.Argument(help="The topic.")],
+                 partitions: Annotated[int | None, typer.Option(
+                     help="Raise the partition count (never lower).")] = None,
+                 config: ConfigOpt = None,
+                 delete_config: Annotated[list[str] | None, typer.Option(
+                     help="Reset a config to its default (repeatable).")] = None,
+                 url: Url = DEFAULT_URL) -> None:
+    """Raise partitions and set or reset configs."""
+    if partitions is None and not config and not delete_config:
+        raise LakelogError("nothing to alter: give --partitions, --config or --delete-config")
+    if partitions is not None:
+        _call("PATCH", url, f"/topics/{name}", {"partitions_count": partitions})
+    changes = [{**c, "operation": "SET"} for c in _configs(config)] + [
+        {"name": n, "operation": "DELETE"} for n in delete_config or ()]
+    if changes:
+        _call("POST", url, f"/topics/{name}/configs:alter", {"data": changes}, ok=(204,))
+    typer.echo(f"altered topic {name}")
+
+
+@topics_app.command("delete")
+def topics_delete(name: Annotated[str, typer.Argument(help="The topic.")],
+                  url: Url = DEFAULT_URL) -> None:
+    """Delete a topic and its data (both tiers)."""
+    _call("DELETE", url, f"/topics/{name}", ok=(204,))
+    typer.echo(f"deleted topic {name}")
+
+
+PROGRESS_EVERY = 100_000
+
+
+@app.command()
+def produce(
+    topic: Annotated[str, typer.Argument(help="The topic.")],
+    separator: Annotated[str | None, typer.Option(
+        help="Each line is KEY<separator>VALUE (e.g. --separator ':'); else the line is the "
+             "value.")] = None,
+    acks: Annotated[str, typer.Option(help="all, 1 or 0.")] = "all",
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Produce lines from stdin (like kafka-console-producer); a progress line every 100,000
+    records on stderr; exit 1 if any record failed."""
+    from lakelog.client import LakelogClientError, Producer
+
+    if acks not in ("all", "1", "0"):
+        raise LakelogError(f"--acks {acks!r}: use all, 1 or 0")
+    failed = sent = 0
+    started = time.monotonic()
+    try:
+        with Producer(url, acks=acks) as producer:  # type: ignore[arg-type]
+            producer.partitions_for(topic)
+            futures = []
+            for line in sys.stdin:
+                line = line.rstrip("\n")
+                key: str | None = None
+                if separator is not None:
+                    key, sep, line = line.partition(separator)
+                    if not sep:
+                        key, line = None, key
+                futures.append(producer.send(topic, line, key=key))
+                sent += 1
+                if sent % PROGRESS_EVERY == 0:
+                    typer.echo(f"{sent:,} records sent ({sent / (time.monotonic() - started):,.0f}"
+                               "/s)", err=True)
+                if len(futures) >= 10_000:
+                    failed += sum(1 for f in futures if f.exception() is not None)
+                    futures = []
+            failed += sum(1 for f in futures if f.exception() is not None)
+    except LakelogClientError as exc:
+        raise LakelogError(f"{topic}: {exc.message}") from None
+    typer.echo(f"{sent - failed:,} records produced to {topic}"
+               + (f", {failed:,} failed" if failed else ""), err=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def consume(
+    topic: Annotated[str, typer.Argument(help="The topic.")],
+    group: Annotated[str | None, typer.Option(
+        help="Read as a member of this consumer group (commits its offsets).")] = None,
+    from_beginning: Annotated[bool, typer.Option(
+        "--from-beginning", help="Start at the log start (else at the end), when there "
+                                 "is no committed offset.")] = False,
+    max_records: Annotated[int | None, typer.Option("--max", help="Stop after N records.")] = None,
+    timeout_ms: Annotated[int | None, typer.Option(
+        help="Stop after this long without a record.")] = None,
+    print_key: Annotated[bool, typer.Option("--print-key", help="Print KEY<TAB>VALUE.")] = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Print records as lines (like kafka-console-consumer); without --group it reads every
+    partition directly and commits nothing."""
+    count = 0
+    idle_since = time.monotonic()
+    for key, value in _records(url, topic, group, from_beginning):
+        if key is None and value is None:  # an empty poll
+            if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
+                break
+            continue
+        idle_since = time.monotonic()
+        typer.echo(f"{key}\t{value}" if print_key else str(value))
+        count += 1
+        if max_records is not None and count >= max_records:
+            break
+    typer.echo(f"{count:,} records consumed", err=True)
+
+
+def _records(url: str, topic: str, group: str | None, from_beginning: bool
+             ) -> Iterator[tuple[Any, Any]]:
+    """(key, value) pairs, with (None, None) after each empty poll; stops the group
+    consumer (commit + leave) when the caller stops."""
+    from lakelog.client import Consumer
+
+    if group is not None:
+        consumer = Consumer(url, group, [topic], format="STRING",
+                            auto_offset_reset="earliest" if from_beginning else "latest")
+        try:
+            while True:
+                records = consumer.poll(timeout_s=0.5)
+                consumer_seen = False
+                for r in records:
+                    consumer_seen = True
+                    yield r.key, r.value
+                if not consumer_seen:
+                    yield None, None
+        finally:
+            consumer.close()
+    count = _call("GET", url, f"/topics/{topic}")["partitions_count"]
+    spec = "earliest" if from_beginning else "latest"
+    positions = {p: _call("GET", url, f"/topics/{topic}/partitions/{p}/offsets?spec={spec}")
+                 ["offset"] for p in range(count)}
+    while True:
+        got = False
+        for p in range(count):
+            body = _call("GET", url, f"/topics/{topic}/partitions/{p}/records?offset="
+                         f"{positions[p]}&format=STRING&max_records=1000")
+            for r in body["records"]:
+                got = True
+                yield (r["key"] or {}).get("data"), (r["value"] or {}).get("data")
+            positions[p] = body["next_offset"]
+        if not got:
+            time.sleep(0.2)
+            yield None, None
 
 
 @app.command("delete-records")

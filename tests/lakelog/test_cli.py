@@ -162,3 +162,47 @@ def test_groups_describe_reset_delete_and_lag_in_sql(tmp_path: Path) -> None:
         assert gone.returncode == 1 and "does not exist" in gone.stderr
     finally:
         server.stop()
+
+
+def test_topics_produce_and_consume_from_the_command_line(tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data").start()
+    env = {**os.environ, "LAKELOG_URL": server.url}
+
+    def run(*args: str, stdin: str | None = None, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([LAKELOG, *args], capture_output=True, text=True, env=env,
+                             input=stdin)
+        assert not check or out.returncode == 0, out.stderr
+        return out
+
+    try:
+        run("topics", "create", "clicks", "--partitions", "3", "--config", "retention.ms=60000")
+        assert run("topics", "list").stdout.split() == ["clicks", "partitions=3"]
+        run("topics", "alter", "clicks", "--partitions", "4", "--config",
+            "cleanup.policy=compact", "--delete-config", "retention.ms")
+        described = run("topics", "describe", "clicks").stdout
+        assert "4 partition(s)" in described and "cleanup.policy=compact" in described
+        assert "retention.ms" not in described
+        lines = "".join(f"user-{i % 7}:click {i}\n" for i in range(250))
+        produced = run("produce", "clicks", "--separator", ":", stdin=lines)
+        assert "250 records produced to clicks" in produced.stderr
+        out = run("consume", "clicks", "--from-beginning", "--max", "250", "--print-key").stdout
+        rows = [line.split("\t") for line in out.splitlines()]
+        assert sorted(v for _, v in rows) == sorted(f"click {i}" for i in range(250))
+        assert all(k == f"user-{int(v.split()[1]) % 7}" for k, v in rows)  # KEY:VALUE split
+        grouped = run("consume", "clicks", "--group", "cli", "--from-beginning",
+                      "--timeout-ms", "3000").stdout.splitlines()
+        assert len(grouped) == 250
+        # The group committed on close: its lag is zero.
+        assert all(line.split()[4] == "0" for line in
+                   run("groups", "describe", "cli").stdout.splitlines()[2:])
+        bad = run("topics", "create", "clicks", check=False)
+        assert bad.returncode == 1 and bad.stderr.startswith("lakelog: error: 409")
+        bad = run("produce", "nope", stdin="x\n", check=False)
+        assert bad.returncode == 1 and "nope" in bad.stderr
+        run("topics", "delete", "clicks")
+        assert run("topics", "list").stdout == ""
+    finally:
+        server.stop()
