@@ -221,6 +221,11 @@ class GroupCoordinator:
             for member in [m for m in group.members.values() if m.deadline < now]:
                 self._remove(group, member)
                 gone.append((group.name, member.member_id))
+            if not group.members:
+                # An empty group is only its offsets (in the store): forget the rest, so
+                # that max_groups bounds live groups. Its next member starts a new epoch
+                # count; every older member id is unknown, so nothing stale gets through.
+                del self.groups[group.name]
         return gone
 
     def _remove(self, group: Group, member: Member) -> None:

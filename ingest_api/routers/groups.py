@@ -4,7 +4,7 @@ and delete (KIP-848-style: the server assigns; see ``consumer_groups.coordinator
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -24,7 +24,7 @@ from ingest_api.models import (
 )
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import AppState, json_body, json_response, state
-from log_tables.errors import InvalidOptionError
+from log_tables.errors import InvalidOptionError, UnknownPartitionError, UnknownTopicError
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"
@@ -90,7 +90,7 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
         c = committed.get((topic, partition))
         try:
             plog = st.manager.log(topic, partition)
-        except Exception:
+        except (UnknownTopicError, UnknownPartitionError):  # deleted since the commit
             hw: int | None = None
         else:
             hw = plog.high_watermark
@@ -210,7 +210,7 @@ async def committed(cluster_id: str, group_id: GroupId, request: Request) -> Res
 def _offset_rows(committed: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:
     return [{"topic_name": t, "partition_id": p, "offset": c.offset, "metadata": c.metadata,
              "member_id": c.member_id, "member_epoch": c.member_epoch,
-             "commit_timestamp": datetime.fromtimestamp(c.commit_ms / 1000).astimezone()}
+             "commit_timestamp": datetime.fromtimestamp(c.commit_ms / 1000, UTC)}
             for (t, p), c in sorted(committed.items())]
 
 

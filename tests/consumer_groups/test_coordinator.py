@@ -119,6 +119,15 @@ def test_session_timeout_removes_a_member_and_its_partitions_move(
     assert b.assigned == _tps(*range(6)) and b.epoch == 3
     with pytest.raises(UnknownMemberError):
         _heartbeat(coordinator, a)
+    # Once the last member is gone the group is only its offsets: its state is forgotten
+    # (max_groups bounds live groups), the offsets stay, old members stay fenced.
+    asyncio.run(coordinator.commit("g", b.member_id, b.epoch, [("t", 2, 7, None)]))
+    clock.now += 20.0
+    assert coordinator.expire_sessions() == [("g", b.member_id)]
+    assert "g" not in coordinator.groups and coordinator.known_groups() == ["g"]
+    assert coordinator.committed("g")[("t", 2)].offset == 7
+    with pytest.raises(UnknownMemberError):
+        _heartbeat(coordinator, b)
 
 
 def test_a_static_member_rejoining_inside_its_timeout_keeps_its_assignment(
