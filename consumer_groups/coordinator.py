@@ -109,6 +109,16 @@ class Group:
         return out
 
 
+def _revoke(member: Member) -> None:
+    """Take from ``member`` what its target no longer has: not polled, given to nobody
+    until it acknowledges."""
+    revoke = member.assigned - member.target
+    member.assigned -= revoke
+    member.revoking |= revoke
+    for tp in revoke:
+        member.positions.pop(tp, None)
+
+
 class GroupCoordinator:
     """Every group of one server, with their offsets in ``store``.
 
@@ -274,22 +284,13 @@ class GroupCoordinator:
         target = assign(group.assignor, specs, group.partitions_seen, previous)
         for member in group.members.values():
             member.target = target[member.member_id]
-            revoke = member.assigned - member.target
-            if revoke:
-                member.assigned -= revoke
-                member.revoking |= revoke
+            if member.assigned - member.target:
+                _revoke(member)
                 member.revocation_told = False
-                for tp in revoke:
-                    member.positions.pop(tp, None)
 
     def _reconcile(self, group: Group, member: Member) -> None:
         """Move ``member`` toward its target (only in answer to its own call)."""
-        revoke = member.assigned - member.target
-        if revoke:
-            member.assigned -= revoke
-            member.revoking |= revoke
-            for tp in revoke:
-                member.positions.pop(tp, None)
+        _revoke(member)
         if member.revoking:
             return  # nothing new until it has let go
         free = (member.target - member.assigned) - group.owned_by_others(member.member_id)

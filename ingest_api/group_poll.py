@@ -19,8 +19,9 @@ import msgspec
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
+from consumer_groups.offsets import OffsetKey
 from ingest_api.fetch import Data, FetchService, Format, Header, records_of
-from log_tables.errors import OffsetOutOfRangeError, UnknownTopicError
+from log_tables.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from log_tables.log_manager import LogManager
 
 _encoder = msgspec.json.Encoder()
@@ -48,7 +49,7 @@ class GroupPoll:
         """The member's position in ``tp``, resolved (and remembered) when it has none."""
         pos = member.positions.get(tp)
         if pos is None:
-            committed = self.coordinator.committed(group).get(tp)
+            committed = self.coordinator.store.latest.get(OffsetKey(group, *tp))
             pos = committed.offset if committed is not None else self._reset(member, tp, None)
             member.positions[tp] = pos
         return pos
@@ -87,22 +88,26 @@ class GroupPoll:
         if not assigned:
             return []
         member.poll_turn = (member.poll_turn + 1) % len(assigned)
-        order = assigned[member.poll_turn:] + assigned[:member.poll_turn]
+        order = [tp for tp in assigned[member.poll_turn:] + assigned[:member.poll_turn]
+                 if self.coordinator.partitions_of(tp.topic)]  # deleted topics: skipped
+        # Every position first: a reset policy of "none" fails the poll before any
+        # position moved, so no record read in this poll can be skipped by the error.
+        positions = {tp: self.position(group, member, tp) for tp in order}
         out: list[PolledRecord] = []
         budget_records, budget_bytes = max_records, max_bytes
         for tp in order:
             if budget_records <= 0 or budget_bytes <= 0:
                 break
-            try:
-                self.manager.log(tp.topic, tp.partition)
-            except UnknownTopicError:
-                continue  # deleted meanwhile; the next heartbeat rebalances
-            pos = self.position(group, member, tp)
+            pos = positions[tp]
             try:
                 offset, result = await self.fetch.read(tp.topic, tp.partition, pos,
                                                        budget_records, budget_bytes)
+            except (UnknownTopicError, UnknownPartitionError):
+                continue  # deleted while reading; the next heartbeat rebalances
             except OffsetOutOfRangeError as exc:
                 if pos < exc.log_start_offset or pos > exc.high_watermark:
+                    if out and member.auto_offset_reset == "none":
+                        break  # answer what was read; the next poll reports this one
                     member.positions[tp] = self._reset(member, tp, pos)
                 continue
             if tp not in member.assigned:

@@ -517,26 +517,17 @@ def delete_records(
     before: Annotated[list[str], typer.Option(
         help="PARTITION=OFFSET: delete the partition's records below OFFSET (-1: all); "
              "repeatable.")],
-    url: Annotated[str, typer.Option(help="The server [LAKELOG_URL].",
-                                     envvar="LAKELOG_URL")] = "http://127.0.0.1:8080",
+    url: Url = DEFAULT_URL,
 ) -> None:
     """Kafka's DeleteRecords through the server: move log starts forward."""
-    import httpx
-
     partitions = []
     for item in before:
         p, sep, offset = item.partition("=")
         if not sep or not p.strip().isdigit() or not offset.strip().lstrip("-").isdigit():
             raise LakelogError(f"--before {item!r}: expected PARTITION=OFFSET, e.g. 0=1500")
         partitions.append({"partition_id": int(p), "offset": int(offset)})
-    try:
-        r = httpx.post(f"{url.rstrip('/')}/v3/clusters/lakelog/topics/{topic}/records:delete",
-                       json={"partitions": partitions}, timeout=60)
-    except httpx.HTTPError as exc:
-        raise LakelogError(f"cannot reach lakelog at {url}: {exc}") from None
-    if r.status_code != 200:
-        raise LakelogError(f"{r.status_code}: {r.json().get('message', r.text)}")
-    for part in r.json()["partitions"]:
+    body = _call("POST", url, f"/topics/{topic}/records:delete", {"partitions": partitions})
+    for part in body["partitions"]:
         typer.echo(f"{topic}-{part['partition_id']}: log start offset {part['low_watermark']}")
 
 

@@ -556,21 +556,19 @@ class Consumer:
             future = pool.submit(self.commit, offsets)
             pool.shutdown(wait=False)
             return future  # type: ignore[return-value]
+        self._commit_positions(offsets, self._positions)
+        return None
+
+    def _auto_commit(self) -> None:
+        self._commit_positions(None, self._processed)
+
+    def _commit_positions(self, offsets: dict[TopicPartition, int] | None,
+                          positions: dict[TopicPartition, int]) -> None:
         with self._commit_lock:  # one at a time: an older snapshot never lands after a newer
             with self._lock:
                 if offsets is None:
                     # Only partitions still assigned: a revoked one was committed on release.
-                    offsets = {tp: off for tp, off in self._positions.items()
-                               if tp in self._assigned}
-            self._last_commit = time.monotonic()
-            if offsets:
-                self._commit(offsets)
-        return None
-
-    def _auto_commit(self) -> None:
-        with self._commit_lock:
-            with self._lock:
-                offsets = {tp: off for tp, off in self._processed.items() if tp in self._assigned}
+                    offsets = {tp: off for tp, off in positions.items() if tp in self._assigned}
             self._last_commit = time.monotonic()
             if offsets:
                 self._commit(offsets)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ from typing import Any
 
 import httpx
 
+from lakelog.local import free_port
+
 LAKELOG = Path(sys.executable).parent / "lakelog"
 CLUSTER = "/v3/clusters/lakelog"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:

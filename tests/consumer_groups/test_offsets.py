@@ -78,3 +78,17 @@ def test_compaction_keeps_the_latest_row_per_key_and_drops_expired_groups(
     reloaded.load()
     assert {k: c.offset for k, c in reloaded.group_offsets("g").items()} == {
         ("t", 0): 8, ("t", 1): 7}
+
+
+def test_the_commit_queue_is_bounded(tmp_path: Path) -> None:
+    import pytest
+
+    from log_tables.errors import QueueFullError
+
+    store = OffsetStore(str(tmp_path), max_queued_rows=3)  # writer not started: nothing drains
+    store.submit([(OffsetKey("g", "t", p), _c(1)) for p in range(3)])
+    with pytest.raises(QueueFullError, match="retry shortly"):
+        store.submit([(OffsetKey("g", "t", 9), _c(1))])
+    store.start()
+    store.close()  # what was queued is written before the writer stops
+    assert len(DeltaTable(offsets_uri(str(tmp_path))).to_pyarrow_table()) == 3

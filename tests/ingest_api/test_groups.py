@@ -3,6 +3,7 @@ policies, admin reset and delete, restart with the offsets reloaded from Delta."
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -138,7 +139,9 @@ def test_admin_reset_and_delete_need_an_empty_group(client: httpx.Client,
     topic, group = make_topic(2), _group()
     for p in range(2):
         _produce(client, topic, p, [f"v{i}" for i in range(10)])
+    time.sleep(0.01)  # record timestamps are in ms: keep "middle" apart from both sides
     middle = datetime.now(UTC)
+    time.sleep(0.01)
     _produce(client, topic, 0, ["late"])
     m = _join(client, group, [topic])
     reset = {"to": "earliest", "topics": [topic]}
@@ -191,3 +194,29 @@ def test_bad_group_requests_get_clear_errors(client: httpx.Client,
     r = client.post(f"/consumer-groups/{group}/members/{a['member_id']}/positions", json={
         "positions": [{"topic_name": "elsewhere", "partition_id": 0, "offset": 1}]})
     assert r.status_code == 400 and "not assigned" in r.json()["message"]
+
+
+def test_a_failed_poll_skips_nothing_and_seek_moves_positions(
+        client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic, group = make_topic(2), _group()
+    for p in range(2):
+        _produce(client, topic, p, [f"p{p}-{i}" for i in range(4)])
+    assert client.post(f"/consumer-groups/{group}/offsets", json={"offsets": [
+        {"topic_name": topic, "partition_id": 0, "offset": 1}]}).status_code == 200
+    m = _join(client, group, [topic], auto_offset_reset="none")
+    # Partition 1 has no offset: every poll fails (whichever partition it visits first)...
+    for _ in range(3):
+        r = client.get(f"/consumer-groups/{group}/members/{m['member_id']}/records")
+        assert r.status_code == 416 and f"{topic}/1" in r.json()["message"]
+    # ...and moved no position: partition 0 is still read from its commit.
+    assert client.post(f"/consumer-groups/{group}/offsets", json={
+        "member_id": m["member_id"], "member_epoch": m["member_epoch"],
+        "offsets": [{"topic_name": topic, "partition_id": 1, "offset": 3}]}).status_code == 200
+    assert sorted(_values(_poll(client, group, m["member_id"]))) == [
+        "p0-1", "p0-2", "p0-3", "p1-3"]
+    # Seek: back to an offset, or (null) back to the committed offset.
+    seek = client.post(f"/consumer-groups/{group}/members/{m['member_id']}/positions", json={
+        "positions": [{"topic_name": topic, "partition_id": 0, "offset": 2},
+                      {"topic_name": topic, "partition_id": 1, "offset": None}]})
+    assert seek.status_code == 200, seek.text
+    assert sorted(_values(_poll(client, group, m["member_id"]))) == ["p0-2", "p0-3", "p1-3"]
