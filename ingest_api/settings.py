@@ -27,7 +27,8 @@ class ApiSettings(BaseSettings):
                                      description="Request bytes being processed at once; "
                                                  "more is answered 429.")
     max_queued_records: int = Field(200_000, ge=1_000,
-                                    description="Records waiting to be appended per partition.")
+                                    description="Records waiting to be appended per "
+                                                "partition; more is answered 429.")
     max_fetch_bytes: int = Field(64 * MiB, ge=1024, description="Largest max_bytes of a fetch.")
     default_fetch_bytes: int = Field(MiB, ge=1024, description="max_bytes of a fetch by default.")
     max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records of a fetch.")
@@ -39,7 +40,7 @@ class ApiSettings(BaseSettings):
     limit_concurrency: int = Field(4096, ge=1, description="Open connections+tasks before 503.")
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
     warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
-                                                    "default <data_dir>/warehouse.")
+                                                    "unset: the data directory's warehouse/.")
     tier_interval_ms: int = Field(5000, ge=0,
                                   description="How often the tiering job runs in the server "
                                               "(also right after a roll); 0: never (run "
@@ -56,7 +57,8 @@ class ApiSettings(BaseSettings):
     vacuum_retention_hours: int = Field(24, ge=0,
                                         description="How long files removed by a commit stay "
                                                     "for readers of older snapshots.")
-    spark_master: str = Field("local[2]", description="Spark master of the server's jobs.")
+    spark_master: str = Field("local[2]", description="Spark master of the server's jobs "
+                                                    "(`lakelog jobs` defaults to local[*]).")
     offsets_commit_wait_ms: float = Field(5.0, ge=0, le=1000,
                                           description="How long an offset commit waits for "
                                                       "others to share its Delta append.")

@@ -262,7 +262,7 @@ def groups_describe(group: Annotated[str, typer.Argument(help="The group.")],
     """Members and, per partition, committed offset, log end offset and lag."""
     d = _call("GET", url, f"/consumer-groups/{group}")
     typer.echo(f"group {group}: {d['state']}, {len(d['members'])} member(s), "
-               f"assignor {d['assignor']}, epoch {d['group_epoch']}")
+               f"assignor {d['assignor'] or '-'}, epoch {d['group_epoch']}")
     header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")
     rows = [header] + [tuple("-" if v is None else str(v) for v in (
         o["topic_name"], o["partition_id"], o["committed_offset"], o["log_end_offset"],
@@ -460,7 +460,7 @@ def consume(
     partition directly and commits nothing."""
     count = 0
     idle_since = time.monotonic()
-    for key, value in _records(url, topic, group, from_beginning):
+    for key, value in _records(url, topic, group, from_beginning, max_records):
         if key is None and value is None:  # an empty poll
             if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
                 break
@@ -473,26 +473,29 @@ def consume(
     typer.echo(f"{count:,} records consumed", err=True)
 
 
-def _records(url: str, topic: str, group: str | None, from_beginning: bool
-             ) -> Iterator[tuple[Any, Any]]:
+def _records(url: str, topic: str, group: str | None, from_beginning: bool,
+             limit: int | None) -> Iterator[tuple[Any, Any]]:
     """(key, value) pairs, with (None, None) after each empty poll; stops the group
-    consumer (commit + leave) when the caller stops."""
+    consumer (commit + leave) when the caller stops. A group member polls no more than
+    ``limit`` records, so what it commits is what was printed."""
     from lakelog.client import Consumer
 
     if group is not None:
         consumer = Consumer(url, group, [topic], format="STRING",
                             auto_offset_reset="earliest" if from_beginning else "latest")
+        left = limit
         try:
-            while True:
-                records = consumer.poll(timeout_s=0.5)
-                consumer_seen = False
+            while left is None or left > 0:
+                records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
                 for r in records:
-                    consumer_seen = True
                     yield r.key, r.value
-                if not consumer_seen:
+                if left is not None:
+                    left -= len(records)
+                if not records:
                     yield None, None
         finally:
             consumer.close()
+        return
     count = _call("GET", url, f"/topics/{topic}")["partitions_count"]
     spec = "earliest" if from_beginning else "latest"
     positions = {p: _call("GET", url, f"/topics/{topic}/partitions/{p}/offsets?spec={spec}")

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,6 +199,16 @@ def test_topics_produce_and_consume_from_the_command_line(tmp_path: Path) -> Non
         # The group committed on close: its lag is zero.
         assert all(line.split()[4] == "0" for line in
                    run("groups", "describe", "cli").stdout.splitlines()[2:])
+        # --max N in a group commits exactly the N records printed; the rest come next time.
+        first = run("consume", "clicks", "--group", "part", "--from-beginning", "--max", "100")
+        assert len(first.stdout.splitlines()) == 100
+        committed = [line.split()[2] for line in
+                     run("groups", "describe", "part").stdout.splitlines()[2:]]
+        assert sum(int(c) for c in committed if c != "-") == 100
+        rest = run("consume", "clicks", "--group", "part", "--from-beginning", "--timeout-ms",
+                   "3000")  # --from-beginning: for partitions without a committed offset
+        assert sorted(first.stdout.splitlines() + rest.stdout.splitlines()) == sorted(
+            f"click {i}" for i in range(250))
         bad = run("topics", "create", "clicks", check=False)
         assert bad.returncode == 1 and bad.stderr.startswith("lakelog: error: 409")
         bad = run("produce", "nope", stdin="x\n", check=False)
@@ -206,3 +217,27 @@ def test_topics_produce_and_consume_from_the_command_line(tmp_path: Path) -> Non
         assert run("topics", "list").stdout == ""
     finally:
         server.stop()
+
+
+def test_every_command_has_help_and_usage_errors_exit_2() -> None:
+    import typer.main
+    from typer.testing import CliRunner
+
+    from lakelog.cli import app
+
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+
+    def walk(cmd: Any, path: list[str]) -> list[list[str]]:  # typer's (vendored) click
+        subs = getattr(cmd, "commands", {})
+        return [path] + [p for name, sub in subs.items() for p in walk(sub, [*path, name])]
+
+    paths = walk(root, [])
+    assert ["topics", "create"] in paths and ["groups", "reset-offsets"] in paths
+    assert ["jobs", "tier"] in paths and ["sql"] in paths and ["serve"] in paths
+    for path in paths:
+        out = runner.invoke(app, [*path, "--help"])
+        assert out.exit_code == 0, (path, out.output)
+        assert "Usage:" in out.output and len(out.output.splitlines()) > 4, path
+    assert runner.invoke(app, ["topics", "create"]).exit_code == 2  # missing argument
+    assert runner.invoke(app, ["consume", "t", "--no-such-flag"]).exit_code == 2
