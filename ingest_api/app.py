@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
 from ingest_api import errors
+from ingest_api.auth import AuthMiddleware
 from ingest_api.body import InFlightBytes
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
@@ -23,8 +24,9 @@ from ingest_api.metrics import LatencyMiddleware, Metrics
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce import ProduceService
-from ingest_api.routers import admin, cluster, records, topics
+from ingest_api.routers import admin, cluster, records, security, topics
 from ingest_api.routers import groups as groups_router
+from ingest_api.security import SecurityStore
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
 from log_tables.log_manager import LogManager
@@ -47,6 +49,11 @@ def create_app(settings: ApiSettings | None = None,
                services: Sequence[BackgroundService] = ()) -> FastAPI:
     """An app serving ``settings.data_dir``; the logs are opened (recovered) at startup."""
     settings = settings or ApiSettings()
+    store = SecurityStore(settings.data_dir) if settings.auth == "api-key" else None
+    if store is not None and (admin_key := store.bootstrap()) is not None:
+        log.warning("no API key existed: made one for principal 'admin' (cluster admin) in "
+                    "%s, readable only by this user; the CLI uses it from there, curl with "
+                    "-u \"$(cat %s)\"", admin_key, admin_key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,11 +62,11 @@ def create_app(settings: ApiSettings | None = None,
         metrics.attach(manager)
         tiered = TieredStorage(manager, settings.layout)
         fetch = FetchService(manager, notifier, metrics, tiered)
-        store = OffsetStore(settings.layout.warehouse, max_wait_ms=settings.offsets_commit_wait_ms,
+        offsets = OffsetStore(settings.layout.warehouse, max_wait_ms=settings.offsets_commit_wait_ms,
                             vacuum_retention_hours=settings.vacuum_retention_hours)
-        await asyncio.to_thread(store.load)
-        store.start()
-        groups = GroupCoordinator(store, _partitions_of(manager),
+        await asyncio.to_thread(offsets.load)
+        offsets.start()
+        groups = GroupCoordinator(offsets, _partitions_of(manager),
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
@@ -85,7 +92,7 @@ def create_app(settings: ApiSettings | None = None,
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await asyncio.to_thread(store.close)
+            await asyncio.to_thread(offsets.close)
             metrics.attach(None)
             manager.close()
             log.info("lakelog stopped cleanly")
@@ -100,6 +107,9 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(records.router)
     app.include_router(admin.router)
     app.include_router(groups_router.router)
+    app.include_router(security.router)
+    app.state.security = store
+    app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
 
     def openapi() -> dict[str, Any]:

@@ -187,7 +187,27 @@ class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
     dry_run: bool = False
 
 
+Principal = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._@-]+$")]
+
+
+class AclBody(msgspec.Struct, forbid_unknown_fields=True):
+    """One ACL: ``principal`` may do ``operation`` on the resource(s)."""
+
+    principal: Principal
+    resource_type: Literal["topic", "group", "cluster"]
+    operation: Literal["produce", "consume", "describe", "alter", "delete", "commit", "admin"]
+    resource_name: Annotated[str, Meta(min_length=1, max_length=249)] = "lakelog"
+    pattern_type: Literal["literal", "prefixed"] = "literal"
+
+
+class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """A new API key for ``principal`` (its secret is in the answer, and only there)."""
+
+    principal: Principal
+
+
 REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
     ProduceRecord, BatchRequest, TopicCreate, TopicPatch, ConfigUpdate, ConfigAlter, ProducerInit,
     DeleteRecordsRequest, JoinRequest, HeartbeatRequest, CommitRequest, SeekRequest, ResetRequest,
+    AclBody, KeyCreate,
 )

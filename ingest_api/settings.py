@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from log_tables.layout import Layout
@@ -67,6 +69,29 @@ class ApiSettings(BaseSettings):
                                                        "members expire after this.")
     max_consumer_groups: int = Field(10_000, ge=1, description="Active consumer groups at most.")
     max_group_members: int = Field(1_000, ge=1, description="Members of one group at most.")
+    auth: Literal["api-key", "none"] = Field(
+        "api-key", description="api-key: every request needs an API key (HTTP Basic or Bearer) "
+                               "and ACLs apply; the first start makes an admin key in "
+                               "<data_dir>/security/admin.key. none: no authentication, "
+                               "only on a loopback address.")
+    allow_insecure_non_loopback: bool = Field(
+        False, description="Let auth=none listen on a non-loopback address (only behind "
+                           "something else that authenticates).")
+    tls_cert: Path | None = Field(None, description="TLS certificate (PEM); with tls_key, "
+                                                    "the server speaks HTTPS only.")
+    tls_key: Path | None = Field(None, description="TLS private key (PEM) of tls_cert.")
+
+    @model_validator(mode="after")
+    def _safe(self) -> ApiSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: set both or neither")
+        if self.auth == "none" and not is_loopback(self.host) and \
+                not self.allow_insecure_non_loopback:
+            raise ValueError(
+                f"refusing to listen on {self.host} without authentication: use "
+                f"auth=api-key, a loopback host, or allow_insecure_non_loopback=true when "
+                f"something in front of lakelog authenticates")
+        return self
 
     @property
     def hot_dir(self) -> Path:
@@ -75,3 +100,13 @@ class ApiSettings(BaseSettings):
     @property
     def layout(self) -> Layout:
         return Layout.of(self.data_dir, self.warehouse)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and 127.0.0.0/8 / ::1 addresses."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -27,8 +27,16 @@ def _version(value: bool) -> None:
 def main_options(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="LAKELOG_API_KEY", show_envvar=False,
+        help="API key '<key id>:<secret>' for commands that call the server [LAKELOG_API_KEY; "
+             "default: the admin key in $LAKELOG_DATA_DIR/security/admin.key].")] = None,
 ) -> None:
     """lakelog: a Kafka-style event log stored in Delta Lake tables."""
+    if api_key:
+        import os
+
+        os.environ["LAKELOG_API_KEY"] = api_key  # read by every call to the server
 
 
 @app.command()
@@ -43,8 +51,17 @@ def serve(
         help="Tiering job interval; 0 disables [LAKELOG_TIER_INTERVAL_MS].")] = None,
     spark_master: Annotated[str | None, typer.Option(
         "--master", help="Spark master for jobs [LAKELOG_SPARK_MASTER].")] = None,
+    auth: Annotated[str | None, typer.Option(
+        help="api-key (default) or none (loopback only) [LAKELOG_AUTH].")] = None,
+    allow_insecure_non_loopback: Annotated[bool | None, typer.Option(
+        "--allow-insecure-non-loopback", help="Let --auth none listen beyond loopback "
+        "[LAKELOG_ALLOW_INSECURE_NON_LOOPBACK].")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="TLS certificate (PEM); with --tls-key, serve HTTPS [LAKELOG_TLS_CERT].")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="TLS private key (PEM) [LAKELOG_TLS_KEY].")] = None,
 ) -> None:
-    """Run the HTTP server (uvicorn) on the data directory, with the tiering job scheduled;
+    """Run the HTTP server (uvicorn) on the data directory, with the jobs scheduled;
     SIGTERM/SIGINT stop it cleanly."""
     import uvicorn
     from pydantic import ValidationError
@@ -56,12 +73,15 @@ def serve(
     flags: dict[str, Any] = {k: v for k, v in {
         "data_dir": data_dir, "host": host, "port": port, "log_level": log_level,
         "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
-        "spark_master": spark_master}.items() if v is not None}
+        "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
+        "allow_insecure_non_loopback": allow_insecure_non_loopback}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
-        raise LakelogError(f"invalid settings: {exc.errors()[0]['loc']}: "
-                           f"{exc.errors()[0]['msg']}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise LakelogError(f"invalid settings: {where + ': ' if where else ''}"
+                           f"{first['msg'].removeprefix('Value error, ')}") from None
     typer.echo("lakelog settings:", err=True)
     for name, value in settings.describe().items():
         typer.echo(f"  {name} = {value}", err=True)
@@ -73,7 +93,7 @@ def serve(
     uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http="httptools",
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
-                access_log=False)
+                access_log=False, ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
 
 
 @app.command("dump-log")
@@ -230,9 +250,13 @@ def _call(method: str, url: str, path: str, body: object | None = None,
     """One call to the server's API; an error answer becomes a one-line LakelogError."""
     import httpx
 
+    from lakelog.client import default_api_key, http_auth
+
     try:
         r = httpx.request(method, f"{url.rstrip('/')}/v3/clusters/lakelog{path}", json=body,
-                          timeout=60)
+                          timeout=60, auth=http_auth(default_api_key()))
+    except ValueError as exc:
+        raise LakelogError(f"bad API key: {exc}") from None
     except httpx.HTTPError as exc:
         raise LakelogError(f"cannot reach lakelog at {url}: {exc}") from None
     if r.status_code not in ok:
@@ -314,6 +338,90 @@ def groups_delete(group: Annotated[str, typer.Argument(help="The group (no membe
     """Delete a group and its committed offsets."""
     _call("DELETE", url, f"/consumer-groups/{group}", ok=(204,))
     typer.echo(f"deleted consumer group {group}")
+
+
+acls_app = typer.Typer(help="ACLs: who may do what on which topics and groups (admin only).",
+                       no_args_is_help=True)
+app.add_typer(acls_app, name="acls")
+Principal = Annotated[str, typer.Option(help="The principal (the name an API key belongs to).")]
+
+
+def _acl(principal: str, operation: str, topic: str | None, group: str | None, cluster: bool,
+         prefix: bool) -> dict[str, str]:
+    if sum((topic is not None, group is not None, cluster)) != 1:
+        raise LakelogError("name exactly one of --topic, --group or --cluster")
+    kind, name = (("topic", topic) if topic is not None else ("group", group)
+                  if group is not None else ("cluster", "lakelog"))
+    return {"principal": principal, "operation": operation, "resource_type": kind,
+            "resource_name": str(name), "pattern_type": "prefixed" if prefix else "literal"}
+
+
+Operation = Annotated[str, typer.Option(
+    help="produce, consume, describe, alter, delete (topics); consume, commit, describe, alter, "
+         "delete (groups); describe or admin (--cluster).")]
+AclTopic = Annotated[str | None, typer.Option(help="A topic name (or prefix with --prefix).")]
+AclGroup = Annotated[str | None, typer.Option(help="A group name (or prefix with --prefix).")]
+AclCluster = Annotated[bool, typer.Option("--cluster", help="The cluster (for admin).")]
+Prefix = Annotated[bool, typer.Option("--prefix", help="The name is a prefix.")]
+
+
+@acls_app.command("add")
+def acls_add(principal: Principal, operation: Operation, topic: AclTopic = None,
+             group: AclGroup = None, cluster: AclCluster = False, prefix: Prefix = False,
+             url: Url = DEFAULT_URL) -> None:
+    """Allow PRINCIPAL to do OPERATION on a topic, a group or the cluster."""
+    acl = _call("POST", url, "/acls", _acl(principal, operation, topic, group, cluster, prefix),
+                ok=(200, 201))
+    typer.echo(f"allowed {acl['principal']} to {acl['operation']} on {acl['resource_type']} "
+               f"{acl['resource_name']}{'*' if acl['pattern_type'] == 'prefixed' else ''}")
+
+
+@acls_app.command("remove")
+def acls_remove(principal: Principal, operation: Operation, topic: AclTopic = None,
+                group: AclGroup = None, cluster: AclCluster = False, prefix: Prefix = False,
+                url: Url = DEFAULT_URL) -> None:
+    """Remove one ACL (exit 1 if there is no such ACL)."""
+    _call("POST", url, "/acls:delete", _acl(principal, operation, topic, group, cluster, prefix),
+          ok=(204,))
+    typer.echo("removed")
+
+
+@acls_app.command("list")
+def acls_list(principal: Annotated[str | None, typer.Option(help="Only this principal's.")] = None,
+              url: Url = DEFAULT_URL) -> None:
+    """PRINCIPAL  OPERATION  RESOURCE per line (a trailing * marks a prefix)."""
+    query = f"?principal={principal}" if principal else ""
+    for a in _call("GET", url, f"/acls{query}")["data"]:
+        star = "*" if a["pattern_type"] == "prefixed" else ""
+        typer.echo(f"{a['principal']}\t{a['operation']}\t{a['resource_type']}:"
+                   f"{a['resource_name']}{star}")
+
+
+keys_app = typer.Typer(help="API keys (admin only): create, list, delete.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(principal: Annotated[str, typer.Argument(help="Who the key is for.")],
+                url: Url = DEFAULT_URL) -> None:
+    """Make a key and print it as '<key id>:<secret>' (the secret is shown only now)."""
+    key = _call("POST", url, "/api-keys", {"principal": principal}, ok=(201,))
+    typer.echo(f"{key['key_id']}:{key['secret']}")
+
+
+@keys_app.command("list")
+def keys_list(url: Url = DEFAULT_URL) -> None:
+    """Key ids and their principals (never secrets)."""
+    for k in _call("GET", url, "/api-keys")["data"]:
+        typer.echo(f"{k['key_id']}\t{k['principal']}")
+
+
+@keys_app.command("delete")
+def keys_delete(key_id: Annotated[str, typer.Argument(help="The key id.")],
+                url: Url = DEFAULT_URL) -> None:
+    """Revoke a key."""
+    _call("DELETE", url, f"/api-keys/{key_id}", ok=(204,))
+    typer.echo(f"deleted {key_id}")
 
 
 topics_app = typer.Typer(help="Topics: create, list, describe, alter, delete.",

@@ -24,6 +24,11 @@ assignments as the server hands them out, commits the positions of revoked
 partitions before letting them go (when auto-commit is on) and then
 acknowledges the revocation. After a failed poll it moves the server's positions
 back to its own, so a lost answer is read again rather than skipped.
+
+Credentials: ``api_key="<key id>:<secret>"``, else the ``LAKELOG_API_KEY``
+variable, else the admin key a local server wrote
+(``$LAKELOG_DATA_DIR/security/admin.key``, ``./lakelog-data`` by default). For
+HTTPS with a private CA, pass ``verify="ca.pem"`` (or set ``SSL_CERT_FILE``).
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import os
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
@@ -48,6 +56,32 @@ from log_tables.partitioner import murmur2
 log = logging.getLogger(__name__)
 CLUSTER = "/v3/clusters/lakelog"
 RETRIABLE_STATUS = {429, 500, 502, 503, 504, 507}
+
+
+def default_api_key() -> str | None:
+    """``LAKELOG_API_KEY``, else the admin key file of the local data directory, else None."""
+    if key := os.environ.get("LAKELOG_API_KEY"):
+        return key
+    path = Path(os.environ.get("LAKELOG_DATA_DIR", "lakelog-data")) / "security" / "admin.key"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def tls_verify(verify: str | bool | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """httpx's ``verify`` from a CA bundle path, a context or a bool."""
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+
+
+def http_auth(api_key: str | None) -> httpx.BasicAuth | None:
+    """HTTP Basic credentials from ``<key id>:<secret>`` (None: send none)."""
+    if api_key is None:
+        return None
+    key_id, sep, secret = api_key.partition(":")
+    if not sep:
+        raise ValueError("an API key is '<key id>:<secret>'")
+    return httpx.BasicAuth(key_id, secret)
 
 
 class LakelogClientError(Exception):
@@ -117,10 +151,13 @@ class Producer:
     def __init__(self, url: str, *, acks: Literal["all", "1", "0"] = "all",
                  linger_ms: float = 5.0, batch_records: int = 1000, batch_bytes: int = 1 << 20,
                  max_buffered_records: int = 100_000, idempotent: bool = True,
-                 retries: int = 10, timeout_s: float = 30.0) -> None:
+                 retries: int = 10, timeout_s: float = 30.0, api_key: str | None = None,
+                 verify: str | bool | ssl.SSLContext = True) -> None:
         if not 1 <= batch_records <= 1000:
             raise ValueError("batch_records must be within 1..1000 (the server's batch limit)")
-        self._http = httpx.Client(base_url=url.rstrip("/") + CLUSTER, timeout=timeout_s)
+        self._http = httpx.Client(base_url=url.rstrip("/") + CLUSTER, timeout=timeout_s,
+                                  auth=http_auth(api_key or default_api_key()),
+                                  verify=tls_verify(verify))
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
@@ -328,10 +365,12 @@ class Consumer:
                  format: Literal["BINARY", "STRING", "JSON"] = "BINARY",
                  on_assign: Callable[[set[TopicPartition]], None] | None = None,
                  on_revoke: Callable[[set[TopicPartition]], None] | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, api_key: str | None = None,
+                 verify: str | bool | ssl.SSLContext = True) -> None:
         base = url.rstrip("/") + CLUSTER + f"/consumer-groups/{group}"
-        self._http = httpx.Client(base_url=base, timeout=timeout_s)
-        self._hb_http = httpx.Client(base_url=base, timeout=timeout_s)
+        auth, tls = http_auth(api_key or default_api_key()), tls_verify(verify)
+        self._http = httpx.Client(base_url=base, timeout=timeout_s, auth=auth, verify=tls)
+        self._hb_http = httpx.Client(base_url=base, timeout=timeout_s, auth=auth, verify=tls)
         self.group = group
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit

@@ -31,7 +31,8 @@ def free_port() -> int:
 class LocalServer:
     """A server on 127.0.0.1; ``settings`` become ``LAKELOG_*`` variables (e.g.
     ``tier_interval_ms=0``). Without ``data_dir`` it uses a temporary directory that
-    ``stop`` removes."""
+    ``stop`` removes. Authentication is off (it listens on loopback only) unless
+    ``auth="api-key"`` is passed."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, port: int | None = None,
                  **settings: object) -> None:
@@ -39,6 +40,7 @@ class LocalServer:
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="lakelog-")) / (
             "data" if data_dir is None else "")
         self.port = port or free_port()
+        settings.setdefault("auth", "none")
         self.settings = {f"LAKELOG_{k.upper()}": str(v) for k, v in settings.items()}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -24,16 +25,19 @@ class ServerProcess:
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        # Scheduled tiering starts Spark inside the server: only tests that want it turn it on.
-        self.env = {**os.environ, "LAKELOG_TIER_INTERVAL_MS": "0",
+        # Scheduled tiering starts Spark inside the server: only tests that want it turn it
+        # on. Authentication is off (loopback) except in the tests of security.
+        self.env = {**os.environ, "LAKELOG_AUTH": "none", "LAKELOG_TIER_INTERVAL_MS": "0",
                     "LAKELOG_RETENTION_INTERVAL_MS": "0", "LAKELOG_COMPACT_INTERVAL_MS": "0",
                     "LAKELOG_UPKEEP_INTERVAL_MS": "0", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.scheme = "http"
+        self.verify: ssl.SSLContext | bool = True
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -47,7 +51,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1,
+                             verify=self.verify).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -79,4 +84,4 @@ class ServerProcess:
         self.proc.wait(30)
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url + CLUSTER, timeout=30, **kwargs)
+        return httpx.Client(base_url=self.url + CLUSTER, timeout=30, verify=self.verify, **kwargs)

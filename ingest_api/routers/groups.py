@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
 from consumer_groups.offsets import Change, Committed, OffsetKey
+from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
 from ingest_api.models import (
     CommitRequest,
@@ -53,7 +54,8 @@ async def list_groups(cluster_id: str, request: Request) -> Response:
     """Every group with members or committed offsets."""
     check_cluster(cluster_id)
     groups = state(request).groups
-    return json_response({"data": [_summary(groups, g) for g in groups.known_groups()]})
+    return json_response({"data": [_summary(groups, g) for g in groups.known_groups()
+                                   if may(request, "group", g, "describe")]})
 
 
 def _summary(groups: GroupCoordinator, group_id: str) -> dict[str, Any]:
@@ -115,6 +117,8 @@ async def join(cluster_id: str, group_id: GroupId, request: Request) -> Response
     """Join: a member id, its epoch and its first assignment (heartbeat for the rest)."""
     check_cluster(cluster_id)
     body = decode(await read_body(request, MAX_BODY), _join)
+    for topic in body.topics:  # the group's consume ACL is checked before routing
+        require(request, "topic", topic, "consume")
     member = state(request).groups.join(group_id, body.topics, body.session_timeout_ms,
                                         body.group_instance_id, body.assignor,
                                         body.auto_offset_reset)

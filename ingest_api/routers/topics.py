@@ -9,6 +9,7 @@ import msgspec
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
+from ingest_api.auth import may
 from ingest_api.body import decode_request
 from ingest_api.errors import ApiError
 from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
@@ -78,7 +79,8 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
 @router.get(BASE)
 async def list_topics(cluster_id: str, request: Request) -> Response:
     check_cluster(cluster_id)
-    topics = state(request).manager.registry.list()
+    topics = [t for t in state(request).manager.registry.list()
+              if may(request, "topic", t.name, "describe")]
     return json_response({"kind": "KafkaTopicList",
                           "metadata": {"self": f"/v3/clusters/{CLUSTER_ID}/topics"},
                           "data": [topic_body(t) for t in topics]})

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,45 @@ def test_every_command_has_help_and_usage_errors_exit_2() -> None:
         assert "Usage:" in out.output and len(out.output.splitlines()) > 4, path
     assert runner.invoke(app, ["topics", "create"]).exit_code == 2  # missing argument
     assert runner.invoke(app, ["consume", "t", "--no-such-flag"]).exit_code == 2
+
+
+def test_keys_and_acls_from_the_command_line(tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data", env={"LAKELOG_AUTH": "api-key"}).start()
+    # The CLI finds the admin key the server wrote in its data directory.
+    env = {**os.environ, "LAKELOG_URL": server.url, "LAKELOG_DATA_DIR": str(server.data_dir)}
+    env.pop("LAKELOG_API_KEY", None)
+
+    def run(*args: str, stdin: str | None = None, check: bool = True, **extra: str
+            ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([LAKELOG, *args], capture_output=True, text=True,
+                             env={**env, **extra}, input=stdin)
+        assert not check or out.returncode == 0, out.stderr
+        return out
+
+    try:
+        run("topics", "create", "orders")
+        alice = run("keys", "create", "alice").stdout.strip()
+        assert re.fullmatch(r"llk_[0-9a-f]{16}:[A-Za-z0-9_-]{40,}", alice)
+        assert "alice" in run("keys", "list").stdout and alice.split(":")[1] not in run(
+            "keys", "list").stdout
+        run("acls", "add", "--principal", "alice", "--operation", "produce", "--topic", "ord",
+            "--prefix")
+        assert run("acls", "list", "--principal", "alice").stdout.split() == [
+            "alice", "produce", "topic:ord*"]
+        produced = run("--api-key", alice, "produce", "orders", stdin="a\nb\n")
+        assert "2 records produced" in produced.stderr
+        denied = run("--api-key", alice, "topics", "create", "mine", check=False)
+        assert denied.returncode == 1 and "403" in denied.stderr
+        assert denied.stderr.count("\n") == 1 and alice.split(":")[1] not in denied.stderr
+        nobody = run("topics", "list", check=False, LAKELOG_DATA_DIR=str(tmp_path / "none"))
+        assert nobody.returncode == 1 and "401" in nobody.stderr
+        run("acls", "remove", "--principal", "alice", "--operation", "produce", "--topic", "ord",
+            "--prefix")
+        gone = run("--api-key", alice, "produce", "orders", stdin="c\n", check=False)
+        assert gone.returncode == 1
+        bad = run("acls", "add", "--principal", "alice", "--operation", "produce", check=False)
+        assert bad.returncode == 1 and "exactly one of" in bad.stderr
+    finally:
+        server.stop()

@@ -1,0 +1,142 @@
+"""Authentication and authorisation of every request, before any route runs.
+
+One table maps each endpoint (method + path) to the resource and operation it
+needs. The check runs before routing, so a denied request learns nothing about
+whether its topic or group exists: 403 reads the same either way. An endpoint
+missing from the table needs cluster ``admin`` (deny by default); a test checks
+that every route of the app has its rule. Lists (topics, groups) are filtered in
+their routers to what the principal may describe.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import msgspec
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ingest_api.errors import ApiError
+from ingest_api.security import CLUSTER, SecurityStore, parse_credentials
+
+_B = r"^/v3/clusters/lakelog"
+_NAME = r"(?P<name>[^/]+)"
+
+
+class Rule(NamedTuple):
+    methods: frozenset[str]
+    pattern: re.Pattern[str]
+    resource_type: str | None
+    """None: any authenticated principal may call it."""
+    operation: str
+
+
+def _rule(methods: str, pattern: str, resource_type: str | None, operation: str = "") -> Rule:
+    return Rule(frozenset(methods.split()), re.compile(pattern + "$"), resource_type, operation)
+
+
+RULES: tuple[Rule, ...] = (
+    _rule("GET", r"^/v3/clusters(/lakelog)?", None),
+    _rule("GET", r"^/(openapi\.json|docs|docs/oauth2-redirect|redoc)", None),
+    _rule("GET", r"^/metrics", "cluster", "describe"),
+    _rule("POST", _B + r"/topics", "cluster", "admin"),
+    _rule("GET", _B + r"/topics", None),  # filtered to what the principal may describe
+    _rule("POST", _B + rf"/topics/{_NAME}/records(:batch)?", "topic", "produce"),
+    _rule("POST", _B + rf"/topics/{_NAME}/records:delete", "topic", "delete"),
+    _rule("GET", _B + rf"/topics/{_NAME}/partitions/[^/]+/(records|offsets)", "topic", "consume"),
+    _rule("DELETE", _B + rf"/topics/{_NAME}", "topic", "delete"),
+    _rule("PATCH", _B + rf"/topics/{_NAME}", "topic", "alter"),
+    _rule("PUT DELETE", _B + rf"/topics/{_NAME}/configs/[^/]+", "topic", "alter"),
+    _rule("POST", _B + rf"/topics/{_NAME}/configs:alter", "topic", "alter"),
+    _rule("GET", _B + rf"/topics/{_NAME}(/configs(/[^/]+)?|/partitions(/[^/]+)?)?", "topic",
+          "describe"),
+    _rule("POST", _B + r"/producers", None),
+    _rule("GET", _B + r"/consumer-groups", None),  # filtered
+    _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets", "group", "commit"),
+    _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets:reset", "group", "alter"),
+    _rule("DELETE", _B + rf"/consumer-groups/{_NAME}", "group", "delete"),
+    _rule("GET", _B + rf"/consumer-groups/{_NAME}(/offsets)?", "group", "describe"),
+    _rule("POST GET DELETE", _B + rf"/consumer-groups/{_NAME}/members(/[^/]+(/heartbeat|"
+          r"/records|/positions)?)?", "group", "consume"),
+    _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),
+    _rule("GET POST", _B + r"/(acls|acls:delete|api-keys)", "cluster", "admin"),
+    _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),
+)
+OPEN_PATHS = frozenset({"/healthz"})
+ADMIN = Rule(frozenset(), re.compile(""), "cluster", "admin")
+CHALLENGE = b'Basic realm="lakelog", Bearer realm="lakelog"'
+
+
+def rule_for(method: str, path: str) -> tuple[Rule, str]:
+    """The rule of a request and the resource name it names (deny by default: admin)."""
+    for rule in RULES:
+        if method in rule.methods and (m := rule.pattern.match(path)):
+            return rule, m.groupdict().get("name") or CLUSTER
+    return ADMIN, CLUSTER
+
+
+class AuthMiddleware:
+    """Sets ``request.state.principal`` (None with authentication off) or answers
+    401 (no or wrong credentials) / 403 (not allowed)."""
+
+    def __init__(self, app: ASGIApp, store: SecurityStore | None) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        state["principal"] = None
+        if self.store is None or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k == b"authorization"), None)
+        creds = parse_credentials(header)
+        principal = self.store.authenticate(*creds) if creds else None
+        if principal is None:
+            why = ("no credentials: send an API key as HTTP Basic (key id, secret) or "
+                   "'Authorization: Bearer <key id>.<secret>'" if creds is None and not header
+                   else "unknown API key or wrong secret" if creds
+                   else "malformed Authorization header: use Basic or Bearer")
+            await _reject(send, 401, 40101, "authentication_failed", why,
+                          [(b"www-authenticate", CHALLENGE)])
+            return
+        rule, name = rule_for(scope["method"], scope["path"])
+        if rule.resource_type is not None and not self.store.allowed(
+                principal, rule.resource_type, name, rule.operation):
+            what = CLUSTER if rule.resource_type == "cluster" else f"{rule.resource_type} '{name}'"
+            await _reject(send, 403, 40301, "authorization_failed",
+                          f"principal '{principal}' is not allowed to {rule.operation} on {what}")
+            return
+        state["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+async def _reject(send: Send, status: int, code: int, name: str, message: str,
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = msgspec.json.encode({"error_code": code, "error": name, "message": message})
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def may(request: Request, resource_type: str, name: str, operation: str) -> bool:
+    """Whether the request's principal may (always, with authentication off)."""
+    store: SecurityStore | None = request.app.state.security
+    if store is None:
+        return True
+    principal = request.state.principal
+    return principal is not None and store.allowed(principal, resource_type, name, operation)
+
+
+def require(request: Request, resource_type: str, name: str, operation: str) -> None:
+    """403 unless the principal may (for checks that depend on the body)."""
+    if not may(request, resource_type, name, operation):
+        raise ApiError(403, f"principal '{request.state.principal}' is not allowed to "
+                            f"{operation} on {resource_type} '{name}'", 40301,
+                       "authorization_failed")
