@@ -30,7 +30,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from log_tables.cold_table import is_local, local_path
+from log_tables.cold_table import is_local, load_table, local_path
 from log_tables.errors import QueueFullError, StorageError
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class OffsetStore:
     def load(self) -> None:
         """Read the table (if any): the latest row per key wins; tombstones remove."""
         try:
-            dt = DeltaTable(self.uri)
+            dt = load_table(self.uri)
         except TableNotFoundError:
             return
         table = dt.to_pyarrow_table().sort_by("seq")
@@ -213,7 +213,7 @@ class OffsetStore:
     def _table(self) -> DeltaTable | None:
         if self._dt is None:
             try:
-                self._dt = DeltaTable(self.uri)
+                self._dt = load_table(self.uri)
             except TableNotFoundError:
                 return None
         return self._dt

@@ -68,6 +68,8 @@ def status_of(exc: BaseException) -> tuple[int, int, str, str]:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return 507, 50701, exc.code, exc.message
         return 500, 50001, exc.code, exc.message
+    if isinstance(exc, e.CorruptRecordError):
+        log.error("%s: answered 500 corrupt_record, never served as data", exc.message)
     if isinstance(exc, e.LakelogError):
         for cls, status, code in _STATUS:
             if isinstance(exc, cls):

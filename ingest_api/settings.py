@@ -72,7 +72,7 @@ class ApiSettings(BaseSettings):
     auth: Literal["api-key", "none"] = Field(
         "api-key", description="api-key: every request needs an API key (HTTP Basic or Bearer) "
                                "and ACLs apply; the first start makes an admin key in "
-                               "<data_dir>/security/admin.key. none: no authentication, "
+                               "the data directory's security/admin.key. none: no authentication, "
                                "only on a loopback address.")
     allow_insecure_non_loopback: bool = Field(
         False, description="Let auth=none listen on a non-loopback address (only behind "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -36,11 +37,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import create_table_with_add_actions
 
 from log_tables.errors import StorageError
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
+
+log = logging.getLogger(__name__)
 
 TOPICS_DIR = "topics"
 STAGE_DIR = "_stage"
@@ -260,10 +263,61 @@ def create_table(uri: str, topic_id: str) -> None:
             raise StorageError(f"cannot create Delta table {uri}: {exc}") from None
 
 
+def set_aside_torn_commit(uri: str) -> str | None:
+    """Move a newest ``_delta_log/<v>.json`` that is not whole JSON lines to
+    ``<table>/_torn_commits/`` so the table opens at v-1; returns where it went.
+
+    delta-rs writes a commit to a temporary file and renames it into place, so a torn
+    newest entry was never committed (a crash on a file system without atomic
+    renames, or damage): like a torn tail of a segment, it is set aside, and its data
+    files are orphans that vacuum removes. Only the newest entry is touched; damage
+    further back stays an error that names the file.
+    """
+    if not is_local(uri):
+        return None
+    log_dir = os.path.join(local_path(uri), "_delta_log")
+    try:
+        commits = sorted(n for n in os.listdir(log_dir)
+                         if n.endswith(".json") and n[:-5].isdigit())
+    except FileNotFoundError:
+        return None
+    if not commits:
+        return None
+    newest = os.path.join(log_dir, commits[-1])
+    with open(newest, "rb") as f:
+        data = f.read()
+    try:
+        for line in data.splitlines():
+            if line.strip():
+                json.loads(line)
+        return None
+    except ValueError:
+        pass
+    torn_dir = os.path.join(local_path(uri), "_torn_commits")
+    os.makedirs(torn_dir, exist_ok=True)
+    dest = os.path.join(torn_dir, f"{commits[-1]}.{int(time.time() * 1000)}")
+    os.replace(newest, dest)
+    log.error("%s: the newest Delta log entry is torn (%d bytes, not whole JSON); set aside "
+              "as %s, the table goes on from the entry before it", newest, len(data), dest)
+    return dest
+
+
+def load_table(uri: str, version: int | None = None) -> DeltaTable:
+    """``DeltaTable(uri)``, setting a torn newest log entry aside once if it fails."""
+    try:
+        return DeltaTable(uri, version=version)
+    except TableNotFoundError:
+        raise
+    except DeltaError:
+        if set_aside_torn_commit(uri) is None:
+            raise
+    return DeltaTable(uri, version=version)
+
+
 def open_table(uri: str, version: int | str | datetime | None = None) -> DeltaTable | None:
     """The topic's Delta table, or None when it does not exist yet."""
     try:
-        dt = DeltaTable(uri, version=version if isinstance(version, int) else None)
+        dt = load_table(uri, version=version if isinstance(version, int) else None)
     except TableNotFoundError:
         return None
     if version is not None and not isinstance(version, int):

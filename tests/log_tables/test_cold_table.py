@@ -97,3 +97,28 @@ def test_retire_by_local_retention_bytes_keeps_the_newest(manager: LogManager) -
     assert TieredStorage(manager, layout, max_age_s=0).retire(now_ms=0) == 2
     assert plog.log_start_offset == bases[2]
     assert plog.size_bytes <= 2 * one
+
+
+def test_a_torn_newest_log_entry_is_set_aside_and_older_damage_is_an_error(
+        tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+    from deltalake.exceptions import DeltaError
+
+    from log_tables.cold_table import open_table
+
+    uri = str(tmp_path / "t")
+    for i in range(3):
+        write_deltalake(uri, pa.table({"a": [i]}), mode="append")
+    log_dir = tmp_path / "t" / "_delta_log"
+    whole = (log_dir / f"{2:020d}.json").read_bytes()
+    (log_dir / f"{3:020d}.json").write_bytes(whole[: len(whole) // 2])
+    dt = open_table(uri)
+    assert dt is not None and dt.version() == 2
+    assert sorted(dt.to_pyarrow_table().column("a").to_pylist()) == [0, 1, 2]
+    assert not (log_dir / f"{3:020d}.json").exists()
+    assert len(list((tmp_path / "t" / "_torn_commits").iterdir())) == 1
+    # Damage to an entry that is not the newest is not "repaired": it stays an error.
+    (log_dir / f"{1:020d}.json").write_bytes(b'{"add": {"path": ')
+    with pytest.raises(DeltaError):
+        open_table(uri)
+    assert (log_dir / f"{1:020d}.json").exists()
