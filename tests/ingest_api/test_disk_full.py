@@ -29,6 +29,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_full_disk_is_507_and_nothing_accepted_is_lost(
         small_disk: Path, spawn_server: Callable[..., ServerProcess]) -> None:
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"\0" * (1 << 20))  # freed later: the disk fills, then has room again
     server = spawn_server(small_disk / "data")
     with server.client() as client:
         client.post("/topics", json={"topic_name": "fill", "partitions_count": 1,
@@ -50,5 +52,9 @@ def test_full_disk_is_507_and_nothing_accepted_is_lost(
         stored = fetch_all(client, "fill", 0, fmt="STRING")  # reads still served
         assert [r["offset"] for r in stored] == accepted == list(range(len(accepted)))
         assert all(r["value"]["data"].startswith(f"{r['offset']}:") for r in stored)
+        ballast.unlink()  # room again: produce goes on at the next offset, nothing skipped
+        r = client.post("/topics/fill/records", json={"value": string("after:" + "y" * 1000)})
+        assert r.status_code == 200 and r.json()["offset"] == len(accepted), r.text
+        accepted.append(r.json()["offset"])
     reader = PartitionReader(small_disk / "data" / "hot" / "fill" / "0")
     assert reader.end_offset() == len(accepted)  # no half-written batch on disk
