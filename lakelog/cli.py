@@ -254,7 +254,7 @@ def _call(method: str, url: str, path: str, body: object | None = None,
 
     try:
         r = httpx.request(method, f"{url.rstrip('/')}/v3/clusters/lakelog{path}", json=body,
-                          timeout=60, auth=http_auth(default_api_key()))
+                          timeout=60, auth=http_auth(default_api_key(url)))
     except ValueError as exc:
         raise LakelogError(f"bad API key: {exc}") from None
     except httpx.HTTPError as exc:

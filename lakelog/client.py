@@ -51,6 +51,7 @@ from typing import Any, Literal, NamedTuple
 
 import httpx
 
+from ingest_api.settings import is_loopback
 from log_tables.partitioner import murmur2
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,13 @@ CLUSTER = "/v3/clusters/lakelog"
 RETRIABLE_STATUS = {429, 500, 502, 503, 504, 507}
 
 
-def default_api_key() -> str | None:
-    """``LAKELOG_API_KEY``, else the admin key file of the local data directory, else None."""
+def default_api_key(url: str) -> str | None:
+    """``LAKELOG_API_KEY``, else (for a server on this machine only, so that a local admin
+    key is never sent elsewhere) the admin key file of the local data directory."""
     if key := os.environ.get("LAKELOG_API_KEY"):
         return key
+    if not is_loopback(httpx.URL(url).host):
+        return None
     path = Path(os.environ.get("LAKELOG_DATA_DIR", "lakelog-data")) / "security" / "admin.key"
     try:
         return path.read_text().strip() or None
@@ -156,7 +160,7 @@ class Producer:
         if not 1 <= batch_records <= 1000:
             raise ValueError("batch_records must be within 1..1000 (the server's batch limit)")
         self._http = httpx.Client(base_url=url.rstrip("/") + CLUSTER, timeout=timeout_s,
-                                  auth=http_auth(api_key or default_api_key()),
+                                  auth=http_auth(api_key or default_api_key(url)),
                                   verify=tls_verify(verify))
         self.acks = acks
         self.linger_s = linger_ms / 1000
@@ -368,7 +372,7 @@ class Consumer:
                  timeout_s: float = 60.0, api_key: str | None = None,
                  verify: str | bool | ssl.SSLContext = True) -> None:
         base = url.rstrip("/") + CLUSTER + f"/consumer-groups/{group}"
-        auth, tls = http_auth(api_key or default_api_key()), tls_verify(verify)
+        auth, tls = http_auth(api_key or default_api_key(url)), tls_verify(verify)
         self._http = httpx.Client(base_url=base, timeout=timeout_s, auth=auth, verify=tls)
         self._hb_http = httpx.Client(base_url=base, timeout=timeout_s, auth=auth, verify=tls)
         self.group = group

@@ -186,3 +186,18 @@ def test_group_end_to_end_with_consumers_and_the_server_killed(
     with httpx.Client(base_url=server.url) as c:
         assert c.get("/healthz").status_code == 200
     print(f"{len(acked)} acknowledged, {len(rows)} consumed, {duplicates} duplicates")
+
+
+def test_the_local_admin_key_is_only_sent_to_this_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakelog.client import default_api_key
+
+    (tmp_path / "security").mkdir()
+    (tmp_path / "security" / "admin.key").write_text("llk_1:secret\n")
+    monkeypatch.setenv("LAKELOG_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("LAKELOG_API_KEY", raising=False)
+    assert default_api_key("http://127.0.0.1:8080") == "llk_1:secret"
+    assert default_api_key("https://localhost:8443") == "llk_1:secret"
+    assert default_api_key("https://lakelog.example.com") is None
+    monkeypatch.setenv("LAKELOG_API_KEY", "llk_2:other")
+    assert default_api_key("https://lakelog.example.com") == "llk_2:other"
