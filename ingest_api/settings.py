@@ -40,6 +40,13 @@ class ApiSettings(BaseSettings):
                                         description="How often quiet segments are checked "
                                                     "against segment.ms.")
     limit_concurrency: int = Field(4096, ge=1, description="Open connections+tasks before 503.")
+    max_request_head_bytes: int = Field(64 * 1024, ge=1024,
+                                        description="Largest request line + headers; more "
+                                                    "is answered 431 and the connection closed.")
+    request_head_timeout_ms: int = Field(10_000, ge=100,
+                                         description="A request's line and headers must "
+                                                     "arrive within this (slow clients get "
+                                                     "408 and are disconnected).")
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
     warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
                                                     "unset: the data directory's warehouse/.")

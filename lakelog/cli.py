@@ -90,8 +90,12 @@ def serve(
         settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
         settings.log_level)
     services = [scheduler] if scheduler.enabled else []
+    from ingest_api.http_protocol import bounded_protocol
+
+    http = bounded_protocol(settings.max_request_head_bytes,
+                            settings.request_head_timeout_ms / 1000)
     uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
-                log_level=settings.log_level, loop="uvloop", http="httptools",
+                log_level=settings.log_level, loop="uvloop", http=http,
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
                 access_log=False, ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from ingest_api.body import InFlightBytes
@@ -54,3 +56,45 @@ def test_signals_stop_the_server_cleanly(spawn_server: Callable[..., ServerProce
     server.start()
     with server.client() as client:
         assert [r["value"]["data"] for p in (0, 1) for r in fetch_all(client, "s", p, fmt="STRING")] == ["kept"]
+
+
+def test_huge_heads_slow_clients_and_too_many_connections_are_bounded(
+        spawn_server: Callable[..., ServerProcess]) -> None:
+    import concurrent.futures
+    import socket
+
+    server = spawn_server(request_head_timeout_ms="1000", limit_concurrency="8")
+
+    def raw(payload: bytes, pause_s: float = 0.0) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            try:
+                s.sendall(payload)
+                time.sleep(pause_s)
+                return s.recv(4096)
+            except (BrokenPipeError, ConnectionResetError):
+                return s.recv(4096)
+
+    ok = raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Small: " + b"a" * 10_000 + b"\r\n\r\n")
+    assert ok.startswith(b"HTTP/1.1 200")
+    # A 10 MB header is refused once the head passes 64 KiB, not buffered whole.
+    big = raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000_000 + b"\r\n\r\n")
+    assert big.startswith(b"HTTP/1.1 431") and b"request_header_too_large" in big
+    # Slowloris: half a head, then nothing: 408 after the head timeout, connection closed.
+    started = time.monotonic()
+    slow = raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a", pause_s=0)
+    assert slow.startswith(b"HTTP/1.1 408") and b"request_timeout" in slow
+    assert 0.8 < time.monotonic() - started < 5
+    # A connection that sends nothing at all is closed too.
+    assert raw(b"").startswith(b"HTTP/1.1 408")
+    # More concurrent requests than limit_concurrency: the rest get 503 at once.
+    with server.client() as c:
+        c.post("/topics", json={"topic_name": "t", "partitions_count": 1}).raise_for_status()
+
+    def long_poll(_: int) -> int:
+        return httpx.get(f"{server.url}/v3/clusters/lakelog/topics/t/partitions/0/records"
+                         "?offset=0&timeout_ms=2000", timeout=10).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        statuses = list(pool.map(long_poll, range(20)))
+    assert statuses.count(503) >= 10 and statuses.count(200) >= 1, statuses
+    assert httpx.get(server.url + "/healthz").status_code == 200  # and it still serves

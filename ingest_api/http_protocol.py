@@ -1,0 +1,86 @@
+"""uvicorn's httptools protocol with the two bounds it lacks.
+
+- The request head (request line and headers) may be at most ``max_head_bytes``:
+  httptools would otherwise buffer a header of any size. Beyond it: 431 and the
+  connection closes (memory per connection stays within the bound plus one read).
+- The head must arrive within ``head_timeout_s`` of the connection opening or of
+  its first byte (slowloris: a client dribbling headers holds a connection and a
+  ``limit_concurrency`` slot forever). Beyond it: 408 and the connection closes.
+  Idle keep-alive connections are closed by uvicorn's own keep-alive timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    max_head_bytes = 64 * 1024
+    head_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        self._arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.max_head_bytes:
+            self._refuse(431, f"request line and headers over {self.max_head_bytes} bytes")
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self.transport.is_closing():
+            self._refuse(408, f"request line and headers not received within "
+                              f"{self.head_timeout_s:g} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        if self.transport.is_closing():
+            return
+        name = "request_header_too_large" if status == 431 else "request_timeout"
+        body = msgspec.json.encode({"error_code": status, "error": name, "message": message})
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, REASONS[status], len(body)) + body)
+        self.transport.close()
+        self._in_head = False
+
+
+def bounded_protocol(max_head_bytes: int, head_timeout_s: float) -> type[Any]:
+    """The protocol class with these bounds (uvicorn takes a class for ``http``)."""
+    return type("LakelogHttpProtocol", (BoundedHttpToolsProtocol,),
+                {"max_head_bytes": max_head_bytes, "head_timeout_s": head_timeout_s})
