@@ -60,7 +60,7 @@ class Acl:
     operation: str
 
     def __post_init__(self) -> None:
-        if not self.principal or not _valid_principal(self.principal):
+        if not _valid_principal(self.principal):
             raise SecurityError("principal must be 1-200 characters of [A-Za-z0-9._@-]")
         if self.resource_type not in RESOURCE_TYPES:
             raise SecurityError(f"resource_type must be one of {', '.join(RESOURCE_TYPES)}")
@@ -85,7 +85,7 @@ class Acl:
 
 
 def _valid_principal(name: str) -> bool:
-    return len(name) <= 200 and all(c.isalnum() or c in "._@-" for c in name) and name.isascii()
+    return 0 < len(name) <= 200 and all(c.isalnum() or c in "._@-" for c in name) and name.isascii()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +178,7 @@ class SecurityStore:
 
     def create_key(self, principal: str) -> tuple[ApiKey, str]:
         """A new key for ``principal``: (the stored key, the secret, shown only now)."""
-        if not _valid_principal(principal) or not principal:
+        if not _valid_principal(principal):
             raise SecurityError("principal must be 1-200 characters of [A-Za-z0-9._@-]")
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)

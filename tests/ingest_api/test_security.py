@@ -173,12 +173,18 @@ def test_store_semantics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert not store.allowed("bob", "topic", "logs", "consume")
     assert not store.allowed("bob", "group", "logs.app", "consume")
     assert not store.allowed("carol", "topic", "logs.app", "consume")
+    store.add_acl(Acl("bob", "group", "etl-", "prefixed", "commit"))
+    assert store.allowed("bob", "group", "etl-daily", "commit")
+    assert not store.allowed("bob", "group", "etl-daily", "alter")
+    assert not store.allowed("bob", "group", "other", "commit")
     store.add_acl(Acl("carol", "cluster", "lakelog", "literal", "admin"))
     assert store.allowed("carol", "group", "anything", "delete")
     with pytest.raises(SecurityError, match="operation on a group"):
         Acl("bob", "group", "g", "literal", "produce")
     with pytest.raises(SecurityError, match="principal"):
         Acl("bob smith", "topic", "t", "literal", "produce")
+    with pytest.raises(SecurityError, match="principal"):
+        store.create_key("")
     # Another process (another store on the same file) sees changes within a second.
     monkeypatch.setattr(security, "RELOAD_CHECK_S", 0.0)
     other = SecurityStore(tmp_path)
