@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from consumer_groups import errors as g
 from log_tables import errors as e
@@ -121,6 +122,13 @@ def install(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         return error_response(ApiError(exc.status_code, message, name="http_error"))
 
+    async def on_disconnect(request: Request, exc: Exception) -> JSONResponse:
+        # The client left (or was timed out) before its body was complete: nothing
+        # of a partial body is produced, and nobody is listening for this answer.
+        return error_response(ApiError(400, "the client disconnected before the request "
+                                            "body was complete", name="client_disconnected"))
+
+    app.add_exception_handler(ClientDisconnect, on_disconnect)
     app.add_exception_handler(ApiError, on_error)
     app.add_exception_handler(e.LakelogError, on_error)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -7,6 +7,13 @@
   its first byte (slowloris: a client dribbling headers holds a connection and a
   ``limit_concurrency`` slot forever). Beyond it: 408 and the connection closes.
   Idle keep-alive connections are closed by uvicorn's own keep-alive timeout.
+- Once the head is in, the body may not stall: no body bytes for
+  ``body_idle_timeout_s`` while the server is waiting for them (reading is not
+  paused and the application has taken what arrived) ends the request, with 408
+  if no response has started, else by closing the connection (a streaming produce
+  that has already sent reports). The timer restarts with every chunk, as nginx's
+  ``client_body_timeout`` does: a client that drips a byte at a time keeps its
+  connection, and ``limit_concurrency`` bounds how many such connections there are.
 """
 
 from __future__ import annotations
@@ -23,16 +30,19 @@ REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes = 64 * 1024
     head_timeout_s = 10.0
+    body_idle_timeout_s = 60.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._in_head = True
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
     def _arm_head_timer(self) -> None:
@@ -54,6 +64,45 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm_head_timer()
         super().on_headers_complete()
+        self._arm_body_timer()
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        self._disarm_body_timer()
+        self._arm_body_timer()
+
+    def on_message_complete(self) -> None:
+        self._disarm_body_timer()
+        super().on_message_complete()
+
+    def _arm_body_timer(self) -> None:
+        if self._body_timer is None:
+            self._body_timer = self.loop.call_later(self.body_idle_timeout_s,
+                                                    self._body_timed_out)
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or self.transport.is_closing():
+            return
+        if self.flow.read_paused or cycle.body:
+            # The application has not taken what arrived: the slow side is us.
+            self._arm_body_timer()
+            return
+        message = f"no request body bytes for {self.body_idle_timeout_s:g} s"
+        self.logger.info("closing %s: %s", self.scope.get("path", "?"), message)
+        # The application sees a disconnect and anything it sends later is dropped.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if cycle.response_started:
+            self.transport.close()
+        else:
+            self._refuse(408, message)
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -80,7 +129,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
 
 
-def bounded_protocol(max_head_bytes: int, head_timeout_s: float) -> type[Any]:
+def bounded_protocol(max_head_bytes: int, head_timeout_s: float,
+                     body_idle_timeout_s: float) -> type[Any]:
     """The protocol class with these bounds (uvicorn takes a class for ``http``)."""
     return type("LakelogHttpProtocol", (BoundedHttpToolsProtocol,),
-                {"max_head_bytes": max_head_bytes, "head_timeout_s": head_timeout_s})
+                {"max_head_bytes": max_head_bytes, "head_timeout_s": head_timeout_s,
+                 "body_idle_timeout_s": body_idle_timeout_s})

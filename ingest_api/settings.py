@@ -47,6 +47,11 @@ class ApiSettings(BaseSettings):
                                          description="A request's line and headers must "
                                                      "arrive within this (slow clients get "
                                                      "408 and are disconnected).")
+    request_body_idle_timeout_ms: int = Field(60_000, ge=100,
+                                              description="Longest wait for the next bytes "
+                                                          "of a request body (a streaming "
+                                                          "produce included); then 408, or "
+                                                          "the connection is closed.")
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
     warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
                                                     "unset: the data directory's warehouse/.")

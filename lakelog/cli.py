@@ -93,7 +93,8 @@ def serve(
     from ingest_api.http_protocol import bounded_protocol
 
     http = bounded_protocol(settings.max_request_head_bytes,
-                            settings.request_head_timeout_ms / 1000)
+                            settings.request_head_timeout_ms / 1000,
+                            settings.request_body_idle_timeout_ms / 1000)
     uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http=http,
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
 from ingest_api.errors import ApiError, error_body
@@ -143,6 +144,8 @@ async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, a
     except ApiError as exc:  # the stream cannot go on (malformed JSON, too large)
         _, body = error_body(exc)
         yield msgspec.json.encode(body) + b"\n"
+    except ClientDisconnect:  # gone (or timed out) mid-stream: reported records stay
+        return
 
 
 async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks

@@ -98,3 +98,60 @@ def test_huge_heads_slow_clients_and_too_many_connections_are_bounded(
         statuses = list(pool.map(long_poll, range(20)))
     assert statuses.count(503) >= 10 and statuses.count(200) >= 1, statuses
     assert httpx.get(server.url + "/healthz").status_code == 200  # and it still serves
+
+
+def test_stalled_request_bodies_are_timed_out(spawn_server: Callable[..., ServerProcess]) -> None:
+    import socket
+
+    server = spawn_server(request_body_idle_timeout_ms="1000")
+    with server.client() as c:
+        c.post("/topics", json={"topic_name": "b", "partitions_count": 1}).raise_for_status()
+    path = "/v3/clusters/lakelog/topics/b/records"
+    record = b'{"value": {"type": "STRING", "data": "r"}}'
+
+    def connect() -> socket.socket:
+        return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+    # Content-Length 100, ten bytes, then silence: 408 after the idle timeout.
+    with connect() as s:
+        started = time.monotonic()
+        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n" + record[:10])
+        answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and b"no request body bytes" in answer
+        assert 0.8 < time.monotonic() - started < 5
+        assert s.recv(4096) == b""  # and closed
+
+    # A streaming produce that stalls after its first record: that record is
+    # acknowledged, then the connection is closed (a response had started).
+    with connect() as s:
+        s.sendall(b"POST " + path.encode() + b"?acks=all HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  + b"%x\r\n%s\r\n" % (len(record), record))
+        received = b""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            part = s.recv(4096)
+            if not part:
+                break
+            received += part
+        assert time.monotonic() < deadline, "the stalled stream was never closed"
+        assert b'"offset":0' in received.replace(b" ", b""), received
+
+    # A body that arrives slowly but never stalls as long as the timeout is served.
+    with connect() as s:
+        body = b"\n".join([record] * 5)
+        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), len(body) // 4 + 1):
+            s.sendall(body[i:i + len(body) // 4 + 1])
+            time.sleep(0.5)
+        answer = b""
+        while part := s.recv(4096):
+            answer += part
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert answer.count(b'"offset"') == 5
+    with server.client() as c:
+        assert [r["value"]["data"] for r in fetch_all(c, "b", 0, fmt="STRING")] == ["r"] * 6
+    assert httpx.get(server.url + "/healthz").status_code == 200
+    assert "Traceback" not in server.log_path.read_text(errors="replace")
