@@ -22,8 +22,10 @@ CLUSTER = "/v3/clusters/lakelog"
 class ServerProcess:
     """Start, stop (SIGTERM), kill (SIGKILL) and restart a server on one data directory."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
+                 log_level: str = "warning") -> None:
         self.data_dir = data_dir
+        self.log_level = log_level
         self.port = free_port()
         # Scheduled tiering starts Spark inside the server: only tests that want it turn it
         # on. Authentication is off (loopback) except in the tests of security.
@@ -44,8 +46,8 @@ class ServerProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [LAKELOG, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
-                 "--log-level", "warning"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                 "--log-level", self.log_level],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -83,5 +85,24 @@ class ServerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
+    def kill_all(self) -> None:
+        """SIGKILL the server and every process it started (its job process, that one's
+        Spark JVM and workers) at once: the server runs in a process group of its own."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        deadline = time.monotonic() + 30
+        while _group_alive(self.proc.pid):
+            assert time.monotonic() < deadline, "processes of the killed server linger"
+            time.sleep(0.02)
+
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url + CLUSTER, timeout=30, verify=self.verify, **kwargs)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
