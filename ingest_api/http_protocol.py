@@ -9,8 +9,8 @@
   Idle keep-alive connections are closed by uvicorn's own keep-alive timeout.
 - Once the head is in, the body may not stall: no body bytes for
   ``body_idle_timeout_s`` while the server is waiting for them (reading is not
-  paused and the application has taken what arrived) ends the request, with 408
-  if no response has started, else by closing the connection (a streaming produce
+  paused, the application has taken what arrived, no ``100 Continue`` is pending)
+  ends the request, with 408 if no response has started, else by closing the connection (a streaming produce
   that has already sent reports). The timer restarts with every chunk, as nginx's
   ``client_body_timeout`` does: a client that drips a byte at a time keeps its
   connection, and ``limit_concurrency`` bounds how many such connections there are.
@@ -90,8 +90,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or not cycle.more_body or self.transport.is_closing():
             return
-        if self.flow.read_paused or cycle.body:
-            # The application has not taken what arrived: the slow side is us.
+        if self.flow.read_paused or cycle.body or cycle.waiting_for_100_continue:
+            # The application has not taken what arrived (or not yet asked for the body
+            # of an ``Expect: 100-continue`` request): the slow side is us.
             self._arm_body_timer()
             return
         message = f"no request body bytes for {self.body_idle_timeout_s:g} s"

@@ -22,10 +22,8 @@ CLUSTER = "/v3/clusters/lakelog"
 class ServerProcess:
     """Start, stop (SIGTERM), kill (SIGKILL) and restart a server on one data directory."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
-                 log_level: str = "warning") -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
-        self.log_level = log_level
         self.port = free_port()
         # Scheduled tiering starts Spark inside the server: only tests that want it turn it
         # on. Authentication is off (loopback) except in the tests of security.
@@ -46,7 +44,7 @@ class ServerProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [LAKELOG, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
-                 "--log-level", self.log_level],
+                 "--log-level", "warning"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
