@@ -10,8 +10,8 @@
 - Once the head is in, the body may not stall: no body bytes for
   ``body_idle_timeout_s`` while the server is waiting for them (reading is not
   paused, the application has taken what arrived, no ``100 Continue`` is pending)
-  ends the request, with 408 if no response has started, else by closing the connection (a streaming produce
-  that has already sent reports). The timer restarts with every chunk, as nginx's
+  ends the request, with 408 if no response has started, else by closing the
+  connection (a streaming produce that has already sent reports). The timer restarts with every chunk, as nginx's
   ``client_body_timeout`` does: a client that drips a byte at a time keeps its
   connection, and ``limit_concurrency`` bounds how many such connections there are.
 """
