@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from log_tables.cold_table import is_local
 from log_tables.layout import Layout
 
 MiB = 1 << 20
@@ -95,6 +96,11 @@ class ApiSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:
+        if self.warehouse is not None and not is_local(self.warehouse):
+            raise ValueError(
+                f"warehouse {self.warehouse!r}: object-store warehouses are not supported yet "
+                f"(the jobs stage files on a file system); use a local or mounted path "
+                f"(see 'Running beyond one machine' in the README)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: set both or neither")
         if self.auth == "none" and not is_loopback(self.host) and \
