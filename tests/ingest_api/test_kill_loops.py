@@ -229,11 +229,11 @@ def test_sigkill_loops_during_produce_tiering_compaction_and_commits(
     committer = Committer(server, stop)
     for t in [*producers, committer]:
         t.start()
-    landed: list[str] = []
+    landed: list[tuple[str, str]] = []
     try:
         for round_ in range(ROUNDS):
-            # Wait for a job to open a stage directory (the jobs' JVM starts anew each
-            # round), then kill everything a random moment later.
+            # Wait for the aimed step (the jobs' JVM starts anew each round; a step not
+            # seen within a minute is given up on), then kill everything within 20 ms.
             want = TARGETS[round_ % len(TARGETS)]
             deadline = time.monotonic() + 60
             while (now := _in_flight(tables)) != want and time.monotonic() < deadline:
