@@ -59,7 +59,6 @@ class Producer(threading.Thread):
         self.acked: set[str] = set()
         self.latencies: list[tuple[float, float]] = []  # (time sent, seconds)
         self.errors: list[str] = []
-        self.state_sent = 0
 
     def run(self) -> None:
         n = 0
@@ -78,7 +77,6 @@ class Producer(threading.Thread):
                              "value": string(str(n + i))} for i in range(10)]})
                         if s.status_code != 207 or s.json()["failures"]:
                             self.errors.append(f"state: {s.status_code} {s.text[:200]}")
-                        self.state_sent = n + 10
                 except httpx.HTTPError as exc:
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                     return
