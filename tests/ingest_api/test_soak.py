@@ -71,6 +71,7 @@ class Producer(threading.Thread):
                     r = client.post("/topics/soak/records:batch", params={"acks": "all"},
                                     json={"entries": [{"id": v, "value": string(v)}
                                                       for v in values]})
+                    elapsed = time.monotonic() - started
                     if self.index == 0:  # and a few keyed updates to the compacted topic
                         s = client.post("/topics/soak-state/records:batch", json={"entries": [
                             {"id": str(i), "key": string(f"k{(n + i) % 50}"),
@@ -80,7 +81,7 @@ class Producer(threading.Thread):
                 except httpx.HTTPError as exc:
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                     return
-                self.latencies.append((started, time.monotonic() - started))
+                self.latencies.append((started, elapsed))
                 body = r.json()
                 if r.status_code != 207 or body["failures"]:
                     self.errors.append(f"{r.status_code}: {r.text[:300]}")
