@@ -140,9 +140,10 @@ def main() -> None:
     port, bare_port = 18731, 18732
     print("warming the page cache...", flush=True)
     warm_page_cache(work / "data", 1.5 if args.quick else 4)
-    # The scheduled jobs stay off: this measures the HTTP data path. Left on, the first
-    # tiering of the gigabytes the produce cases wrote runs during the fetch case and
-    # halved it in one run (the jobs have their own benchmark, bench.tier).
+    # The scheduled jobs stay off: this measures the HTTP data path. Left on, the job
+    # process works on the gigabytes the produce cases write while later cases run (a
+    # --quick run with them on measured fetch at 0.84x produce; off, 1.5x). The jobs
+    # have their own benchmarks (bench.tier, bench.compact, bench.jobs_latency).
     for job in ("TIER", "RETENTION", "COMPACT", "UPKEEP"):
         os.environ.setdefault(f"LAKELOG_{job}_INTERVAL_MS", "0")
     server = start([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"), "--port",
