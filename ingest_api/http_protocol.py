@@ -38,6 +38,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._body_seen = 0.0
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -64,21 +65,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm_head_timer()
         super().on_headers_complete()
-        self._arm_body_timer()
+        self._body_seen = self.loop.time()
+        self._arm_body_timer(self.body_idle_timeout_s)
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
-        self._disarm_body_timer()
-        self._arm_body_timer()
+        # No timer per chunk: the timer, when it fires, looks at when bytes last came.
+        self._body_seen = self.loop.time()
 
     def on_message_complete(self) -> None:
         self._disarm_body_timer()
         super().on_message_complete()
 
-    def _arm_body_timer(self) -> None:
+    def _arm_body_timer(self, delay_s: float) -> None:
         if self._body_timer is None:
-            self._body_timer = self.loop.call_later(self.body_idle_timeout_s,
-                                                    self._body_timed_out)
+            self._body_timer = self.loop.call_later(delay_s, self._body_timed_out)
 
     def _disarm_body_timer(self) -> None:
         if self._body_timer is not None:
@@ -90,10 +91,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or not cycle.more_body or self.transport.is_closing():
             return
+        idle_s = self.loop.time() - self._body_seen
+        if idle_s < self.body_idle_timeout_s:
+            self._arm_body_timer(self.body_idle_timeout_s - idle_s)
+            return
         if self.flow.read_paused or cycle.body or cycle.waiting_for_100_continue:
             # The application has not taken what arrived (or not yet asked for the body
             # of an ``Expect: 100-continue`` request): the slow side is us.
-            self._arm_body_timer()
+            self._arm_body_timer(self.body_idle_timeout_s)
             return
         message = f"no request body bytes for {self.body_idle_timeout_s:g} s"
         self.logger.info("closing %s: %s", self.scope.get("path", "?"), message)
