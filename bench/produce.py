@@ -130,10 +130,13 @@ def measure(name: str, pid: int, url: str, body_path: Path, method: str, records
 def main() -> None:
     parser = argparse.ArgumentParser(description="HTTP produce/fetch benchmark")
     parser.add_argument("--quick", action="store_true", help="3 s per case instead of 8")
+    parser.add_argument("--sizes", default="1,100,1000",
+                        help="records per request to measure, comma-separated (default 1,100,1000)")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
         sys.exit("bench.produce needs wrk and taskset: apt-get install wrk util-linux")
     seconds = 3 if args.quick else 8
+    sizes = [int(x) for x in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-produce-"))
     lua = work / "bench.lua"
     lua.write_text(LUA)
@@ -153,7 +156,7 @@ def main() -> None:
     try:
         httpx.post(f"http://127.0.0.1:{port}/v3/clusters/lakelog/topics",
                    json={"topic_name": TOPIC, "partitions_count": PARTITIONS}).raise_for_status()
-        for records in (1, 100, 1000):
+        for records in sizes:
             path = work / f"body-{records}.json"
             path.write_bytes(body(records))
             route = "records" if records == 1 else "records:batch"
@@ -172,8 +175,9 @@ def main() -> None:
         fetch_url = (f"http://127.0.0.1:{port}/v3/clusters/lakelog/topics/{TOPIC}/partitions/0/"
                      "records?offset=0&max_records=1000&max_bytes=4194304")
         fetch_row = measure("fetch", server.pid, fetch_url, empty, "GET", 1000, 8, seconds, lua)
-        produce_1000 = next(r for r in rows if r["case"] == "acks=1" and r["records_per_request"] == 1000)
-        fetch_row["vs_produce"] = fetch_row["rec_s"] / produce_1000["rec_s"]
+        produce_1000 = [r for r in rows if r["case"] == "acks=1" and r["records_per_request"] == 1000]
+        if produce_1000:
+            fetch_row["vs_produce"] = fetch_row["rec_s"] / produce_1000[0]["rec_s"]
         rows.append(fetch_row)
     finally:
         for proc in (server, bare):
@@ -183,7 +187,7 @@ def main() -> None:
     print()
     print_table(rows, ["case", "records_per_request", "connections", "rec_s", "MB_s", "p50_ms",
                        "p99_ms", "cpu_s_per_M", "vs_bare", "vs_produce", "errors"])
-    print(f"\nwrote {write_json('produce', rows, {'seconds_per_case': seconds})}")
+    print(f"\nwrote {write_json('produce', rows, {'seconds_per_case': seconds, 'sizes': sizes})}")
 
 
 if __name__ == "__main__":
