@@ -6,6 +6,7 @@ import base64
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -96,6 +97,24 @@ def test_batch_reports_successes_and_failures_by_id(client: httpx.Client,
     failures = {f["id"]: f for f in body["failures"]}
     assert failures["bad-partition"]["error_code"] == 40402
     assert failures["too-big"]["error_code"] == 41301 and "max.message.bytes" in failures["too-big"]["message"]
+
+
+def test_batch_reports_each_record_timestamp(client: httpx.Client,
+                                             make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=3)
+    given = ["2024-05-01T10:00:00.250Z", "2024-05-01T10:00:01Z", None] * 10  # columnar path
+    entries = [{"id": str(i), "value": string("v"), **({"timestamp": t} if t else {})}
+               for i, t in enumerate(given)]
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+    successes = {s["id"]: s for s in r.json()["successes"]}
+    stamps = [datetime.fromisoformat(successes[str(i)]["timestamp"]) for i in range(len(given))]
+    assert stamps[0] == datetime(2024, 5, 1, 10, 0, 0, 250_000, UTC)
+    assert stamps[1] == datetime(2024, 5, 1, 10, 0, 1, tzinfo=UTC)
+    assert stamps[2].year >= 2026 and len(set(stamps)) == 3  # the server's time for the third
+    stored = {(p, rec["offset"]): rec["timestamp"] for p in range(3) for rec in fetch_all(client, topic, p)}
+    for i, stamp in enumerate(stamps):  # the report says what was stored
+        s = successes[str(i)]
+        assert datetime.fromisoformat(stored[(s["partition_id"], s["offset"])]) == stamp
 
 
 def test_streamed_records_get_one_report_each_in_order(client: httpx.Client,
