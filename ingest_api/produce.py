@@ -22,7 +22,6 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest_api.models import BinaryData, Envelope, JsonData, ProduceRecord, StringData
 from ingest_api.notifier import AppendNotifier
@@ -290,18 +289,17 @@ class ProduceService:
         now_ms = self.manager.clock.now_ms()
         errors: dict[int, LakelogError] = {}
         env = envelope_bytes
-        keys = [env(r.key) for r in records]
-        values = [env(r.value) for r in records]
-        key_arr = pa.array(keys, pa.binary())
-        value_arr = pa.array(values, pa.binary())
-        record_bytes = (pc.fill_null(pc.binary_length(key_arr), 0).to_numpy(zero_copy_only=False)
-                        + pc.fill_null(pc.binary_length(value_arr), 0).to_numpy(zero_copy_only=False)
-                        ).astype(np.int64)
+        key_arr = pa.array([env(r.key) for r in records], pa.binary())
+        value_arr = pa.array([env(r.value) for r in records], pa.binary())
+        record_bytes = binary_lengths(key_arr) + binary_lengths(value_arr)
         sizes = record_bytes + RECORD_OVERHEAD
         # One pass decides whether anything beyond keys and values needs looking at.
         plain = not any(r.headers or r.timestamp is not None or r.partition_id is not None
                         or r.producer_id is not None or r.producer_epoch is not None
                         or r.sequence is not None for r in records)
+        if plain and (planned := self._plan_plain(meta, key_arr, value_arr, record_bytes, sizes,
+                                                  now_ms)) is not None:
+            return planned
         headers: list[Any] | None = None
         if not plain and any(r.headers for r in records):
             headers = [None if not r.headers else [{"key": h.name, "value": h.value} for h in r.headers]
@@ -358,6 +356,44 @@ class ProduceService:
                 runs.extend(self._split_by_size(part, batch, idx, sizes, lo, hi, record_limit))
             else:
                 runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers))
+        return result, runs
+
+    def _plan_plain(self, meta: TopicMetadata, key_arr: pa.Array, value_arr: pa.Array,
+                    record_bytes: np.ndarray, sizes: np.ndarray, now_ms: int
+                    ) -> tuple[ProduceResult, list[Run]] | None:
+        """The common large request: only keys and values, every record keyed (or none),
+        none too large. The fewest Arrow and numpy calls; None: use the general plan."""
+        n = len(key_arr)
+        config = meta.config
+        limit = config.max_message_bytes - BATCH_OVERHEAD
+        if int(sizes.max()) > limit:
+            return None
+        if key_arr.null_count == 0:
+            partitions = partitions_for_key_array(key_arr, meta.partitions)
+        elif key_arr.null_count == n and not config.compact:
+            partitions = self.partitioner.partition_many(meta.name, meta.partitions, sizes)
+        else:
+            return None
+        order = np.argsort(partitions, kind="stable")
+        perm = pa.array(order)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.repeat(pa.scalar(now_ms, pa.int64()), n), key_arr.take(perm),
+             value_arr.take(perm), pa.nulls(n, HEADERS_TYPE)], schema=RECORD_SCHEMA)
+        ends = np.cumsum(np.bincount(partitions, minlength=meta.partitions)).tolist()
+        totals = np.bincount(partitions, weights=sizes, minlength=meta.partitions).tolist()
+        runs: list[Run] = []
+        lo = 0
+        for part, hi in enumerate(ends):
+            if hi == lo:
+                continue
+            total = int(totals[part])
+            if total <= limit:
+                runs.append(Run(part, batch.slice(lo, hi - lo), order[lo:hi], total))
+            else:
+                runs.extend(self._split_by_size(part, batch, order[lo:hi], sizes, lo, hi, limit))
+            lo = hi
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), np.full(n, now_ms, np.int64),
+                               {}, record_bytes)
         return result, runs
 
     def _plan_small(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
@@ -518,6 +554,12 @@ class ProduceService:
                 for i in np.flatnonzero((result.partitions == p) & (result.offsets >= 0)).tolist():
                     result.errors[i] = err
                     result.offsets[i] = -1
+
+
+def binary_lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length of each value of a binary array (0 for a null), read from its offsets."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    return np.diff(offsets).astype(np.int64)
 
 
 def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,

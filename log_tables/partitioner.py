@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -85,7 +84,14 @@ def partitions_for_key_array(keys: pa.Array, partitions: int) -> np.ndarray:
     Keys of one length lie back to back in the array's data buffer, so numpy
     reads them in place: no Python work per key.
     """
-    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+    offsets = np.frombuffer(keys.buffers()[1], np.int32, len(keys) + 1, keys.offset * 4)
+    lengths = np.diff(offsets)
+    if len(keys) and (length := int(lengths[0])) > 0 and (lengths == length).all():
+        # One length (the usual case): hash the data buffer in place.
+        raw = np.frombuffer(keys.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]),
+                            int(offsets[0]))
+        hashes = _murmur2_rows(raw.reshape(len(keys), length), length)
+        return ((hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int64)
     out = np.empty(len(keys), np.int64)
     for length in np.unique(lengths).tolist():
         idx = np.flatnonzero(lengths == length)

@@ -51,6 +51,19 @@ def test_same_length_keys_hash_in_bulk() -> None:
     assert partitions_for_keys(keys, 12) == [partition_for_key(k, 12) for k in keys]
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), length=st.integers(1, 23), count=st.integers(1, 200),
+       partitions=st.integers(1, 10_000))
+def test_array_of_one_key_length_equals_the_scalar_path(data: st.DataObject, length: int,
+                                                        count: int, partitions: int) -> None:
+    keys = data.draw(st.lists(st.binary(min_size=length, max_size=length), min_size=count,
+                              max_size=count))
+    expected = [partition_for_key(k, partitions) for k in keys]
+    arr = pa.array(keys, pa.binary())
+    assert partitions_for_key_array(arr, partitions).tolist() == expected
+    assert partitions_for_key_array(arr.slice(1), partitions).tolist() == expected[1:]
+
+
 def test_sticky_partitioning_spreads_evenly() -> None:
     sticky = StickyPartitioner(batch_bytes=1000)
     parts = np.concatenate([sticky.partition_many("t", 4, np.full(37, 100)) for _ in range(100)])
