@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -241,6 +241,15 @@ class ProduceService:
     async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks
                       ) -> ProduceResult:
         """Append the records; per record a partition and offset, or an error."""
+        return await self.start(meta, records, acks)
+
+    def start(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks
+              ) -> Coroutine[Any, Any, ProduceResult]:
+        """Plan and queue the records now; await the result for the acknowledgement.
+
+        What is awaited holds no reference to ``records``: a caller that drops its
+        own can let the decoded request go while the appends and syncs are waited for.
+        """
         result, runs = self._plan(meta, records)
         submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]] = []
         for run in runs:
@@ -249,6 +258,11 @@ class ProduceService:
                 submitted.append((run, self.appender(plog).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
+        return self._finish(meta, result, submitted, acks)
+
+    async def _finish(self, meta: TopicMetadata, result: ProduceResult,
+                      submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]],
+                      acks: Acks) -> ProduceResult:
         if acks == "0":
             for _, fut in submitted:
                 fut.add_done_callback(_log_unacked_failure)

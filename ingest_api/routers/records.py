@@ -194,7 +194,9 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
-        result = await st.produce.produce(meta, entries, acks)
+        acked = st.produce.start(meta, entries, acks)
+        del batch, entries  # the decoded request is not needed while waiting for the append
+        result = await acked
     _count_in(st, topic_name, result)
     return Response(_batch_body(ids, result), status_code=207, media_type="application/json")
 
