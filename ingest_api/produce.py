@@ -549,20 +549,15 @@ class ProduceService:
     async def _wait_durable(self, targets: dict[int, tuple[PartitionLog, int]],
                             result: ProduceResult) -> None:
         """Wait for the group commit of every partition written; a failed sync fails its records."""
-        commit = self.manager.group_commit
         partitions = list(targets)
-        waits: list[asyncio.Future[int]] = []
-        for p in partitions:
-            plog, end = targets[p]
-            try:
-                waits.append(asyncio.wrap_future(commit.request(plog, end)))
-            except LakelogError as exc:
-                failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-                failed.set_exception(exc)
-                waits.append(failed)
-        outcomes = await asyncio.gather(*waits, return_exceptions=True)
+        outcomes: list[BaseException | None]
+        try:
+            outcomes = await asyncio.wrap_future(
+                self.manager.group_commit.request_many(list(targets.values())))
+        except LakelogError as exc:
+            outcomes = [exc] * len(partitions)
         for p, outcome in zip(partitions, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
+            if outcome is not None:
                 err = outcome if isinstance(outcome, LakelogError) else LakelogError(
                     f"flush of partition {p} failed: {outcome}")
                 for i in np.flatnonzero((result.partitions == p) & (result.offsets >= 0)).tolist():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -10,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from log_tables.clock import ManualClock
-from log_tables.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from log_tables.errors import (
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
 from log_tables.group_commit import GroupCommit
 from log_tables.records import build_batch
 from tests.conftest import OpenLog
@@ -235,6 +242,30 @@ def test_group_commit_shares_syncs(open_log: OpenLog) -> None:
     assert plog.flushed_offset == plog.high_watermark == 400
     assert min(flushed) >= 1
     assert commit.syncs < len(futures)  # shared: fewer syncs than requests
+
+
+def test_group_commit_of_several_logs_reports_each(open_log: OpenLog, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    good, bad, idle = (open_log(tmp_path / name) for name in ("good", "bad", "idle"))
+    for plog in (good, bad):
+        append_n(plog, 3)
+    broken_fd = bad.active_segment._fd
+    real_sync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:  # an I/O error cannot be had for real: injected
+        if fd == broken_fd:
+            raise OSError(errno.EIO, "Input/output error")
+        real_sync(fd)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    commit = GroupCommit()
+    try:
+        outcomes = commit.request_many([(good, 3), (bad, 3), (idle, 0)]).result(timeout=30)
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], StorageError) and "fsync failed" in str(outcomes[1])
+        assert good.flushed_offset == 3 and bad.flushed_offset == 0
+        assert commit.request_many([(good, 3), (idle, 0)]).result(timeout=1) == [None, None]
+    finally:
+        commit.close()
 
 
 def test_flush_is_skipped_when_already_durable(open_log: OpenLog) -> None:
