@@ -102,9 +102,10 @@ def create_app(settings: ApiSettings | None = None,
                               "stored in Delta Lake.")
     metrics = Metrics()
     errors.install(app)
+    # Produce and fetch first: routes are matched in order, and these carry the traffic.
+    app.include_router(records.router)
     app.include_router(cluster.router)
     app.include_router(topics.router)
-    app.include_router(records.router)
     app.include_router(admin.router)
     app.include_router(groups_router.router)
     app.include_router(security.router)
