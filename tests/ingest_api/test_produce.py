@@ -82,21 +82,34 @@ def test_records_keep_request_order_within_a_partition(client: httpx.Client,
             assert by_id[v]["offset"] == rec["offset"] and by_id[v]["partition_id"] == p
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("more", [0, 30])  # 30 more records: the columnar path
 def test_batch_reports_successes_and_failures_by_id(client: httpx.Client,
-                                                    make_topic: Callable[..., str]) -> None:
+                                                    make_topic: Callable[..., str],
+                                                    more: int, keyed: bool) -> None:
     topic = make_topic(partitions=2, max_message_bytes="2048")
-    r = client.post(f"/topics/{topic}/records:batch", json={"entries": [
-        {"id": "ok", "value": string("fine")},
-        {"id": "bad-partition", "partition_id": 5, "value": string("x")},
-        {"id": "too-big", "value": string("x" * 5000)},
+    key = {"key": string("same-key")} if keyed else {}
+    entries = [
+        {"id": "ok", "value": string("fine"), **key},
+        {"id": "too-big", "value": string("x" * 5000), **key},
         {"id": "ok2", "partition_id": 1, "value": string("fine")},
-    ]})
+        *({"id": f"more-{i}", "value": string(str(i)), **key} for i in range(more)),
+        {"id": "bad-partition", "partition_id": 5, "value": string("x")},
+    ]
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
     assert r.status_code == 207
     body = r.json()
-    assert [s["id"] for s in body["successes"]] == ["ok", "ok2"]
+    assert [s["id"] for s in body["successes"]] == ["ok", "ok2"] + [f"more-{i}" for i in range(more)]
+    assert [f["id"] for f in body["failures"]] == ["too-big", "bad-partition"]
     failures = {f["id"]: f for f in body["failures"]}
     assert failures["bad-partition"]["error_code"] == 40402
     assert failures["too-big"]["error_code"] == 41301 and "max.message.bytes" in failures["too-big"]["message"]
+    stored = {(p, rec["offset"]): rec["value"]["data"] for p in (0, 1)
+              for rec in fetch_all(client, topic, p, fmt="STRING")}
+    assert len(stored) == len(body["successes"])
+    for s in body["successes"]:
+        want = "fine" if s["id"] in ("ok", "ok2") else s["id"].removeprefix("more-")
+        assert stored[(s["partition_id"], s["offset"])] == want
 
 
 def test_batch_reports_each_record_timestamp(client: httpx.Client,
