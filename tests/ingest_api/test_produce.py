@@ -177,6 +177,17 @@ def test_compacted_topic_rejects_keyless_records(client: httpx.Client,
     topic = make_topic(cleanup_policy="compact")
     r = client.post(f"/topics/{topic}/records", json={"value": string("v")})
     assert r.status_code == 422 and "needs a key" in r.json()["message"]
+    # Large batches take the columnar path: all keyless, then every other record keyed.
+    keyless = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": str(i), "value": string("v")} for i in range(20)]}).json()
+    assert not keyless["successes"] and len(keyless["failures"]) == 20
+    assert all("needs a key" in f["message"] for f in keyless["failures"])
+    mixed = client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": str(i), "value": string("v"), **({"key": string(f"k{i}")} if i % 2 else {})}
+        for i in range(20)]}).json()
+    assert sorted(int(s["id"]) for s in mixed["successes"]) == list(range(1, 20, 2))
+    assert sorted(int(f["id"]) for f in mixed["failures"]) == list(range(0, 20, 2))
+    assert len(fetch_all(client, topic, 0)) == 10
 
 
 @pytest.mark.parametrize(("body", "status", "fragment"), [
