@@ -5,7 +5,8 @@ table state, never a mix):
 
 1. plan: per topic, open the table (create it if missing), clean up what dead
    jobs left in ``_stage/``, read each partition's tiered offset (its app
-   transaction version) and list the sealed segments past it;
+   transaction version) and list the sealed segments past it that are durable
+   (below the hot log's checkpointed recovery point);
 2. stage: Spark tasks (segments spread over one task per core) read each
    segment (CRC-checked), write its records as one Parquet file under
    ``<table>/_stage/<job>/`` and return the file's stats;
@@ -52,7 +53,7 @@ from log_tables.cold_table import (
     write_rows,
 )
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
-from log_tables.hot_reader import SegmentFile, list_segments, scan_segment
+from log_tables.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.layout import Layout
 from log_tables.segment import records_from
 
@@ -256,8 +257,13 @@ class TierJob:
         stage = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
         works: list[SegmentWork] = []
         for p in range(partitions):
-            segments = list_segments(self.layout.partition_dir(topic, p))
-            for seg, nxt in itertools.pairwise(segments):  # the last is active
+            directory = self.layout.partition_dir(topic, p)
+            # Only durable segments: one rolled moments ago may still await its fdatasync,
+            # and a tiered record must never be one that an OS crash could take back.
+            durable = recovery_point(directory)
+            for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
+                if nxt.base_offset > durable:
+                    break
                 start = max(floors[p], seg.base_offset)
                 if start >= nxt.base_offset:
                     continue

@@ -9,6 +9,7 @@ writer sees a prefix of complete batches and never a partial one.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import NamedTuple
 from log_tables.batch import BatchScanner, ScannedBatch, ScanStop
 from log_tables.errors import CorruptIndexError, OffsetOutOfRangeError
 from log_tables.offset_index import OffsetIndex
-from log_tables.partition_log import MAX_BATCH_BYTES, LogBatch
+from log_tables.partition_log import CHECKPOINT_FILE, MAX_BATCH_BYTES, LogBatch
 from log_tables.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem, records_from
 from log_tables.time_index import TimeIndex
 
@@ -39,6 +40,15 @@ def list_segments(directory: Path) -> list[SegmentFile]:
     found = [SegmentFile(b, directory / n) for n in names
              if n.endswith(LOG_SUFFIX) and (b := parse_stem(n)) is not None]
     return sorted(found)
+
+
+def recovery_point(directory: Path) -> int:
+    """The writer's checkpointed recovery point: every segment that ends at or below it
+    is sealed and fsynced (0 when there is no readable checkpoint)."""
+    try:
+        return int(json.loads((directory / CHECKPOINT_FILE).read_bytes())["recovery_point"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def scan_segment(segment: SegmentFile, from_offset: int | None = None

@@ -20,6 +20,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 
 from log_tables.clock import SYSTEM_CLOCK, Clock
@@ -52,7 +53,8 @@ class LogManager:
         self.group_commit = GroupCommit(max_pending_syncs)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []
-        """Called (on the appending thread) after any partition rolls a segment."""
+        """Called after any partition rolled a segment and the segment is durable (on the
+        appending thread, or the group commit's)."""
         self._closed = False
         self._reconcile_and_open()
 
@@ -69,8 +71,13 @@ class LogManager:
         plog = PartitionLog.open(partition_dir(self.hot_dir, topic.name, partition), topic.config,
                                  name=f"{topic.name}-{partition}", clock=self.clock)
         plog.roll_listeners.append(self._rolled)
+        plog.flush_scheduler = self._flush_soon
         self._logs[(topic.name, partition)] = plog
         return plog
+
+    def _flush_soon(self, plog: PartitionLog, offset: int) -> None:
+        """A segment rolled during an append: the group commit syncs it, off the appending thread."""
+        self.group_commit.request(plog, offset).add_done_callback(_log_failed_flush)
 
     def _rolled(self, plog: PartitionLog, sealed: LogSegment) -> None:
         for listener in self.roll_listeners:
@@ -168,6 +175,11 @@ class LogManager:
                 except Exception:  # one bad partition must not stop the others closing
                     log.exception("closing %s failed", plog.name)
             os.close(self._lock_fd)
+
+
+def _log_failed_flush(future: Future[int]) -> None:
+    if (exc := future.exception()) is not None:
+        log.error("background sync of a rolled segment failed (retried by the next flush): %s", exc)
 
 
 def _lock_data_dir(data_dir: Path) -> int:

@@ -7,9 +7,14 @@ Files in the partition directory::
     .clean-shutdown    written by close(); lists segment sizes; removed on open
 
 ``recovery_point`` is the base offset of the first segment that may hold bytes
-not yet fsynced; every segment before it was sealed and synced on roll. After an
+not yet fsynced; every segment before it is sealed and synced. After an
 unclean stop, open() validates every batch from the recovery point on and
 truncates at the first torn or corrupt one (dropping later segments too).
+
+A roll during an append does not wait for the sealed segment's fdatasync (tens
+of milliseconds for a full segment) when the log has a ``flush_scheduler``: as in
+Kafka, the sync runs in the background (the group commit), and the recovery
+point, the checkpoint and the roll listeners follow once it is done.
 """
 
 from __future__ import annotations
@@ -124,6 +129,12 @@ class PartitionLog:
         self._flushed_offset = 0
         self._closed = False
         self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []
+        """Called once a rolled segment is sealed and durable (on the thread that synced it)."""
+        self.flush_scheduler: Callable[[PartitionLog, int], None] | None = None
+        """Set: a roll during an append asks it to flush below an offset soon, rather than
+        syncing the sealed segment on the appending thread; it may raise to refuse."""
+        self._unsynced: tuple[LogSegment, ...] = ()
+        """Sealed segments whose fdatasync is still to come (oldest first)."""
         self.recovered_from: list[str] = []
         self.producers = ProducerStateManager(name)
 
@@ -374,7 +385,7 @@ class PartitionLog:
         too_big = active.size + batch.size > self.config.segment_bytes
         too_old = self.clock.now_ms() - active.created_ms >= self.config.segment_ms
         if too_big or too_old:
-            self._roll_locked()
+            self._roll_locked(background=True)
 
     def roll(self) -> LogSegment | None:
         """Seal the active segment (if it has data) and start a new one; returns the sealed one."""
@@ -389,49 +400,100 @@ class PartitionLog:
                 return self._roll_locked()
         return None
 
-    def _roll_locked(self) -> LogSegment | None:
+    def _roll_locked(self, background: bool = False) -> LogSegment | None:
         """Steps: 1. seal (fsync) the active segment; 2. create the next one;
         3. checkpoint recovery_point = its base (also fsyncs the new directory entries).
+
+        ``background`` (a roll during an append, with a ``flush_scheduler``): step 1
+        does not sync, and step 3 waits for the scheduled ``flush``.
         """
         old = self._segments[-1]
         if old.size == 0 or self._closed:
             return None
+        # Nothing of the old segment's records left to sync: the inline seal is cheap.
+        defer = (background and self.flush_scheduler is not None
+                 and self._flushed_offset < old.next_offset)
         try:
-            old.seal()
+            old.seal(sync=not defer)
             new = LogSegment.create(self.directory, old.next_offset,
                                     self.config.index_interval_bytes, self.clock.now_ms())
         except OSError as exc:
             raise StorageError(f"{self.name}: cannot roll segment: {exc.strerror}", exc.errno) from None
         self._segments = (*self._segments, new)
-        self._recovery_point = new.base_offset
-        self._flushed_offset = max(self._flushed_offset, new.base_offset)
-        self._write_checkpoint()
         self._write_producer_snapshot()
-        for listener in self.roll_listeners:
-            listener(self, old)
+        if defer:
+            assert self.flush_scheduler is not None
+            self._unsynced = (*self._unsynced, old)
+            try:
+                self.flush_scheduler(self, new.base_offset)
+                return old
+            except Exception as exc:  # e.g. the group commit is closed or full: sync here
+                log.info("%s: syncing the rolled segment %s inline (%s)", self.name, old.path, exc)
+        synced = self._sync_unsynced_locked() if defer else (old,)
+        self._advance_recovery_point_locked()
+        self._notify_rolled(synced)
         return old
 
+    def _notify_rolled(self, sealed: tuple[LogSegment, ...]) -> None:
+        for seg in sealed:
+            for listener in self.roll_listeners:
+                try:
+                    listener(self, seg)
+                except Exception:  # a listener's failure is not the log's
+                    log.exception("%s: roll listener failed for %s", self.name, seg.path)
+
+    def _sync_unsynced_locked(self) -> tuple[LogSegment, ...]:
+        synced = self._unsynced
+        for seg in synced:
+            try:
+                seg.flush()
+            except OSError as exc:
+                raise StorageError(f"{self.name}: fsync of sealed segment {seg.path} failed: "
+                                   f"{exc.strerror}", exc.errno) from None
+        self._unsynced = ()
+        return synced
+
+    def _advance_recovery_point_locked(self) -> None:
+        """Every segment before the first unsynced one (or the active one) is durable."""
+        point = (self._unsynced or self._segments[-1:])[0].base_offset
+        self._flushed_offset = max(self._flushed_offset, point)
+        if point > self._recovery_point:
+            self._recovery_point = point
+            self._write_checkpoint()
+
     def flush(self, up_to: int | None = None) -> int:
-        """fdatasync what is appended; returns the offset below which all is durable.
+        """fdatasync what is appended (sealed segments still waiting for their sync first);
+        returns the offset below which all is durable.
 
         Concurrent callers share the work (group commit): one sync covers every
         append that finished before it started, and a caller whose ``up_to`` is
         already durable when its turn comes returns without syncing.
         """
-        if up_to is not None and self._flushed_offset >= up_to:
+        if up_to is not None and self._flushed_offset >= up_to and not self._unsynced:
             return self._flushed_offset
         with self._flush_lock:
-            if up_to is not None and self._flushed_offset >= up_to:
-                return self._flushed_offset
             with self._lock:
                 target = self._next_offset
                 active = self._segments[-1]
-            if self._flushed_offset >= target:
+                sealed = self._unsynced
+            if not sealed and (self._flushed_offset >= target or (
+                    up_to is not None and self._flushed_offset >= up_to)):
                 return self._flushed_offset
+            try:
+                for seg in sealed:
+                    seg.flush()
+            except OSError as exc:
+                raise StorageError(f"{self.name}: fsync of sealed segment {seg.path} failed: "
+                                   f"{exc.strerror}", exc.errno) from None
             try:
                 active.flush_log()
             except OSError as exc:
                 raise StorageError(f"{self.name}: fsync failed: {exc.strerror}", exc.errno) from None
+            if sealed:
+                with self._lock:
+                    self._unsynced = tuple(s for s in self._unsynced if s not in sealed)
+                    self._advance_recovery_point_locked()
+                self._notify_rolled(sealed)
             self._flushed_offset = max(self._flushed_offset, target)
             return self._flushed_offset
 
@@ -483,7 +545,7 @@ class PartitionLog:
     # -- deletion and truncation -------------------------------------------------
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start to ``offset`` and drop whole segments below it."""
-        with self._lock:
+        with self._flush_lock, self._lock:
             if not self._log_start_offset <= offset <= self._next_offset:
                 raise OffsetOutOfRangeError(self.name, offset, self._log_start_offset,
                                             self._next_offset)
@@ -499,28 +561,37 @@ class PartitionLog:
 
         The log start moves to the first remaining segment's base offset (if higher).
         """
-        with self._lock:
-            doomed = [s for s in self._segments[:-1] if s.next_offset <= offset]
-            if not doomed:
-                return []
-            keep = self._segments[len(doomed):]
-            self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
-            self._segments = keep
-            self._write_checkpoint()
-        for seg in doomed:
-            seg.delete()
+        with self._flush_lock:
+            with self._lock:
+                doomed = [s for s in self._segments[:-1] if s.next_offset <= offset]
+                if not doomed:
+                    return []
+                keep = self._segments[len(doomed):]
+                self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
+                self._segments = keep
+                self._forget_unsynced(doomed)
+                self._write_checkpoint()
+            for seg in doomed:
+                seg.delete()
         return doomed
+
+    def _forget_unsynced(self, doomed: list[LogSegment]) -> None:
+        """Deleted segments need no sync (callers hold both locks)."""
+        if self._unsynced:
+            self._unsynced = tuple(s for s in self._unsynced if s not in doomed)
+            self._advance_recovery_point_locked()
 
     def _delete_below_log_start(self) -> None:
         doomed = [s for s in self._segments[:-1] if s.next_offset <= self._log_start_offset]
         if doomed:
             self._segments = self._segments[len(doomed):]
+            self._forget_unsynced(doomed)
             for seg in doomed:
                 seg.delete()
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (the log end becomes ``offset``)."""
-        with self._lock:
+        with self._flush_lock, self._lock:
             if not self._log_start_offset <= offset <= self._next_offset:
                 raise OffsetOutOfRangeError(self.name, offset, self._log_start_offset,
                                             self._next_offset)
@@ -529,6 +600,7 @@ class PartitionLog:
             segments = list(self._segments)
             while len(segments) > 1 and segments[-1].base_offset >= offset:
                 doomed = segments.pop()
+                self._unsynced = tuple(s for s in self._unsynced if s is not doomed)
                 doomed.delete()
             seg = segments[-1]
             straddling = seg.truncate_to(offset, MAX_BATCH_BYTES)
@@ -540,6 +612,7 @@ class PartitionLog:
                                        base_sequence=h.base_sequence), h.base_offset)
                 seg.append(batch)
             seg.flush()
+            self._unsynced = tuple(s for s in self._unsynced if s is not seg)
             self._segments = tuple(segments)
             self._next_offset = offset
             self._flushed_offset = min(self._flushed_offset, offset)
@@ -553,10 +626,11 @@ class PartitionLog:
 
     def close(self) -> None:
         """Flush, checkpoint and write the clean-shutdown marker; the log is unusable after."""
-        with self._lock:
+        with self._flush_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._sync_unsynced_locked()
             active = self._segments[-1]
             active.flush()
             self._recovery_point = active.base_offset

@@ -239,12 +239,14 @@ class LogSegment:
         self.max_timestamp = max_ts
         self._bytes_since_index = 0
 
-    def seal(self) -> None:
-        """Index the maximum timestamp, make everything durable; no more appends."""
+    def seal(self, sync: bool = True) -> None:
+        """Index the maximum timestamp, make everything durable (unless ``sync`` is
+        False: the caller has ``flush`` run later); no more appends."""
         if self.max_timestamp >= 0 and self.next_offset > self.base_offset and not self._index_broken:
             with contextlib.suppress(OSError):
                 self.time_index.maybe_append(self.max_timestamp, self.next_offset - 1)
-        self.flush()
+        if sync:
+            self.flush()
         self.sealed = True
 
     def flush(self) -> None:

@@ -162,6 +162,29 @@ def test_two_jobs_at_once_commit_each_record_once(spark: SparkSession, data: Log
     assert on_disk == referenced
 
 
+def test_segments_awaiting_their_sync_are_not_tiered(spark: SparkSession,
+                                                     data: LogManager) -> None:
+    data.create_topic("events", 1, {"segment.bytes": 3_000})
+    plog = data.log("events", 0)
+    produce(data, "events", 0, 40, roll_every=20)  # explicit rolls: synced at once
+    durable = plog.recovery_point
+    assert durable == plog.active_segment.base_offset == 40
+    held: list[int] = []
+    plog.flush_scheduler = lambda _, offset: held.append(offset)  # rolls in appends wait
+    produce(data, "events", 0, 80)
+    assert len(held) > 2 and plog.recovery_point == durable
+    layout = Layout.of(data.data_dir)
+    report = TierJob(layout).run(spark)
+    assert [(r.start, r.end) for r in report.tiered] == [(0, durable)]
+    plog.flush()  # what the group commit does when the flush is its turn
+    end = plog.active_segment.base_offset
+    assert plog.recovery_point == end > durable
+    report = TierJob(layout).run(spark)
+    assert [(r.start, r.end) for r in report.tiered] == [(durable, end)]
+    check_rows((r.asDict() for r in read_topic(spark, "events", include_hot=False).collect()),
+               "events", {0: end})
+
+
 def test_corrupt_sealed_segment_is_reported_not_tiered(spark: SparkSession,
                                                        data: LogManager) -> None:
     _fill(data, partitions=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,15 @@ from hypothesis import strategies as st
 from log_tables.clock import ManualClock
 from log_tables.errors import (
     InvalidRecordError,
+    LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
 )
 from log_tables.group_commit import GroupCommit
+from log_tables.hot_reader import recovery_point
+from log_tables.log_manager import LogManager
+from log_tables.partition_log import PartitionLog
 from log_tables.records import build_batch
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets, batch_for, read_all
@@ -273,6 +278,102 @@ def test_flush_is_skipped_when_already_durable(open_log: OpenLog) -> None:
     append_n(plog, 3)
     assert plog.flush() == 3
     assert plog.flush(up_to=2) == 3
+
+
+class HeldFlushes:
+    """A flush scheduler that only records what it is asked (the test runs the flush)."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def __call__(self, plog: PartitionLog, offset: int) -> None:
+        self.asked.append(offset)
+
+
+def _rolled_log(open_log: OpenLog, **config: object
+                ) -> tuple[PartitionLog, HeldFlushes, list[int]]:
+    plog = open_log(segment_bytes=3_000, **config)
+    held = HeldFlushes()
+    plog.flush_scheduler = held
+    notified: list[int] = []
+    plog.roll_listeners.append(lambda _, seg: notified.append(seg.base_offset))
+    append_n(plog, 40)
+    assert len(plog.segments) > 3
+    return plog, held, notified
+
+
+def test_roll_during_an_append_leaves_the_sync_to_the_flush_scheduler(open_log: OpenLog) -> None:
+    plog, held, notified = _rolled_log(open_log)
+    bases = [s.base_offset for s in plog.segments]
+    # Each roll asked for a flush below the new segment's base and synced nothing itself:
+    # the recovery point, the checkpoint and the listeners wait for that flush.
+    assert held.asked == bases[1:]
+    assert plog.recovery_point == 0 and recovery_point(plog.directory) == 0
+    assert plog.flushed_offset == 0 and notified == []
+    assert all(s.sealed for s in plog.segments[:-1])
+    assert plog.flush(held.asked[0]) == plog.high_watermark  # one flush syncs every sealed one
+    assert plog.recovery_point == bases[-1] == recovery_point(plog.directory)
+    assert notified == bases[:-1]
+    assert plog.flush(held.asked[-1]) == plog.high_watermark and notified == bases[:-1]
+    assert_records_match_offsets(read_all(plog))
+
+
+def test_a_refused_flush_request_syncs_the_rolled_segment_inline(open_log: OpenLog) -> None:
+    plog = open_log(segment_bytes=3_000)
+    notified: list[int] = []
+    plog.roll_listeners.append(lambda _, seg: notified.append(seg.base_offset))
+
+    def closed(_: PartitionLog, offset: int) -> None:
+        raise LogClosedError("group commit is closed")
+    plog.flush_scheduler = closed
+    append_n(plog, 40)
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) > 3 and notified == bases[:-1]
+    assert plog.recovery_point == bases[-1] == recovery_point(plog.directory)
+
+
+def test_close_syncs_segments_still_waiting_for_their_flush(open_log: OpenLog) -> None:
+    plog, _, _ = _rolled_log(open_log)
+    end, last_base = plog.high_watermark, plog.active_segment.base_offset
+    plog.close()
+    assert recovery_point(plog.directory) == last_base
+    reopened = open_log()
+    assert reopened.recovered_from == [] and reopened.high_watermark == end
+    assert_records_match_offsets(read_all(reopened))
+
+
+def test_segments_deleted_before_their_flush_are_not_synced(open_log: OpenLog) -> None:
+    plog, _, notified = _rolled_log(open_log)
+    bases = [s.base_offset for s in plog.segments]
+    gone = plog.delete_segments_below(bases[2])
+    assert [s.base_offset for s in gone] == bases[:2]
+    assert plog.recovery_point == bases[2]  # the first segment still to sync
+    plog.flush()
+    assert plog.recovery_point == bases[-1] and notified == bases[2:-1]
+    plog.truncate_to(bases[2] + 1)  # drops the later segments, synced or not
+    assert plog.high_watermark == bases[2] + 1 and plog.flush() == bases[2] + 1
+    assert_records_match_offsets(read_all(plog), bases[2])
+
+
+def test_a_managed_log_syncs_rolled_segments_in_the_group_commit(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path / "data")
+    try:
+        manager.create_topic("t", 1, {"segment.bytes": 3_000})
+        plog = manager.log("t", 0)
+        seen: list[tuple[int, str]] = []
+        manager.roll_listeners.append(
+            lambda _, seg: seen.append((seg.base_offset, threading.current_thread().name)))
+        append_n(plog, 40)
+        bases = [s.base_offset for s in plog.segments]
+        assert len(bases) > 3
+        deadline = time.monotonic() + 10
+        while plog.recovery_point < bases[-1] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert plog.recovery_point == bases[-1] == recovery_point(plog.directory)
+        assert [base for base, _ in seen] == bases[:-1]
+        assert all(name.startswith("lakelog-group-commit") for _, name in seen), seen
+    finally:
+        manager.close()
 
 
 @settings(max_examples=40, deadline=None)
