@@ -453,13 +453,16 @@ class PartitionLog:
         self._unsynced = ()
         return synced
 
-    def _advance_recovery_point_locked(self) -> None:
-        """Every segment before the first unsynced one (or the active one) is durable."""
+    def _advance_recovery_point_locked(self) -> bool:
+        """Every segment before the first unsynced one (or the active one) is durable;
+        True if the recovery point moved (and the checkpoint was written)."""
         point = (self._unsynced or self._segments[-1:])[0].base_offset
         self._flushed_offset = max(self._flushed_offset, point)
-        if point > self._recovery_point:
-            self._recovery_point = point
-            self._write_checkpoint()
+        if point <= self._recovery_point:
+            return False
+        self._recovery_point = point
+        self._write_checkpoint()
+        return True
 
     def flush(self, up_to: int | None = None) -> int:
         """fdatasync what is appended (sealed segments still waiting for their sync first);
@@ -569,17 +572,19 @@ class PartitionLog:
                 keep = self._segments[len(doomed):]
                 self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
                 self._segments = keep
-                self._forget_unsynced(doomed)
-                self._write_checkpoint()
+                if not self._forget_unsynced(doomed):  # it wrote the checkpoint otherwise
+                    self._write_checkpoint()
             for seg in doomed:
                 seg.delete()
         return doomed
 
-    def _forget_unsynced(self, doomed: list[LogSegment]) -> None:
-        """Deleted segments need no sync (callers hold both locks)."""
-        if self._unsynced:
-            self._unsynced = tuple(s for s in self._unsynced if s not in doomed)
-            self._advance_recovery_point_locked()
+    def _forget_unsynced(self, doomed: list[LogSegment]) -> bool:
+        """Deleted segments need no sync (callers hold both locks); True if the
+        checkpoint was written."""
+        if not self._unsynced:
+            return False
+        self._unsynced = tuple(s for s in self._unsynced if s not in doomed)
+        return self._advance_recovery_point_locked()
 
     def _delete_below_log_start(self) -> None:
         doomed = [s for s in self._segments[:-1] if s.next_offset <= self._log_start_offset]
