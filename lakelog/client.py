@@ -553,10 +553,12 @@ class Consumer:
             return []
         _raise_for(r)
         out = []
+        dropped: dict[TopicPartition, int] = {}
         with self._lock:
             for rec in r.json()["records"]:
                 tp = TopicPartition(rec["topic_name"], rec["partition_id"])
                 if tp not in self._assigned:
+                    dropped.setdefault(tp, rec["offset"])
                     continue
                 out.append(Record(tp.topic, tp.partition, rec["offset"],
                                   datetime.fromisoformat(rec["timestamp"]),
@@ -565,7 +567,22 @@ class Consumer:
                                     if h["value"] is not None else None)
                                    for h in rec["headers"]]))
                 self._positions[tp] = rec["offset"] + 1
+        if dropped:
+            self._put_back(dropped)
         return out
+
+    def _put_back(self, dropped: dict[TopicPartition, int]) -> None:
+        """The server moved its positions past records this client dropped: a partition it
+        does not know it owns yet (the poll beat the heartbeat answer that assigns it), or
+        one it let go of. Move each position back to the first dropped record; for a
+        partition the server no longer gives this member it refuses, which is right too.
+        (The heartbeat answer that tells of the new partition is already on its way.)"""
+        for tp, offset in dropped.items():
+            with contextlib.suppress(httpx.TransportError, LakelogClientError):
+                _raise_for(self._http.post(
+                    f"/members/{self.polled_member_id}/positions", json={"positions": [
+                        {"topic_name": tp.topic, "partition_id": tp.partition,
+                         "offset": offset}]}))
 
     def _resync(self) -> None:
         """After a failed poll: the server's positions back to ours (null: the committed)."""
