@@ -14,10 +14,10 @@ It takes what the benchmark sends: keyed records.
 
 What it leaves out is what a log needs to be a log: framing and checksums to
 read records back and to recover after a crash, offset and time indexes,
-validation of sizes, keys and ids, producer state, metrics. So lakelog cannot
-be faster than this; ``lakelog ÷ floor`` in the benchmark says how much of the
-distance to the bare endpoint is lakelog's own, and ``floor ÷ bare`` how much
-is the request's.
+validation of sizes, keys and ids, producer state, metrics. So it is the most a
+server in this framework can expect: ``lakelog ÷ floor`` in the benchmark says
+how close lakelog comes to it, and ``floor ÷ bare`` how much of the bare
+endpoint's rate is left once the request's own work is done.
 """
 
 from __future__ import annotations
