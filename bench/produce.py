@@ -12,8 +12,8 @@ floor (``bench.floor_app``) is a second FastAPI server in the same setup that
 does only the work the request asks for (partition, write each partition's
 bytes to its file, fdatasync for acks=all, answer with every offset) and none
 of what makes a log a log (framing, checksums, indexes, validation, recovery):
-lakelog cannot beat it, and it tells how much of the distance to the bare
-endpoint is the request's own.
+the most a server in this framework can expect, and a measure of how much of the
+bare endpoint's rate the request's own work leaves.
 Reported: records/s, MB/s (key+value bytes), p50/p99 latency (wrk), server
 CPU seconds per million records, and the ratios to the baseline's and the
 floor's records/s.
