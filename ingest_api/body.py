@@ -56,6 +56,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join([chunk async for chunk in chunks(request, limit)])
 
 
+TOO_DEEP = "malformed JSON: nested deeper than the server decodes (about 1,000 levels)"
+
+
 def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
     """Decode a body: malformed JSON is 400, a wrong shape 422, both naming where."""
     try:
@@ -64,6 +67,8 @@ def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
         raise ApiError(422, f"invalid request body: {exc}", name="invalid_request") from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc}", name="malformed_json") from None
+    except RecursionError:
+        raise ApiError(400, TOO_DEEP, name="malformed_json") from None
 
 
 async def decode_request(request: Request, decoder: msgspec.json.Decoder[T], limit: int) -> T:
@@ -75,7 +80,9 @@ class ObjectStream:
 
     Each complete object is returned as its own bytes, to be decoded with a typed
     decoder. An unfinished object waits for more data; at the end of the stream
-    (or past ``max_object_bytes``) it is malformed.
+    (or past ``max_object_bytes``) it is malformed. ``feed`` returns the objects
+    before a malformed one and keeps the error in ``error`` (the stream ends
+    there), so that a caller can still answer for the records it has.
     """
 
     def __init__(self, max_object_bytes: int) -> None:
@@ -83,12 +90,17 @@ class ObjectStream:
         self._text = codecs.getincrementaldecoder("utf-8")()
         self._buf = ""
         self._json = json.JSONDecoder()
+        self._count = 0  # objects returned so far
+        self.error: ApiError | None = None
 
     def feed(self, chunk: bytes, final: bool = False) -> list[bytes]:
+        if self.error is not None:
+            return []
         try:
             self._buf += self._text.decode(chunk, final)
         except UnicodeDecodeError as exc:
-            raise ApiError(400, f"request body is not UTF-8: {exc}", name="malformed_json") from None
+            self.error = ApiError(400, f"request body is not UTF-8: {exc}", name="malformed_json")
+            return []
         out: list[bytes] = []
         pos = 0
         buf = self._buf
@@ -97,17 +109,22 @@ class ObjectStream:
                 pos += 1
             if pos >= len(buf):
                 break
+            index = self._count + len(out)  # of the record in the request
             try:
                 _, end = self._json.raw_decode(buf, pos)
+            except RecursionError:
+                self.error = ApiError(400, f"record {index}: {TOO_DEEP}", name="malformed_json")
+                break
             except json.JSONDecodeError as exc:
                 if final or len(buf) - pos > self.max_object_bytes:
-                    raise ApiError(400, f"malformed JSON in record {len(out)} of this chunk: "
-                                        f"{exc.msg} (character {exc.pos - pos})",
-                                   name="malformed_json") from None
+                    self.error = ApiError(400, f"malformed JSON in record {index}: {exc.msg} "
+                                               f"(character {exc.pos - pos} of the record)",
+                                          name="malformed_json")
                 break
             out.append(buf[pos:end].encode())
             pos = end
-        self._buf = buf[pos:]
+        self._buf = "" if self.error else buf[pos:]
+        self._count += len(out)
         return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -55,9 +55,24 @@ def _envelope(data: bytes | None, fmt: Format) -> Data | None:
         try:
             _json_check.decode(data)
             return Data("JSON", msgspec.Raw(data))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # not JSON, or nested too deep
             pass
     return Data("BINARY", data)
+
+
+def record_time(ms: int) -> datetime:
+    """A record's epoch-ms time as a datetime. Appends take 0 to year 9999 only; a time
+    outside what datetime holds (in a log written by other means) is shown at the
+    nearest end of that range, so that the record stays readable."""
+    try:
+        return _EPOCH + timedelta(milliseconds=ms)  # exact, where ms / 1000 as a float is not
+    except OverflowError:
+        return _LATEST if ms > 0 else _EARLIEST
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def _column(values: list[bytes | None], fmt: Format) -> list[Data | None]:
@@ -72,9 +87,8 @@ def records_of(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
     ts_col = rb.column(0)
     first = ts_col[0].as_py()
     timestamps = ts_col.to_pylist()
-    when: dict[int, datetime] = {first: datetime.fromtimestamp(first / 1000, UTC)}
-    times = [when[t] if t in when else when.setdefault(t, datetime.fromtimestamp(t / 1000, UTC))
-             for t in timestamps]
+    when: dict[int, datetime] = {first: record_time(first)}
+    times = [when[t] if t in when else when.setdefault(t, record_time(t)) for t in timestamps]
     keys = _column(rb.column(1).to_pylist(), fmt)
     values = _column(rb.column(2).to_pylist(), fmt)
     header_col = rb.column(3)

@@ -18,9 +18,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-NonNegative = Annotated[int, Meta(ge=0)]
+from log_tables.records import MAX_TIMESTAMP_MS
+
+INT64_MAX = 2**63 - 1
+# Offsets, ids and epoch-ms times are Kafka's int64: larger numbers are refused (422).
+NonNegative = Annotated[int, Meta(ge=0, le=INT64_MAX)]
 Sequence = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 Epoch = Annotated[int, Meta(ge=0, le=32_767)]
+EpochMs = Annotated[int, Meta(ge=0, le=MAX_TIMESTAMP_MS)]
 MAX_HEADERS = 1_000
 
 
@@ -61,7 +66,7 @@ class ProduceRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc
     key: Envelope | None = None
     value: Envelope | None = None
     headers: Annotated[list[HeaderIn], Meta(max_length=MAX_HEADERS)] | None = None
-    timestamp: NonNegative | datetime | None = None
+    timestamp: EpochMs | datetime | None = None
     producer_id: NonNegative | None = None
     producer_epoch: Epoch | None = None
     sequence: Sequence | None = None
@@ -113,7 +118,7 @@ class ProducerInit(msgspec.Struct, forbid_unknown_fields=True):
 
 class DeleteRecordsPartition(msgspec.Struct, forbid_unknown_fields=True):
     partition_id: NonNegative
-    offset: Annotated[int, msgspec.Meta(ge=-1)]
+    offset: Annotated[int, msgspec.Meta(ge=-1, le=INT64_MAX)]
     """Delete every record below this offset; -1: the high watermark (everything)."""
 
 

@@ -72,7 +72,11 @@ def timestamp_ms(value: int | datetime | None, now_ms: int) -> int:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidRecordError("timestamp needs a time zone (e.g. a trailing Z)")
-        return int(value.timestamp() * 1000)
+        ms = int(value.timestamp() * 1000)
+        if ms < 0:
+            raise InvalidRecordError(f"timestamp {value.isoformat()} is before 1970-01-01T00:00:00Z; "
+                                     "record times are milliseconds since the epoch, 0 or more")
+        return ms
     return value
 
 

@@ -42,7 +42,7 @@ from log_tables.errors import (
 )
 from log_tables.files import atomic_write, fsync_dir
 from log_tables.producer_state import ProducerStateManager
-from log_tables.records import RECORD_SCHEMA, Record, batch_records
+from log_tables.records import MAX_TIMESTAMP_MS, RECORD_SCHEMA, Record, batch_records
 from log_tables.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -337,6 +337,13 @@ class PartitionLog:
         if records.num_rows == 0:
             raise InvalidRecordError(f"{self.name}: empty batch")
         config = self.config
+        if not config.log_append_time:
+            ts = records.column(0).to_numpy(zero_copy_only=False)
+            if int(ts.min()) < 0 or int(ts.max()) > MAX_TIMESTAMP_MS:
+                bad = int(ts.min()) if int(ts.min()) < 0 else int(ts.max())
+                raise InvalidRecordError(
+                    f"{self.name}: record timestamp {bad} is outside 0..{MAX_TIMESTAMP_MS} "
+                    "(epoch milliseconds from 1970 to the end of year 9999)")
         append_time = -1
         if config.log_append_time:
             append_time = self.clock.now_ms()

@@ -23,6 +23,10 @@ RECORD_SCHEMA = pa.schema(
 )
 
 Header = tuple[str, bytes | None]
+# The last instant RFC 3339 (and Python's datetime) can write: 9999-12-31T23:59:59.999Z.
+# A record's timestamp is 0 to this; Kafka allows any int64, but a time the API and
+# Spark cannot show would make the record unreadable.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 
 class Record(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import repeat
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect
 
 from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
 from ingest_api.errors import ApiError, error_body
+from ingest_api.fetch import record_time
 from ingest_api.models import BatchRequest, ProduceRecord, ProducerInit
 from ingest_api.produce import Acks, ProduceResult
 from ingest_api.routers.cluster import check_cluster
@@ -44,7 +45,7 @@ class Success(msgspec.Struct, gc=False):
 
 
 def _iso(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    return record_time(ms)
 
 
 def _size(env: Any) -> dict[str, Any] | None:
@@ -87,11 +88,14 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
             body = await read_body(request, limit)
             try:
                 record = _record.decode(body)
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, RecursionError) as exc:
                 if "trailing characters" not in str(exc):
                     decode(body, _record)  # raises the 400/422 naming what is wrong
                     raise
-                objects = ObjectStream(limit).feed(body, final=True)
+                stream = ObjectStream(limit)
+                objects = stream.feed(body, final=True)
+                if stream.error:  # the whole body is here: refuse it whole
+                    raise stream.error from None
                 return _ndjson(_produce_all(st, meta, objects, acks))
             result = await st.produce.produce(meta, [record], acks)
             _count_in(st, topic_name, result)
@@ -144,8 +148,12 @@ async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, a
                 objects = stream.feed(chunk)
                 async for line in _produce_objects(st, meta, objects, acks):
                     yield line
+            if stream.error:  # the records before it are answered for; the stream ends
+                raise stream.error
         async for line in _produce_objects(st, meta, stream.feed(b"", final=True), acks):
             yield line
+        if stream.error:
+            raise stream.error
     except ApiError as exc:  # the stream cannot go on (malformed JSON, too large)
         _, body = error_body(exc)
         yield msgspec.json.encode(body) + b"\n"
@@ -254,7 +262,8 @@ async def fetch(
 async def list_offsets(
     cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
     spec: Annotated[Literal["earliest", "latest", "timestamp"], Query()] = "latest",
-    timestamp: Annotated[int | None, Query(ge=0, description="epoch ms, with spec=timestamp")] = None,
+    timestamp: Annotated[int | None, Query(ge=0, le=2**63 - 1,
+                                           description="epoch ms, with spec=timestamp")] = None,
 ) -> Response:
     """Kafka's ListOffsets: earliest, latest, or the first offset with timestamp >= T (null if none)."""
     check_cluster(cluster_id)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 
-from tests.ingest_api.helpers import fetch_all, string
+from ingest_api.fetch import record_time
+from tests.ingest_api.helpers import b64, fetch_all, string
 
 pytestmark = pytest.mark.slow
 
@@ -83,4 +85,30 @@ def test_list_offsets(client: httpx.Client, make_topic: Callable[..., str]) -> N
     assert client.get(base, params={"spec": "timestamp", "timestamp": 1_000_045}).json()["offset"] == 5
     assert client.get(base, params={"spec": "timestamp", "timestamp": 2_000_000}).json()["offset"] is None
     assert client.get(base, params={"spec": "timestamp"}).status_code == 422
+    latest_ms = client.get(base, params={"spec": "timestamp", "timestamp": 2**63 - 1}).json()
+    assert latest_ms["offset"] is None
+    too_big = client.get(base, params={"spec": "timestamp", "timestamp": 2**63})
+    assert too_big.status_code == 422 and "timestamp" in too_big.json()["message"]
+
+
+def test_record_times_are_exact_and_times_outside_datetime_still_render() -> None:
+    assert record_time(1_700_000_000_123) == datetime(2023, 11, 14, 22, 13, 20, 123_000, UTC)
+    assert record_time(253_402_300_799_999).microsecond == 999_000  # a float would give 998993
+    assert record_time(-1) == datetime(1969, 12, 31, 23, 59, 59, 999_000, UTC)
+    # Appends refuse such times; a log written by other means still reads.
+    assert record_time(2**63 - 1) == datetime.max.replace(tzinfo=UTC)
+    assert record_time(-(2**63)) == datetime.min.replace(tzinfo=UTC)
+
+
+def test_json_format_gives_bytes_it_cannot_decode_back_as_binary(
+        client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    deep = b"[" * 5000 + b"]" * 5000  # valid JSON, nested deeper than the decoder goes
+    for value in (deep, b"[1, 2]", b"{not json"):
+        client.post(f"/topics/{topic}/records", json={"value": {"type": "BINARY", "data": b64(value)}})
+    r = client.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0, "format": "JSON"})
+    assert r.status_code == 200, r.text
+    values = [rec["value"] for rec in r.json()["records"]]
+    assert values == [{"type": "BINARY", "data": b64(deep)}, {"type": "JSON", "data": [1, 2]},
+                      {"type": "BINARY", "data": b64(b"{not json")}]
 

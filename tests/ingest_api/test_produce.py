@@ -200,6 +200,13 @@ def test_compacted_topic_rejects_keyless_records(client: httpx.Client,
     (b'{"timestamp": "yesterday"}', 422, "timestamp"),
     (b'{"producer_id": 1}', 422, "go together"),
     (b'[1, 2]', 422, "Expected `object`"),
+    # Kafka's numbers are int64, and a record time is 0 or more: no overflow, no 500.
+    (b'{"timestamp": 9223372036854775808}', 422, "$.timestamp"),
+    (b'{"timestamp": 253402300800000}', 422, "$.timestamp"),  # past 9999-12-31T23:59:59.999Z
+    (b'{"partition_id": 99999999999999999999999}', 422, "$.partition_id"),
+    (b'{"timestamp": "1969-12-31T23:59:59Z"}', 422, "before 1970"),
+    (b'{"value": {"type": "JSON", "data": ' + b"[" * 5000 + b"]" * 5000 + b"}}", 400,
+     "nested deeper"),
 ])
 def test_bad_records_name_what_to_fix(client: httpx.Client, make_topic: Callable[..., str],
                                       body: bytes, status: int, fragment: str) -> None:
@@ -224,6 +231,41 @@ def test_batch_entries_errors_name_the_index(client: httpx.Client, make_topic: C
     dup = client.post(f"/topics/{topic}/records:batch", json={"entries": [{"id": "a"}, {"id": "a"}]})
     assert dup.status_code == 422 and "'a'" in dup.json()["message"]
     assert fetch_all(client, topic, 0) == []
+
+
+def test_batches_and_streams_refuse_what_does_not_fit_kafka_numbers_or_nests_too_deep(
+        client: httpx.Client, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    entries: list[dict[str, object]] = [{"id": str(i), "value": string("v")} for i in range(20)]
+    entries[7]["timestamp"] = "1969-12-31T23:59:59Z"  # 20 records: the columnar plan
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+    assert r.status_code == 207
+    assert [f["id"] for f in r.json()["failures"]] == ["7"]
+    assert "before 1970" in r.json()["failures"][0]["message"]
+    assert len(r.json()["successes"]) == 19
+    entries[7] = {"id": "7", "value": string("v"), "producer_id": 2**64}
+    r = client.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+    assert r.status_code == 422 and "$.entries[7].producer_id" in r.json()["message"]
+    deep = b"[" * 5000 + b"]" * 5000
+    r = client.post(f"/topics/{topic}/records:batch",
+                    content=b'{"entries": [{"id": "a", "value": {"type": "JSON", "data": ' + deep + b"}}]}",
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "nested deeper" in r.json()["message"]
+
+    def stream() -> Iterator[bytes]:  # chunked: reports go out as records are acknowledged
+        yield json.dumps({"value": string("s")}).encode()
+        yield b'{"value": {"type": "JSON", "data": ' + deep + b"}}"
+
+    r = client.post(f"/topics/{topic}/records", content=stream(),
+                    headers={"content-type": "application/json"})
+    reports = [json.loads(line) for line in r.text.splitlines()]
+    assert [x["error_code"] for x in reports] == [200, 400]
+    assert "nested deeper" in reports[1]["message"]
+    assert len(fetch_all(client, topic, 0)) == 20  # 19 of the batch, 1 of the stream
+    last = client.post(f"/topics/{topic}/records", json={"value": string("v"),
+                                                          "timestamp": 253_402_300_799_999})
+    assert last.json()["timestamp"] == "9999-12-31T23:59:59.999000Z"
+    assert fetch_all(client, topic, 0)[-1]["timestamp"] == "9999-12-31T23:59:59.999000Z"
 
 
 def test_unknown_topic_and_partition(client: httpx.Client, make_topic: Callable[..., str]) -> None:

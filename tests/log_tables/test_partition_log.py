@@ -24,7 +24,7 @@ from log_tables.group_commit import GroupCommit
 from log_tables.hot_reader import recovery_point
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import PartitionLog
-from log_tables.records import build_batch
+from log_tables.records import MAX_TIMESTAMP_MS, build_batch
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets, batch_for, read_all
 
@@ -39,6 +39,17 @@ def test_append_returns_dense_offsets_and_reads_back(open_log: OpenLog) -> None:
     records = read_all(plog)
     assert_records_match_offsets(records)
     assert [r.timestamp for r in records] == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_timestamps_outside_1970_to_9999_are_refused(open_log: OpenLog) -> None:
+    plog = open_log()
+    for bad in ([5, -1], [MAX_TIMESTAMP_MS + 1], [2**63 - 1]):
+        with pytest.raises(InvalidRecordError, match=str(bad[-1])):
+            plog.append(build_batch([b"v"] * len(bad), timestamps=bad))
+    assert plog.high_watermark == 0  # nothing of a refused batch is written
+    info = plog.append(build_batch([b"a", b"b"], timestamps=[0, MAX_TIMESTAMP_MS]))
+    assert [r.timestamp for r in read_all(plog)] == [0, MAX_TIMESTAMP_MS]
+    assert info.max_timestamp == MAX_TIMESTAMP_MS
 
 
 def test_headers_nulls_and_tombstones_round_trip(open_log: OpenLog) -> None:
