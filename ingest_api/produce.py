@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -66,13 +66,17 @@ def envelope_bytes(env: Envelope | None) -> bytes | None:
     return _json.encode(env.data)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 def timestamp_ms(value: int | datetime | None, now_ms: int) -> int:
     if value is None:
         return now_ms
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidRecordError("timestamp needs a time zone (e.g. a trailing Z)")
-        ms = int(value.timestamp() * 1000)
+        ms = (value - _EPOCH) // _MILLISECOND  # exact, where a float timestamp() is not
         if ms < 0:
             raise InvalidRecordError(f"timestamp {value.isoformat()} is before 1970-01-01T00:00:00Z; "
                                      "record times are milliseconds since the epoch, 0 or more")
