@@ -39,6 +39,7 @@ from log_tables.partitioner import (
     partition_for_key,
     partitions_for_key_array,
 )
+from log_tables.producer_state import seq_add
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
 from log_tables.registry import TopicMetadata
 
@@ -590,7 +591,7 @@ def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: n
             prev, cur = producers[items[j - 1]], producers[items[j]]
             if (prev is None and cur is None) or (
                     prev is not None and cur is not None and prev[:2] == cur[:2]
-                    and cur[2] == prev[2] + 1):
+                    and cur[2] == seq_add(prev[2], 1)):
                 continue
         chunk = idx[start:j]
         runs.append(Run(part, batch.slice(lo + start, j - start), chunk, int(sizes[chunk].sum()),
@@ -602,8 +603,8 @@ def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: n
 def _next_in_run(run: Run, producer: tuple[int, int, int] | None) -> bool:
     if run.producer is None or producer is None:
         return run.producer is None and producer is None
-    last_seq = run.producer[2] + len(run.indices) - 1
-    return run.producer[:2] == producer[:2] and producer[2] == last_seq + 1
+    next_seq = seq_add(run.producer[2], len(run.indices))
+    return run.producer[:2] == producer[:2] and producer[2] == next_seq
 
 
 def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:

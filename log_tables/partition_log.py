@@ -41,7 +41,7 @@ from log_tables.errors import (
     StorageError,
 )
 from log_tables.files import atomic_write, fsync_dir
-from log_tables.producer_state import ProducerStateManager
+from log_tables.producer_state import ProducerStateManager, seq_add
 from log_tables.records import MAX_TIMESTAMP_MS, RECORD_SCHEMA, Record, batch_records
 from log_tables.segment import (
     DELETED_SUFFIX,
@@ -369,7 +369,7 @@ class PartitionLog:
                     return AppendInfo(duplicates[0], duplicates[-1], append_time,
                                       prepared.max_timestamp, 0, tuple(duplicates))
                 if duplicates:  # a retry that overlaps: append only the new tail
-                    base_sequence += len(duplicates)
+                    base_sequence = seq_add(base_sequence, len(duplicates))
                     prepared = prepare(records.slice(len(duplicates)),
                                        log_append_time=config.log_append_time,
                                        producer_id=producer_id, producer_epoch=producer_epoch,

@@ -19,12 +19,29 @@ from log_tables.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 DEDUP_WINDOW_BATCHES = 5
 MAX_SEQUENCE = 2**31 - 1
+# Sequences run 0..MAX_SEQUENCE and then start again at 0, as Kafka's do: a producer
+# sends more than 2**31 records to a partition, and one batch may straddle the wrap.
+SEQUENCE_SPACE = MAX_SEQUENCE + 1
+
+
+def seq_add(seq: int, n: int) -> int:
+    """The sequence ``n`` records after ``seq``, wrapping past MAX_SEQUENCE to 0."""
+    return (seq + n) % SEQUENCE_SPACE
 
 
 class BatchMeta(NamedTuple):
     first_seq: int
-    last_seq: int
+    last_seq: int  # below first_seq when the batch wraps
     base_offset: int
+
+    @property
+    def records(self) -> int:
+        return (self.last_seq - self.first_seq) % SEQUENCE_SPACE + 1
+
+    def offset_of(self, seq: int) -> int | None:
+        """The offset of the record with sequence ``seq``, if it is in this batch."""
+        k = (seq - self.first_seq) % SEQUENCE_SPACE
+        return self.base_offset + k if k < self.records else None
 
 
 @dataclass(slots=True)
@@ -50,7 +67,7 @@ class ProducerStateManager:
         if entry is not None and epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"{self.name}: producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
-        if first_seq < 0 or first_seq + count - 1 > MAX_SEQUENCE:
+        if not 0 <= first_seq <= MAX_SEQUENCE:
             raise OutOfOrderSequenceError(f"{self.name}: sequence {first_seq} out of range")
         if entry is None or epoch > entry.epoch or not entry.batches:
             if first_seq != 0:
@@ -58,24 +75,27 @@ class ProducerStateManager:
                     f"{self.name}: producer {producer_id} epoch {epoch} must start at sequence 0, "
                     f"got {first_seq}")
             return []
-        last = entry.last_seq
-        if first_seq == last + 1:
+        expected = seq_add(entry.last_seq, 1)
+        if first_seq == expected:
             return []
-        window_start = entry.batches[0].first_seq
-        if not window_start <= first_seq <= last:
+        # How far before the next expected sequence the batch starts (mod the wrap):
+        # 1..window is a retry of records in the remembered batches.
+        back = (expected - first_seq) % SEQUENCE_SPACE
+        window = sum(b.records for b in entry.batches)
+        if not 1 <= back <= window:
+            older = window < back <= SEQUENCE_SPACE // 2
             raise OutOfOrderSequenceError(
                 f"{self.name}: producer {producer_id} sent sequence {first_seq}, expected "
-                f"{last + 1}" + (" (older retries than the last 5 batches are not remembered)"
-                                 if first_seq < window_start else ""))
+                f"{expected}" + (" (older retries than the last 5 batches are not remembered)"
+                                 if older else ""))
         offsets = []
-        for seq in range(first_seq, min(first_seq + count, last + 1)):
-            for b in entry.batches:
-                if b.first_seq <= seq <= b.last_seq:
-                    offsets.append(b.base_offset + seq - b.first_seq)
-                    break
-            else:
+        for k in range(min(count, back)):
+            seq = seq_add(first_seq, k)
+            found = next((o for b in entry.batches if (o := b.offset_of(seq)) is not None), None)
+            if found is None:
                 raise OutOfOrderSequenceError(
                     f"{self.name}: producer {producer_id} sequence {seq} is not in the dedup window")
+            offsets.append(found)
         return offsets
 
     def update(self, producer_id: int, epoch: int, first_seq: int, count: int,
@@ -84,7 +104,7 @@ class ProducerStateManager:
         if entry is None or epoch > entry.epoch:
             entry = ProducerEntry(epoch)
             self.producers[producer_id] = entry
-        entry.batches.append(BatchMeta(first_seq, first_seq + count - 1, base_offset))
+        entry.batches.append(BatchMeta(first_seq, seq_add(first_seq, count - 1), base_offset))
 
     def apply(self, header: BatchHeader) -> None:
         """Replay one batch header (recovery)."""

@@ -7,8 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
+from ingest_api.produce import Run, _idempotent_runs, _next_in_run
+from log_tables.producer_state import MAX_SEQUENCE
+from log_tables.records import build_batch
 from tests.ingest_api.helpers import fetch_all, string
 from tests.server import ServerProcess
 
@@ -78,3 +82,16 @@ def test_state_survives_restart_and_crash(spawn_server: Callable[..., ServerProc
         assert len(fetch_all(client, "idem", 0)) == 31 and len(fetch_all(client, "idem", 1)) == 30
         bumped = client.post("/producers", json={"producer_id": pid}).json()["producer_epoch"]
         assert bumped == 1  # the epoch counter survived too
+
+
+def test_a_request_whose_sequences_wrap_is_one_run() -> None:
+    """The planning step keeps consecutive sequences of one producer together across the
+    wrap from 2**31 - 1 to 0 (the log's own wrap handling is tested in test_partition_log)."""
+    batch = build_batch([b"a", b"b", b"c", b"d", b"e"], timestamps=1)
+    seqs = [MAX_SEQUENCE - 1, MAX_SEQUENCE, 0, 1, 3]  # a gap before the last one
+    producers: list[tuple[int, int, int] | None] = [(7, 0, s) for s in seqs]
+    runs = _idempotent_runs(0, batch, np.arange(5), np.full(5, 10), 0, producers)
+    assert [(r.producer, r.indices.tolist()) for r in runs] == [
+        ((7, 0, MAX_SEQUENCE - 1), [0, 1, 2, 3]), ((7, 0, 3), [4])]
+    small = Run(0, None, np.array([0, 1]), 20, (7, 0, MAX_SEQUENCE - 1), [])
+    assert _next_in_run(small, (7, 0, 0)) and not _next_in_run(small, (7, 0, MAX_SEQUENCE + 1))

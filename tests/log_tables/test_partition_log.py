@@ -17,13 +17,15 @@ from log_tables.errors import (
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
 )
 from log_tables.group_commit import GroupCommit
 from log_tables.hot_reader import recovery_point
 from log_tables.log_manager import LogManager
-from log_tables.partition_log import PartitionLog
+from log_tables.partition_log import AppendInfo, PartitionLog
+from log_tables.producer_state import MAX_SEQUENCE
 from log_tables.records import MAX_TIMESTAMP_MS, build_batch
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets, batch_for, read_all
@@ -50,6 +52,39 @@ def test_timestamps_outside_1970_to_9999_are_refused(open_log: OpenLog) -> None:
     info = plog.append(build_batch([b"a", b"b"], timestamps=[0, MAX_TIMESTAMP_MS]))
     assert [r.timestamp for r in read_all(plog)] == [0, MAX_TIMESTAMP_MS]
     assert info.max_timestamp == MAX_TIMESTAMP_MS
+
+
+@pytest.mark.parametrize("reopen", ["clean", "crash"])
+def test_producer_sequences_wrap_to_zero_after_int32_max(open_log: OpenLog, reopen: str) -> None:
+    """As in Kafka, a producer's sequence goes on at 0 after 2**31 - 1, and a batch may
+    straddle the wrap. Sending 2**31 records takes hours, so the producer's state is set
+    to where it would stand after 2**31 - 5 records (two of them still remembered)."""
+    plog = open_log()
+    pid = 42
+
+    def append(values: list[bytes], seq: int) -> AppendInfo:
+        return plog.append(build_batch(values, timestamps=1000), producer_id=pid, producer_epoch=0,
+                           base_sequence=seq)
+
+    plog.producers.update(pid, 0, MAX_SEQUENCE - 6, 2, -2)
+    assert append([b"1", b"2", b"3"], MAX_SEQUENCE - 4).base_offset == 0
+    straddling = append([b"4", b"5", b"6", b"7"], MAX_SEQUENCE - 1)  # MAX-1, MAX, 0, 1
+    assert (straddling.base_offset, straddling.last_offset) == (3, 6)
+    assert append([b"8"], 2).base_offset == 7
+    retry = append([b"4", b"5", b"6", b"7"], MAX_SEQUENCE - 1)
+    assert retry.duplicate_offsets == (3, 4, 5, 6) and plog.high_watermark == 8
+    for gap in (4, MAX_SEQUENCE - 20):  # ahead of the next sequence, and long before the window
+        with pytest.raises(OutOfOrderSequenceError, match="expected 3"):
+            append([b"x"], gap)
+    if reopen == "clean":
+        plog.close()
+    else:
+        plog.abandon()  # no clean-shutdown marker: recovery replays the batch headers
+    plog = open_log()
+    overlap = append([b"8", b"9"], 2)  # a retry that overlaps the end: only its tail is new
+    assert overlap.duplicate_offsets == (7,) and overlap.offset_of(1) == 8
+    assert append([b"4", b"5", b"6", b"7"], MAX_SEQUENCE - 1).duplicate_offsets == (3, 4, 5, 6)
+    assert [r.value for r in read_all(plog)] == [b"%d" % i for i in range(1, 10)]
 
 
 def test_headers_nulls_and_tombstones_round_trip(open_log: OpenLog) -> None:
