@@ -17,6 +17,11 @@ from log_tables.errors import InvalidConfigError, InvalidPartitionsError, Invali
 MAX_PARTITIONS = 10_000
 MAX_TOPIC_NAME_CHARS = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+# lakelog's own Spark SQL views (``spark_read.register_views``). A topic of one of these
+# names would hide behind the view, since view names ignore case: such names are
+# reserved, as Kafka reserves its internal topics' names.
+SQL_VIEW_NAMES = ("partitions", "job_runs", "consumer_offsets", "consumer_lag",
+                  "consumer_group_lag", "_consumer_offset_rows")
 _LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 # A segment's positions are u32 in the offset index and its header is 56 bytes:
@@ -27,7 +32,8 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rule: 1-249 chars of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    """Kafka's rule: 1-249 chars of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; and not the
+    name of one of lakelog's SQL views."""
     if not isinstance(name, str) or not name:
         raise InvalidTopicError("topic name must be a non-empty string")
     if len(name) > MAX_TOPIC_NAME_CHARS:
@@ -37,6 +43,10 @@ def validate_topic_name(name: str) -> None:
         )
     if name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if name.lower() in SQL_VIEW_NAMES:
+        raise InvalidTopicError(
+            f"topic name {name!r} is reserved: lakelog's SQL view {name.lower()!r} has that "
+            "name (Spark SQL names ignore case); choose another name")
     if not _TOPIC_NAME.fullmatch(name):
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"

@@ -24,6 +24,7 @@ from log_tables.config import (
 from log_tables.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidTopicError,
     StorageError,
     TopicExistsError,
     UnknownTopicError,
@@ -112,6 +113,11 @@ class TopicRegistry:
         with self._lock:
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
+            clash = next((t for t in self._topics if t.lower() == name.lower()), None)
+            if clash is not None:
+                raise InvalidTopicError(
+                    f"topic name {name!r} differs from the existing topic {clash!r} only in "
+                    "case; Spark SQL names ignore case, so the two would share one view")
             topic = TopicMetadata(name, uuid.uuid4().hex, partitions, overrides,
                                   self.clock.now_ms())
             self._save({**self._topics, name: topic})

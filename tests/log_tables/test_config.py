@@ -46,7 +46,8 @@ def test_invalid_values_name_the_config(name: str, value: str, fragment: str) ->
     assert fragment in err.value.message and value in err.value.message
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a b", "ümlaut", "x" * 250, "a/b"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a b", "ümlaut", "x" * 250, "a/b",
+                                  "partitions", "Job_Runs", "consumer_lag"])
 def test_invalid_topic_names(name: str) -> None:
     with pytest.raises(InvalidTopicError):
         validate_topic_name(name)

@@ -50,6 +50,10 @@ def test_invalid_requests_name_what_to_fix(tmp_path: Path) -> None:
         registry.create("b", 10_001)
     with pytest.raises(InvalidConfigError, match=r"retention\.ms"):
         registry.create("c", 1, {"retention.ms": "forever"})
+    with pytest.raises(InvalidTopicError, match="only in case"):  # one Spark SQL view name
+        registry.create("A", 1)
+    with pytest.raises(InvalidTopicError, match="reserved"):
+        registry.create("consumer_offsets", 1)
     assert [t.name for t in registry.list()] == ["a"]
 
 
