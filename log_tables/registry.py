@@ -117,7 +117,8 @@ class TopicRegistry:
             if clash is not None:
                 raise InvalidTopicError(
                     f"topic name {name!r} differs from the existing topic {clash!r} only in "
-                    "case; Spark SQL names ignore case, so the two would share one view")
+                    "case; Spark SQL names ignore case, so the two would share one view (and on "
+                    "a case-insensitive file system, one directory)")
             topic = TopicMetadata(name, uuid.uuid4().hex, partitions, overrides,
                                   self.clock.now_ms())
             self._save({**self._topics, name: topic})
