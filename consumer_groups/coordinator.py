@@ -49,7 +49,12 @@ from consumer_groups.errors import (
     UnknownMemberError,
 )
 from consumer_groups.offsets import Change, Committed, OffsetKey, OffsetStore
-from log_tables.errors import InvalidOptionError, QueueFullError, UnknownPartitionError
+from log_tables.errors import (
+    InvalidOptionError,
+    QueueFullError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 
 OffsetReset = Literal["earliest", "latest", "none"]
 MIN_SESSION_TIMEOUT_MS = 1_000
@@ -319,8 +324,10 @@ class GroupCoordinator:
         changes: list[Change] = []
         for topic, partition, offset, metadata in offsets:
             count = self.partitions_of(topic)
-            if count is None or partition >= count:
-                raise UnknownPartitionError(topic, partition, count or 0)
+            if count is None:
+                raise UnknownTopicError(topic)
+            if partition >= count:
+                raise UnknownPartitionError(topic, partition, count)
             changes.append((OffsetKey(group_id, topic, partition),
                             Committed(offset, metadata, now_ms, member_id, epoch)))
         return changes

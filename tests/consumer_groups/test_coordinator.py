@@ -19,6 +19,7 @@ from consumer_groups.errors import (
     UnknownMemberError,
 )
 from consumer_groups.offsets import OffsetStore
+from log_tables.errors import UnknownPartitionError, UnknownTopicError
 
 PARTITIONS = {"t": 6, "u": 2}
 
@@ -94,6 +95,10 @@ def test_unknown_member_and_stale_epoch_are_fenced_on_heartbeat_and_commit(
         asyncio.run(coordinator.commit("g", "zombie", 2, [("t", 0, 5, None)]))
     with pytest.raises(UnknownMemberError):  # no member-less commits into a live group
         asyncio.run(coordinator.commit("g", None, -1, [("t", 0, 5, None)]))
+    with pytest.raises(UnknownTopicError, match="topic 'nope' does not exist"):
+        asyncio.run(coordinator.commit("g", a.member_id, 2, [("nope", 0, 5, None)]))
+    with pytest.raises(UnknownPartitionError, match=r"partitions 0\.\.5"):
+        asyncio.run(coordinator.commit("g", a.member_id, 2, [("t", 6, 5, None)]))
     asyncio.run(coordinator.commit("g", a.member_id, 2, [("t", 0, 5, "m")]))
     assert coordinator.committed("g")[("t", 0)].offset == 5
     coordinator.leave("g", b.member_id)
