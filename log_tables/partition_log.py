@@ -337,13 +337,6 @@ class PartitionLog:
         if records.num_rows == 0:
             raise InvalidRecordError(f"{self.name}: empty batch")
         config = self.config
-        if not config.log_append_time:
-            ts = records.column(0).to_numpy(zero_copy_only=False)
-            if int(ts.min()) < 0 or int(ts.max()) > MAX_TIMESTAMP_MS:
-                bad = int(ts.min()) if int(ts.min()) < 0 else int(ts.max())
-                raise InvalidRecordError(
-                    f"{self.name}: record timestamp {bad} is outside 0..{MAX_TIMESTAMP_MS} "
-                    "(epoch milliseconds from 1970 to the end of year 9999)")
         append_time = -1
         if config.log_append_time:
             append_time = self.clock.now_ms()
@@ -352,6 +345,13 @@ class PartitionLog:
         prepared = prepare(records, log_append_time=config.log_append_time,
                            producer_id=producer_id, producer_epoch=producer_epoch,
                            base_sequence=base_sequence)
+        if not config.log_append_time:  # the broker's own time is always in range
+            low = int(records.column(0).to_numpy(zero_copy_only=False).min())
+            if low < 0 or prepared.max_timestamp > MAX_TIMESTAMP_MS:
+                raise InvalidRecordError(
+                    f"{self.name}: record timestamp {low if low < 0 else prepared.max_timestamp} "
+                    f"is outside 0..{MAX_TIMESTAMP_MS} (epoch milliseconds from 1970 to the end "
+                    "of year 9999)")
         limit = min(config.max_message_bytes, config.segment_bytes)
         if prepared.size > limit:
             which = "max.message.bytes" if limit == config.max_message_bytes else "segment.bytes"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from datetime import datetime
 from itertools import repeat
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -44,10 +43,6 @@ class Success(msgspec.Struct, gc=False):
     """The record's time as an RFC 3339 JSON string."""
 
 
-def _iso(ms: int) -> datetime:
-    return record_time(ms)
-
-
 def _size(env: Any) -> dict[str, Any] | None:
     if env is None or env.data is None:
         return None
@@ -62,7 +57,7 @@ def _report(topic: str, rec: ProduceRecord, result: ProduceResult, i: int) -> di
         return error_body(error)[1]
     return {"error_code": 200, "cluster_id": CLUSTER_ID, "topic_name": topic,
             "partition_id": int(result.partitions[i]), "offset": int(result.offsets[i]),
-            "timestamp": _iso(int(result.timestamps[i])),
+            "timestamp": record_time(int(result.timestamps[i])),
             "key": _size(rec.key), "value": _size(rec.value)}
 
 
@@ -234,7 +229,7 @@ def _batch_body(ids: list[str], result: ProduceResult) -> bytes:
 
 
 def _raw_time(ms: int) -> msgspec.Raw:
-    return msgspec.Raw(_encoder.encode(_iso(ms)))
+    return msgspec.Raw(_encoder.encode(record_time(ms)))
 
 
 @router.get(BASE + "/partitions/{partition_id}/records")
