@@ -35,7 +35,7 @@ from compaction_jobs.tier import TierJob
 from log_tables.cold_table import FILE_SCHEMA, local_path, open_table, snapshot
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
-from log_tables.records import RECORD_SCHEMA
+from log_tables.records import RECORD_SCHEMA, null_headers
 from log_tables.spark_session import lakelog_session
 
 PARTITIONS, PER_BATCH, SEGMENT_RECORDS = 2, 1000, 50_000
@@ -60,7 +60,7 @@ def fill(data_dir: Path, topic: str, records: int, keys: int, configs: dict[str,
             pa.array(np.full(PER_BATCH, ts, np.int64)),
             pa.array([key_pool[k] for k in picks], pa.binary()),
             pa.array(values, pa.binary()),
-            pa.nulls(PER_BATCH, RECORD_SCHEMA.field(3).type)], schema=RECORD_SCHEMA))
+            null_headers(PER_BATCH)], schema=RECORD_SCHEMA))
         if plog.high_watermark % segment_records == 0:
             plog.roll()
     for p in range(PARTITIONS):

@@ -35,7 +35,7 @@ from compaction_jobs.tier import TierJob
 from log_tables.cold_table import ROW_GROUP_ROWS, delta_path, local_path, to_table_rows
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
-from log_tables.records import RECORD_SCHEMA
+from log_tables.records import RECORD_SCHEMA, null_headers
 from log_tables.spark_read import read_topic
 from log_tables.spark_session import attach, lakelog_session
 
@@ -48,7 +48,7 @@ def batch(rng: np.random.Generator, n: int, ts: int) -> pa.RecordBatch:
     values = pa.array([bytes(v) for v in rng.integers(0, 256, (n, 100), dtype=np.uint8)],
                       pa.binary())
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.full(n, ts, np.int64)), keys, values, pa.nulls(n, RECORD_SCHEMA.field(3).type)],
+        [pa.array(np.full(n, ts, np.int64)), keys, values, null_headers(n)],
         schema=RECORD_SCHEMA)
 
 

@@ -3,11 +3,19 @@
 A request is processed column by column, not record by record: keys and values
 become Arrow arrays once, sizes, missing keys and partitions are checked and
 computed with Arrow and numpy, the records are permuted into partition order
-with one ``take``, and each partition gets a zero-copy slice. The slices go to
+with one ``take``, and each partition gets zero-copy slices. The slices go to
 each partition's ``PartitionAppender``, which appends everything queued during
 two event-loop turns as few batches as it can (many concurrent single-record
 requests cost one write). acks=all then waits for the group commit; acks=1 for
 the append; acks=0 for neither.
+
+The server is the producer's batcher, so it cuts a partition's records into
+batches that each fit the partition's bound, the smaller of ``max.message.bytes``
+and ``segment.bytes`` (a batch never spans segments), as Kafka's producer never
+sends a batch over ``batch.size``. Sizes are estimated when planning; a batch the
+log still finds too large is split in two and tried again (Kafka's producer splits
+a batch its broker refuses as too large), so only a record that cannot fit alone
+is refused. Idempotent sequences stay dense across every cut.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import pyarrow as pa
 
 from ingest_api.models import BinaryData, Envelope, JsonData, ProduceRecord, StringData
 from ingest_api.notifier import AppendNotifier
+from log_tables.config import TopicConfig
 from log_tables.errors import (
     InvalidRecordError,
     LakelogError,
@@ -40,7 +49,7 @@ from log_tables.partitioner import (
     partitions_for_key_array,
 )
 from log_tables.producer_state import seq_add
-from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
+from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA, null_headers
 from log_tables.registry import TopicMetadata
 
 log = logging.getLogger(__name__)
@@ -119,8 +128,29 @@ def _rows_batch(rows: list[Row]) -> pa.RecordBatch:
         pa.array([r[0] for r in rows], pa.binary()),
         pa.array([r[1] for r in rows], pa.binary()),
         pa.array([r[3] for r in rows], HEADERS_TYPE) if any_headers
-        else pa.nulls(len(rows), HEADERS_TYPE),
+        else null_headers(len(rows)),
     ], schema=RECORD_SCHEMA)
+
+
+def batch_limit(config: TopicConfig) -> tuple[int, str]:
+    """The largest batch a partition stores, in bytes, and the setting that bounds it."""
+    if config.segment_bytes < config.max_message_bytes:
+        return config.segment_bytes, f"segment.bytes={config.segment_bytes}"
+    return config.max_message_bytes, f"max.message.bytes={config.max_message_bytes}"
+
+
+def too_large(index: int, payload: int, topic: str, config: TopicConfig) -> RecordTooLargeError:
+    """A record whose key, value and headers alone are over the batch bound."""
+    setting = batch_limit(config)[1]
+    return RecordTooLargeError(
+        f"record {index} has {payload} bytes of key, value and headers; topic {topic!r} stores "
+        f"batches of at most {setting} bytes (the smaller of max.message.bytes and "
+        "segment.bytes), so it cannot fit even alone")
+
+
+# What an append gave each stretch of a run: (first record in the run, record count,
+# the append's info or the error that refused them, index of the first in the append).
+Piece = tuple[int, int, "AppendInfo | Exception", int]
 
 
 @dataclass(slots=True)
@@ -149,18 +179,18 @@ class PartitionAppender:
         self.plog = plog
         self.notifier = notifier
         self.max_queued = max_queued
-        self._queue: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]] = []
+        self._queue: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         self._queued = 0
         self._scheduled = False
 
-    def submit(self, run: Run) -> asyncio.Future[tuple[AppendInfo, int]]:
+    def submit(self, run: Run) -> asyncio.Future[list[Piece]]:
         """Queue a run; the future gives the append and the run's index in its batch."""
         count = len(run.indices)
         if self._queued + count > self.max_queued:
             raise QueueFullError(
                 f"{self.plog.name}: {self._queued} records are already waiting to be appended")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[AppendInfo, int]] = loop.create_future()
+        future: asyncio.Future[list[Piece]] = loop.create_future()
         self._queue.append((run, future))
         self._queued += count
         if not self._scheduled:
@@ -174,7 +204,7 @@ class PartitionAppender:
         items, self._queue = self._queue, []
         self._queued = 0
         self._scheduled = False
-        limit = self.plog.config.max_message_bytes - BATCH_OVERHEAD
+        limit = batch_limit(self.plog.config)[0] - BATCH_OVERHEAD
         i = 0
         while i < len(items):
             group = [items[i]]
@@ -191,7 +221,7 @@ class PartitionAppender:
             self._append(group)
         self.notifier.notify(self.plog.name)
 
-    def _append(self, group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]]) -> None:
+    def _append(self, group: list[tuple[Run, asyncio.Future[list[Piece]]]]) -> None:
         run0 = group[0][0]
         if run0.rows is not None:
             batch = _rows_batch([row for r, _ in group for row in r.rows or []])
@@ -205,14 +235,16 @@ class PartitionAppender:
             kwargs = {"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq}
         try:
             info = self.plog.append(batch, **kwargs)
-        except RecordTooLargeError:
+        except RecordTooLargeError as exc:
             if len(group) > 1:  # the estimate was off: append the runs one by one
                 for item in group:
                     self._append([item])
                 return
-            _fail(group, RecordTooLargeError(
-                f"{self.plog.name}: records are over max.message.bytes="
-                f"{self.plog.config.max_message_bytes} once stored"))
+            run, future = group[0]
+            if len(run.indices) == 1:
+                _fail(group, exc)
+            elif not future.done():
+                future.set_result(self._append_halves(run, batch, 0))
             return
         except Exception as exc:  # every waiter must hear of the failure
             _fail(group, exc)
@@ -220,11 +252,39 @@ class PartitionAppender:
         start = 0
         for run, future in group:
             if not future.done():
-                future.set_result((info, start))
+                future.set_result([(0, len(run.indices), info, start)])
             start += len(run.indices)
 
+    def _append_halves(self, run: Run, batch: pa.RecordBatch, first: int) -> list[Piece]:
+        """Append a run's records ``batch`` (from its ``first``) in two halves, each split
+        again while the log finds it too large; one record too large alone is refused.
 
-def _fail(group: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]], exc: Exception) -> None:
+        An idempotent run's halves keep dense sequences; once a record is refused, the
+        log refuses the rest of that producer's run as out of order, as Kafka's broker
+        does for the batches after a failed one (the client re-sequences and resends).
+        """
+        pieces: list[Piece] = []
+        half = batch.num_rows // 2
+        for lo, count in ((0, half), (half, batch.num_rows - half)):
+            part = batch.slice(lo, count)
+            kwargs = {}
+            if run.producer is not None:
+                pid, epoch, seq = run.producer
+                kwargs = {"producer_id": pid, "producer_epoch": epoch,
+                          "base_sequence": seq_add(seq, first + lo)}
+            try:
+                pieces.append((first + lo, count, self.plog.append(part, **kwargs), 0))
+            except RecordTooLargeError as exc:
+                if count == 1:
+                    pieces.append((first + lo, 1, exc, 0))
+                else:
+                    pieces.extend(self._append_halves(run, part, first + lo))
+            except Exception as exc:
+                pieces.append((first + lo, count, exc, 0))
+        return pieces
+
+
+def _fail(group: list[tuple[Run, asyncio.Future[list[Piece]]]], exc: Exception) -> None:
     for _, future in group:
         if not future.done():
             future.set_exception(exc)
@@ -260,7 +320,7 @@ class ProduceService:
         own can let the decoded request go while the appends and syncs are waited for.
         """
         result, runs = self._plan(meta, records)
-        submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]] = []
+        submitted: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         for run in runs:
             plog = self.manager.log(meta.name, run.partition)
             try:
@@ -270,7 +330,7 @@ class ProduceService:
         return self._finish(meta, result, submitted, acks)
 
     async def _finish(self, meta: TopicMetadata, result: ProduceResult,
-                      submitted: list[tuple[Run, asyncio.Future[tuple[AppendInfo, int]]]],
+                      submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
                       acks: Acks) -> ProduceResult:
         if acks == "0":
             for _, fut in submitted:
@@ -279,22 +339,32 @@ class ProduceService:
         durable: dict[int, tuple[PartitionLog, int]] = {}
         for run, fut in submitted:
             try:
-                info, start = await fut
+                pieces = await fut
             except LakelogError as exc:
                 _fail_run(result, run, exc)
                 continue
-            count = len(run.indices)
-            if info.duplicate_offsets:
-                offsets = np.array([info.offset_of(start + j) for j in range(count)], np.int64)
-            else:
-                offsets = np.arange(info.base_offset + start, info.base_offset + start + count)
-            result.offsets[run.indices] = offsets
-            if info.log_append_time_ms >= 0:
-                result.timestamps[run.indices] = info.log_append_time_ms
-            plog = self.manager.log(meta.name, run.partition)
-            end = int(offsets.max()) + 1
-            prev = durable.get(run.partition)
-            durable[run.partition] = (plog, max(end, prev[1] if prev else 0))
+            for first, count, outcome, start in pieces:
+                indices = run.indices[first:first + count]
+                if isinstance(outcome, Exception):
+                    if not isinstance(outcome, LakelogError):
+                        raise outcome
+                    for i in indices.tolist():
+                        result.errors[i] = outcome
+                    continue
+                info = outcome
+                if info.duplicate_offsets:
+                    offsets = np.array([info.offset_of(start + j) for j in range(count)],
+                                       np.int64)
+                else:
+                    offsets = np.arange(info.base_offset + start,
+                                        info.base_offset + start + count)
+                result.offsets[indices] = offsets
+                if info.log_append_time_ms >= 0:
+                    result.timestamps[indices] = info.log_append_time_ms
+                end = int(offsets.max()) + 1
+                prev = durable.get(run.partition)
+                if prev is None or end > prev[1]:
+                    durable[run.partition] = (self.manager.log(meta.name, run.partition), end)
         if acks == "all" and durable:
             await self._wait_durable(durable, result)
         return result
@@ -337,12 +407,10 @@ class ProduceService:
                         timestamps[i] = timestamp_ms(r.timestamp, now_ms)
                     except LakelogError as exc:
                         errors[i] = exc
-        record_limit = config.max_message_bytes - BATCH_OVERHEAD
-        for i in np.flatnonzero(sizes > record_limit).tolist():
-            errors[i] = RecordTooLargeError(
-                f"record {i} is about {sizes[i]} bytes; topic {meta.name!r} accepts records up to "
-                f"max.message.bytes={config.max_message_bytes} minus {BATCH_OVERHEAD} bytes of "
-                "batch overhead")
+        hard_limit = batch_limit(config)[0]
+        record_limit = hard_limit - BATCH_OVERHEAD
+        for i in np.flatnonzero(sizes - RECORD_OVERHEAD > hard_limit).tolist():
+            errors[i] = too_large(i, int(sizes[i]) - RECORD_OVERHEAD, meta.name, config)
         if config.compact and key_arr.null_count:
             for i in np.flatnonzero(key_arr.is_null().to_numpy(zero_copy_only=False)).tolist():
                 errors.setdefault(i, InvalidRecordError(
@@ -363,7 +431,7 @@ class ProduceService:
         same_ts = bool((timestamps == timestamps[0]).all())
         ts_arr = (pa.repeat(pa.scalar(int(timestamps[0]), pa.int64()), len(order)) if same_ts
                   else pa.array(timestamps[order]))
-        header_arr = (pa.nulls(len(order), HEADERS_TYPE) if headers is None
+        header_arr = (null_headers(len(order)) if headers is None
                       else pa.array(headers, HEADERS_TYPE).take(perm))
         batch = pa.RecordBatch.from_arrays(
             [ts_arr, key_arr.take(perm), value_arr.take(perm), header_arr], schema=RECORD_SCHEMA)
@@ -378,7 +446,8 @@ class ProduceService:
             if producers is None:
                 runs.extend(self._split_by_size(part, batch, idx, sizes, lo, hi, record_limit))
             else:
-                runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers))
+                runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers,
+                                             record_limit))
         return result, runs
 
     def _plan_plain(self, meta: TopicMetadata, key_arr: pa.Array, value_arr: pa.Array,
@@ -388,8 +457,9 @@ class ProduceService:
         none too large. The fewest Arrow and numpy calls; None: use the general plan."""
         n = len(key_arr)
         config = meta.config
-        limit = config.max_message_bytes - BATCH_OVERHEAD
-        if int(sizes.max()) > limit:
+        hard_limit = batch_limit(config)[0]
+        limit = hard_limit - BATCH_OVERHEAD
+        if int(record_bytes.max()) > hard_limit:
             return None
         if key_arr.null_count == 0:
             partitions = partitions_for_key_array(key_arr, meta.partitions)
@@ -401,7 +471,7 @@ class ProduceService:
         perm = pa.array(order)
         batch = pa.RecordBatch.from_arrays(
             [pa.repeat(pa.scalar(now_ms, pa.int64()), n), key_arr.take(perm),
-             value_arr.take(perm), pa.nulls(n, HEADERS_TYPE)], schema=RECORD_SCHEMA)
+             value_arr.take(perm), null_headers(n)], schema=RECORD_SCHEMA)
         ends = np.cumsum(np.bincount(partitions, minlength=meta.partitions)).tolist()
         totals = np.bincount(partitions, weights=sizes, minlength=meta.partitions).tolist()
         runs: list[Run] = []
@@ -425,7 +495,8 @@ class ProduceService:
         n = len(records)
         config = meta.config
         now_ms = self.manager.clock.now_ms()
-        limit = config.max_message_bytes - BATCH_OVERHEAD
+        hard_limit = batch_limit(config)[0]
+        limit = hard_limit - BATCH_OVERHEAD
         errors: dict[int, LakelogError] = {}
         partitions = np.full(n, -1, np.int64)
         timestamps = np.full(n, now_ms, np.int64)
@@ -444,11 +515,8 @@ class ProduceService:
             sizes.append(size)
             try:
                 ts = timestamp_ms(r.timestamp, now_ms)
-                if size > limit:
-                    raise RecordTooLargeError(
-                        f"record {i} is about {size} bytes; topic {meta.name!r} accepts records up "
-                        f"to max.message.bytes={config.max_message_bytes} minus {BATCH_OVERHEAD} "
-                        "bytes of batch overhead")
+                if size - RECORD_OVERHEAD > hard_limit:
+                    raise too_large(i, size - RECORD_OVERHEAD, meta.name, config)
                 if config.compact and key is None:
                     raise InvalidRecordError(
                         f"record {i} has no key, but topic {meta.name!r} is compacted "
@@ -581,8 +649,10 @@ def binary_lengths(arr: pa.Array) -> np.ndarray:
 
 
 def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
-                     lo: int, producers: list[tuple[int, int, int] | None]) -> list[Run]:
-    """Split one partition's records where the producer changes or a sequence is not the next."""
+                     lo: int, producers: list[tuple[int, int, int] | None], limit: int
+                     ) -> list[Run]:
+    """Split one partition's records where the producer changes, a sequence is not the
+    next, or the batch would be over ``limit``; each cut keeps the sequences dense."""
     runs: list[Run] = []
     start = 0
     items = idx.tolist()
@@ -593,9 +663,14 @@ def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: n
                     prev is not None and cur is not None and prev[:2] == cur[:2]
                     and cur[2] == seq_add(prev[2], 1)):
                 continue
-        chunk = idx[start:j]
-        runs.append(Run(part, batch.slice(lo + start, j - start), chunk, int(sizes[chunk].sum()),
-                        producers[items[start]]))
+        first = producers[items[start]]
+        k = 0  # records of this producer's run before the cut
+        for run in ProduceService._split_by_size(part, batch, idx[start:j], sizes, lo + start,
+                                                 lo + j, limit):
+            if first is not None:
+                run.producer = (first[0], first[1], seq_add(first[2], k))
+            k += len(run.indices)
+            runs.append(run)
         start = j
     return runs
 
@@ -612,6 +687,6 @@ def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:
         result.errors[i] = exc
 
 
-def _log_unacked_failure(future: asyncio.Future[tuple[AppendInfo, int]]) -> None:
+def _log_unacked_failure(future: asyncio.Future[list[Piece]]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.error("acks=0 append failed: %s", future.exception())

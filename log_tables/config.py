@@ -123,7 +123,7 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("index.interval.bytes", 4096, _long(0, _INT_MAX),
               "Bytes of log between two entries of the sparse offset and time indexes."),
     ConfigDef("max.message.bytes", 1024 * 1024, _long(0, _INT_MAX),
-              "Largest record batch (and so record) accepted, in bytes as stored."),
+              "Largest stored batch; the server cuts records into batches under this and segment.bytes."),
     ConfigDef("message.timestamp.type", "CreateTime", _choice(TIMESTAMP_TYPES),
               "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker time."),
     ConfigDef("min.compaction.lag.ms", 0, _long(0),

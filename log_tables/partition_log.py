@@ -355,9 +355,11 @@ class PartitionLog:
         limit = min(config.max_message_bytes, config.segment_bytes)
         if prepared.size > limit:
             which = "max.message.bytes" if limit == config.max_message_bytes else "segment.bytes"
+            what = ("a record" if prepared.record_count == 1
+                    else f"a batch of {prepared.record_count} records")
             raise RecordTooLargeError(
-                f"{self.name}: batch of {prepared.record_count} records is {prepared.size} bytes, "
-                f"over {which}={limit}")
+                f"{self.name}: {what} is {prepared.size} bytes as stored, over {which}={limit} "
+                "(a batch is bounded by the smaller of max.message.bytes and segment.bytes)")
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"{self.name} is closed")

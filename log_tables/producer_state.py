@@ -1,11 +1,15 @@
-"""Idempotent-producer state of one partition: epochs and the last 5 batches per producer.
+"""Idempotent-producer state of one partition: epochs and the last 5 runs per producer.
 
 A batch from producer ``pid`` with sequences ``first..first+count-1`` is
 accepted when it continues the producer's sequence; records already in the log
 (a retry) are answered with their original offsets instead of being appended
-again, as Kafka does for its last 5 batches. The state is snapshotted on roll
-and on close, and rebuilt on open from the newest snapshot plus the batch
-headers after it.
+again, as Kafka does for its last 5 batches. Kafka's window is 5 batches because
+a producer has at most 5 in flight; here the server is the batcher and may cut
+one request into many batches, so a batch that continues the previous one in
+both sequence and offset extends it (a run), and the window is the last 5 runs:
+a retried request is recognised whole however it was cut. The state is
+snapshotted on roll and on close, and rebuilt on open from the newest snapshot
+plus the batch headers after it (which merge the same way).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from log_tables.batch import BatchHeader
 from log_tables.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 DEDUP_WINDOW_BATCHES = 5
+# A run stops growing here, so the window stays bounded (5 runs of at most this many).
+MAX_RUN_RECORDS = 1 << 20
 MAX_SEQUENCE = 2**31 - 1
 # Sequences run 0..MAX_SEQUENCE and then start again at 0, as Kafka's do: a producer
 # sends more than 2**31 records to a partition, and one batch may straddle the wrap.
@@ -86,7 +92,7 @@ class ProducerStateManager:
             older = window < back <= SEQUENCE_SPACE // 2
             raise OutOfOrderSequenceError(
                 f"{self.name}: producer {producer_id} sent sequence {first_seq}, expected "
-                f"{expected}" + (" (older retries than the last 5 batches are not remembered)"
+                f"{expected}" + (" (older retries than the last 5 runs are not remembered)"
                                  if older else ""))
         offsets = []
         for k in range(min(count, back)):
@@ -104,6 +110,14 @@ class ProducerStateManager:
         if entry is None or epoch > entry.epoch:
             entry = ProducerEntry(epoch)
             self.producers[producer_id] = entry
+        last = entry.batches[-1] if entry.batches else None
+        if (last is not None and first_seq == seq_add(last.last_seq, 1)
+                and base_offset == last.base_offset + last.records
+                and last.records + count <= MAX_RUN_RECORDS):
+            # Continues the last run in sequence and offset: one entry maps both.
+            entry.batches[-1] = BatchMeta(last.first_seq, seq_add(first_seq, count - 1),
+                                          last.base_offset)
+            return
         entry.batches.append(BatchMeta(first_seq, seq_add(first_seq, count - 1), base_offset))
 
     def apply(self, header: BatchHeader) -> None:

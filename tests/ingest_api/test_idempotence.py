@@ -90,8 +90,15 @@ def test_a_request_whose_sequences_wrap_is_one_run() -> None:
     batch = build_batch([b"a", b"b", b"c", b"d", b"e"], timestamps=1)
     seqs = [MAX_SEQUENCE - 1, MAX_SEQUENCE, 0, 1, 3]  # a gap before the last one
     producers: list[tuple[int, int, int] | None] = [(7, 0, s) for s in seqs]
-    runs = _idempotent_runs(0, batch, np.arange(5), np.full(5, 10), 0, producers)
+    runs = _idempotent_runs(0, batch, np.arange(5), np.full(5, 10), 0, producers, 1000)
     assert [(r.producer, r.indices.tolist()) for r in runs] == [
         ((7, 0, MAX_SEQUENCE - 1), [0, 1, 2, 3]), ((7, 0, 3), [4])]
+    # Cut by size (two records of 10 bytes fit in 25): the sequences stay dense across
+    # the cuts and the wrap, and each cut's batch holds exactly its records.
+    cut = _idempotent_runs(0, batch, np.arange(5), np.full(5, 10), 0, producers, 25)
+    assert [(r.producer, r.indices.tolist()) for r in cut] == [
+        ((7, 0, MAX_SEQUENCE - 1), [0, 1]), ((7, 0, 0), [2, 3]), ((7, 0, 3), [4])]
+    assert [r.to_batch().column(2).to_pylist() for r in cut] == [
+        [b"a", b"b"], [b"c", b"d"], [b"e"]]
     small = Run(0, None, np.array([0, 1]), 20, (7, 0, MAX_SEQUENCE - 1), [])
     assert _next_in_run(small, (7, 0, 0)) and not _next_in_run(small, (7, 0, MAX_SEQUENCE + 1))

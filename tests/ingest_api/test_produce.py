@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -158,7 +159,12 @@ def test_acks(client: httpx.Client, make_topic: Callable[..., str], acks: str) -
     r = client.post(f"/topics/{topic}/records", params={"acks": acks}, json={"value": string("v")})
     assert r.status_code == 200
     assert r.json()["offset"] == (-1 if acks == "0" else 0)  # acks=0 answers before appending
-    assert len(fetch_all(client, topic, 0)) == 1
+    # acks=0 answered before the append, so a fetch right after may come first: wait for it.
+    deadline = time.monotonic() + 30
+    while len(stored := fetch_all(client, topic, 0)) < 1 and acks == "0" \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(stored) == 1
     bad = client.post(f"/topics/{topic}/records", params={"acks": "2"}, json={"value": string("v")})
     assert bad.status_code == 422 and "acks" in bad.json()["message"]
 
