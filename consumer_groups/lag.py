@@ -14,11 +14,11 @@ The same rule is written in SQL for the ``consumer_lag`` view (``views.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from consumer_groups.assignors import TopicPartition
-from consumer_groups.coordinator import GroupCoordinator
+from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.offsets import Committed
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
 from log_tables.log_manager import LogManager
@@ -39,9 +39,9 @@ def log_bounds(manager: LogManager, tiered: TieredStorage) -> BoundsOf:
     def bounds_of(topic: str, partition: int) -> Bounds | None:
         try:
             plog = manager.log(topic, partition)
-        except (UnknownTopicError, UnknownPartitionError):
+            return Bounds(tiered.log_start_offset(plog, topic, partition), plog.high_watermark)
+        except (UnknownTopicError, UnknownPartitionError):  # deleted (maybe meanwhile)
             return None
-        return Bounds(tiered.log_start_offset(plog, topic, partition), plog.high_watermark)
     return bounds_of
 
 
@@ -70,20 +70,49 @@ class PartitionLag(NamedTuple):
 
 def read_topics(coordinator: GroupCoordinator, group_id: str) -> set[str]:
     """The topics the group reads: its live members' subscriptions and its committed topics."""
-    group = coordinator.groups.get(group_id)
-    subscribed = {t for m in group.members.values() for t in m.topics} if group else set()
-    return subscribed | {t for t, _ in coordinator.committed(group_id)}
+    return _read_topics(coordinator, group_id, coordinator.committed(group_id))
 
 
 def group_lag(coordinator: GroupCoordinator, group_id: str, bounds_of: BoundsOf
               ) -> list[PartitionLag]:
     """Every partition of every topic the group reads, sorted by topic and partition."""
-    committed = coordinator.committed(group_id)
+    return _rows(coordinator, group_id, coordinator.committed(group_id), bounds_of)
+
+
+def all_group_lag(coordinator: GroupCoordinator, bounds_of: BoundsOf
+                  ) -> Iterator[tuple[str, PartitionLag]]:
+    """``group_lag`` of every known group, in one pass over the committed offsets (the
+    metrics scrape: per-group lookups would scan every offset once per group)."""
+    by_group: dict[str, dict[tuple[str, int], Committed]] = {}
+    for key, c in list(coordinator.store.latest.items()):
+        by_group.setdefault(key.group, {})[(key.topic, key.partition)] = c
+    for group_id in sorted(set(by_group) | set(coordinator.groups)):
+        for row in _rows(coordinator, group_id, by_group.get(group_id, {}), bounds_of):
+            yield group_id, row
+
+
+# The metrics scrape reads these from a worker thread while the event loop changes
+# groups: every dict and set is copied in one C call (atomic under the GIL) before it
+# is iterated.
+
+def _members(coordinator: GroupCoordinator, group_id: str) -> list[Member]:
     group = coordinator.groups.get(group_id)
-    owners = {tp: m.member_id for m in (group.members.values() if group else ())
+    return list(group.members.values()) if group is not None else []
+
+
+def _read_topics(coordinator: GroupCoordinator, group_id: str,
+                 committed: Mapping[tuple[str, int], Committed]) -> set[str]:
+    subscribed = {t for m in _members(coordinator, group_id) for t in m.topics}
+    return subscribed | {t for t, _ in list(committed)}
+
+
+def _rows(coordinator: GroupCoordinator, group_id: str,
+          committed: Mapping[tuple[str, int], Committed], bounds_of: BoundsOf
+          ) -> list[PartitionLag]:
+    owners = {tp: m.member_id for m in _members(coordinator, group_id)
               for tp in m.assigned | m.revoking}
     keys: set[tuple[str, int]] = set(committed) | set(owners)
-    for topic in read_topics(coordinator, group_id):
+    for topic in _read_topics(coordinator, group_id, committed):
         keys.update((topic, p) for p in range(coordinator.partitions_of(topic) or 0))
     return [PartitionLag(t, p, committed.get((t, p)), bounds_of(t, p),
                          owners.get(TopicPartition(t, p))) for t, p in sorted(keys)]

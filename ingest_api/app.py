@@ -30,6 +30,7 @@ from ingest_api.routers import groups as groups_router
 from ingest_api.security import SecurityStore
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
+from log_tables.errors import UnknownTopicError
 from log_tables.log_manager import LogManager
 from log_tables.tiered_storage import TieredStorage
 
@@ -149,9 +150,10 @@ async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSetti
 
 def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
     def partitions_of(topic: str) -> int | None:
-        if topic not in manager.registry:
+        try:  # one lookup: a topic deleted meanwhile (by another thread) is None, not an error
+            return manager.topic(topic).partitions
+        except UnknownTopicError:
             return None
-        return manager.topic(topic).partitions
     return partitions_of
 
 

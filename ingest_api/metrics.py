@@ -3,6 +3,7 @@ offsets, and the lag of consumer groups on every partition they read."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -13,7 +14,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups.coordinator import GroupCoordinator
-from consumer_groups.lag import group_lag, log_bounds
+from consumer_groups.lag import all_group_lag, log_bounds
 from log_tables.log_manager import LogManager
 from log_tables.tiered_storage import TieredStorage
 
@@ -76,20 +77,22 @@ class _PartitionCollector(Collector):
         if src is None:
             yield from (end, start, size, lag, committed)
             return
+        # Runs in a worker thread (the /metrics route): a topic may go meanwhile.
+        bounds_of = functools.cache(log_bounds(src.manager, src.tiered))
         for plog in src.manager.all_logs():
             topic, _, partition = plog.name.rpartition("-")
-            end.add_metric([topic, partition], plog.high_watermark)
-            start.add_metric([topic, partition],
-                             src.tiered.log_start_offset(plog, topic, int(partition)))
+            bounds = bounds_of(topic, int(partition))
+            if bounds is None:
+                continue
+            end.add_metric([topic, partition], bounds.high_watermark)
+            start.add_metric([topic, partition], bounds.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)
-        bounds_of = log_bounds(src.manager, src.tiered)
-        for group in src.groups.known_groups():
-            for row in group_lag(src.groups, group, bounds_of):
-                labels = [group, row.topic, str(row.partition)]
-                if row.lag is not None:
-                    lag.add_metric(labels, row.lag)
-                if row.committed is not None:
-                    committed.add_metric(labels, row.committed.offset)
+        for group, row in all_group_lag(src.groups, bounds_of):
+            labels = [group, row.topic, str(row.partition)]
+            if row.lag is not None:
+                lag.add_metric(labels, row.lag)
+            if row.committed is not None:
+                committed.add_metric(labels, row.committed.offset)
         yield from (end, start, size, lag, committed)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from consumer_groups.coordinator import GroupCoordinator
-from consumer_groups.lag import Bounds, group_lag, read_topics
+from consumer_groups.lag import Bounds, all_group_lag, group_lag, read_topics
 from consumer_groups.offsets import OffsetStore
 
 
@@ -46,6 +46,12 @@ def test_a_group_reads_its_subscriptions_and_committed_topics_whole(
             for r in rows] == [("t", 0, None, 10, None), ("t", 1, None, 10, None),
                                ("t", 2, 30, 0, None),  # committed past the end: lag 0
                                ("u", 0, None, 10, m.member_id), ("u", 1, None, 10, m.member_id)]
+    # The metrics' one-pass version agrees, group by group.
+    coordinator.join("h", ["t"], 10_000)
+    every = list(all_group_lag(coordinator, lambda t, p: bounds.get((t, p))))
+    assert every == [(g, row) for g in ("g", "h")
+                     for row in group_lag(coordinator, g, lambda t, p: bounds.get((t, p)))]
+    assert [g for g, _ in every] == ["g"] * 5 + ["h"] * 3
     # Empty again: only the committed topic is read.
     coordinator.leave("g", m.member_id)
     assert read_topics(coordinator, "g") == {"t"}

@@ -3,6 +3,7 @@ policies, admin reset and delete, restart with the offsets reloaded from Delta."
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -273,3 +274,39 @@ def test_lag_lists_every_partition_the_group_reads(server: ServerProcess, client
     assert [row[:3] for row in _lag_rows(client, empty)] == [
         (other, 0, None), (other, 1, 1), (topic, 0, 4), (topic, 1, None), (topic, 2, None)]
     assert client.delete(f"/consumer-groups/{live}/members/{m}").status_code == 204
+
+
+def test_metrics_scrapes_stay_whole_while_topics_and_groups_change(
+        server: ServerProcess, client: httpx.Client) -> None:
+    """/metrics collects in a worker thread while the event loop creates and deletes topics
+    and groups join, commit and leave: every scrape answers 200."""
+    stop = threading.Event()
+    errors: list[str] = []
+    rounds = [0]
+
+    def churn() -> None:
+        with server.client() as c:
+            while not stop.is_set():
+                topic, empty, live = f"churn-{uuid.uuid4().hex[:8]}", _group(), _group()
+                c.post("/topics", json={"topic_name": topic, "partitions_count": 4})
+                c.post(f"/consumer-groups/{empty}/offsets", json={"offsets": [
+                    {"topic_name": topic, "partition_id": 1, "offset": 0}]})
+                m = c.post(f"/consumer-groups/{live}/members",
+                           json={"topics": [topic], "session_timeout_ms": 10_000}).json()
+                c.delete(f"/topics/{topic}")
+                c.delete(f"/consumer-groups/{empty}")
+                c.delete(f"/consumer-groups/{live}/members/{m.get('member_id')}")
+                rounds[0] += 1
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(60):
+            r = httpx.get(f"{server.url}/metrics", timeout=30)
+            if r.status_code != 200:
+                errors.append(r.text[:500])
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert rounds[0] >= 3, rounds  # the scrapes did overlap changes
