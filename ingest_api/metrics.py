@@ -63,6 +63,9 @@ class _PartitionCollector(Collector):
         start = GaugeMetricFamily("lakelog_partition_log_start_offset",
                                   "Log start offset (the lowest offset either tier holds)",
                                   labels=["topic", "partition"])
+        hot_start = GaugeMetricFamily("lakelog_partition_hot_log_start_offset",
+                                      "The hot tier's first offset (local retention moves it)",
+                                      labels=["topic", "partition"])
         size = GaugeMetricFamily("lakelog_partition_hot_bytes", "Bytes in hot segments",
                                  labels=["topic", "partition"])
         lag = GaugeMetricFamily(
@@ -74,8 +77,9 @@ class _PartitionCollector(Collector):
             "A group's committed offset (absent where it has committed nothing)",
             labels=["group", "topic", "partition"])
         src = self.sources
+        families = (end, start, hot_start, size, lag, committed)
         if src is None:
-            yield from (end, start, size, lag, committed)
+            yield from families
             return
         # Runs in a worker thread (the /metrics route): a topic may go meanwhile.
         bounds_of = functools.cache(log_bounds(src.manager, src.tiered))
@@ -86,6 +90,7 @@ class _PartitionCollector(Collector):
                 continue
             end.add_metric([topic, partition], bounds.high_watermark)
             start.add_metric([topic, partition], bounds.log_start_offset)
+            hot_start.add_metric([topic, partition], plog.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)
         for group, row in all_group_lag(src.groups, bounds_of):
             labels = [group, row.topic, str(row.partition)]
@@ -93,7 +98,7 @@ class _PartitionCollector(Collector):
                 lag.add_metric(labels, row.lag)
             if row.committed is not None:
                 committed.add_metric(labels, row.committed.offset)
-        yield from (end, start, size, lag, committed)
+        yield from families
 
 
 class LatencyMiddleware:

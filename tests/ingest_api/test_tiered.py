@@ -86,6 +86,9 @@ def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: Server
         # not from the hot tier's (which local retention moved up).
         metrics = httpx.get(f"{tiering_server.url}/metrics").text
         assert 'lakelog_partition_log_start_offset{partition="0",topic="cold"} 0.0' in metrics
+        hot = [line for line in metrics.splitlines() if line.startswith(
+            'lakelog_partition_hot_log_start_offset{partition="0",topic="cold"} ')]
+        assert hot and float(hot[0].rsplit(" ", 1)[1]) >= 20, hot  # the hot tier's own start
         r = client.post("/consumer-groups/cold-reader/members",
                         json={"topics": ["cold"], "session_timeout_ms": 60_000})
         assert r.status_code == 200, r.text
