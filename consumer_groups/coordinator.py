@@ -141,6 +141,8 @@ class GroupCoordinator:
         self.offsets_retention_ms = offsets_retention_ms
         self.clock = clock
         self.groups: dict[str, Group] = {}
+        self.membership_version = 0
+        """Grows whenever a group's members (so maybe its subscriptions) change."""
         store.expired = self._expired
 
     # -- membership ----------------------------------------------------------------------
@@ -283,6 +285,7 @@ class GroupCoordinator:
     def _rebalance(self, group: Group) -> None:
         """A new group epoch and target assignment; revocations take effect at once."""
         group.epoch += 1
+        self.membership_version += 1
         group.partitions_seen = self._partition_counts(group)
         specs = {m.member_id: MemberSpec(m.order_key, m.topics) for m in group.members.values()}
         previous = {m.member_id: m.target for m in group.members.values()}
@@ -341,6 +344,11 @@ class GroupCoordinator:
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.store.group_offsets(group_id)
+
+    def subscriptions(self) -> dict[str, list[str]]:
+        """Per group with members: the topics they subscribe to."""
+        return {name: sorted({t for m in g.members.values() for t in m.topics})
+                for name, g in sorted(self.groups.items()) if g.members}
 
     def known_groups(self) -> list[str]:
         return sorted(set(self.groups) | self.store.groups())

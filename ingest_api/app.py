@@ -15,12 +15,13 @@ from fastapi.openapi.utils import get_openapi
 
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
+from consumer_groups.subscriptions import SubscriptionWriter
 from ingest_api import errors
 from ingest_api.auth import AuthMiddleware
 from ingest_api.body import InFlightBytes
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
-from ingest_api.metrics import LatencyMiddleware, Metrics
+from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce import ProduceService
@@ -29,6 +30,7 @@ from ingest_api.routers import groups as groups_router
 from ingest_api.security import SecurityStore
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
+from log_tables.errors import UnknownTopicError
 from log_tables.log_manager import LogManager
 from log_tables.tiered_storage import TieredStorage
 
@@ -59,7 +61,6 @@ def create_app(settings: ApiSettings | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         manager = LogManager(settings.data_dir)
         notifier = AppendNotifier(settings.max_long_polls)
-        metrics.attach(manager)
         tiered = TieredStorage(manager, settings.layout)
         fetch = FetchService(manager, notifier, metrics, tiered)
         offsets = OffsetStore(settings.layout.warehouse, max_wait_ms=settings.offsets_commit_wait_ms,
@@ -74,8 +75,12 @@ def create_app(settings: ApiSettings | None = None,
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
             GroupPoll(groups, fetch, manager))
+        metrics.attach(Sources(manager, tiered, groups))
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
-        sessions = asyncio.create_task(_expire_sessions(groups))
+        subscriptions = SubscriptionWriter(settings.layout.data_dir)
+        # No member outlives a server: what an earlier one wrote is gone.
+        await asyncio.to_thread(_write_subscriptions, subscriptions, {})
+        sessions = asyncio.create_task(_expire_sessions(groups, subscriptions))
         for service in services:
             service.start(manager)
         # Everything allocated so far lives as long as the server: move it out of
@@ -93,6 +98,7 @@ def create_app(settings: ApiSettings | None = None,
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await asyncio.to_thread(offsets.close)
+            await asyncio.to_thread(_close_subscriptions, subscriptions)
             metrics.attach(None)
             manager.close()
             log.info("lakelog stopped cleanly")
@@ -144,16 +150,41 @@ async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSetti
 
 def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
     def partitions_of(topic: str) -> int | None:
-        if topic not in manager.registry:
+        try:  # one lookup: a topic deleted meanwhile (by another thread) is None, not an error
+            return manager.topic(topic).partitions
+        except UnknownTopicError:
             return None
-        return manager.topic(topic).partitions
     return partitions_of
 
 
-async def _expire_sessions(groups: GroupCoordinator) -> None:
-    """Remove group members whose session timed out (their partitions move)."""
+def _write_subscriptions(writer: SubscriptionWriter, groups: dict[str, list[str]]) -> bool:
+    try:
+        writer.write(groups)
+    except OSError:
+        log.exception("writing the consumer groups' subscriptions to %s failed", writer.data_dir)
+        return False
+    return True
+
+
+def _close_subscriptions(writer: SubscriptionWriter) -> None:
+    try:
+        writer.close()
+    except OSError:
+        log.exception("clearing the consumer groups' subscriptions in %s failed",
+                      writer.data_dir)
+
+
+async def _expire_sessions(groups: GroupCoordinator, subscriptions: SubscriptionWriter) -> None:
+    """Remove group members whose session timed out (their partitions move), and write
+    the groups' subscriptions for the SQL views when membership changed."""
+    written = groups.membership_version
     while True:
         await asyncio.sleep(SESSION_CHECK_S)
         for group, member in groups.expire_sessions():
             log.info("consumer group %s: member %s missed its session timeout and was removed",
                      group, member)
+        if groups.membership_version != written:
+            version = groups.membership_version
+            if await asyncio.to_thread(_write_subscriptions, subscriptions,
+                                       groups.subscriptions()):
+                written = version  # else: tried again at the next check

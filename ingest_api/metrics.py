@@ -1,17 +1,30 @@
-"""Prometheus metrics: records and bytes in and out per topic, request latency, end offsets."""
+"""Prometheus metrics: records and bytes in and out per topic, request latency, partition
+offsets, and the lag of consumer groups on every partition they read."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from consumer_groups.coordinator import GroupCoordinator
+from consumer_groups.lag import all_group_lag, log_bounds
 from log_tables.log_manager import LogManager
+from log_tables.tiered_storage import TieredStorage
+
+
+class Sources(NamedTuple):
+    """What the gauges read: set at startup, cleared at shutdown."""
+
+    manager: LogManager
+    tiered: TieredStorage
+    groups: GroupCoordinator
 
 
 class Metrics:
@@ -35,28 +48,57 @@ class Metrics:
             registry=self.registry)
         self.registry.register(self._partitions)
 
-    def attach(self, manager: LogManager | None) -> None:
-        """Report the partitions of ``manager`` (set at startup, cleared at shutdown)."""
-        self._partitions.manager = manager
+    def attach(self, sources: Sources | None) -> None:
+        """Report the partitions and groups of ``sources`` (None: nothing, at shutdown)."""
+        self._partitions.sources = sources
 
 
 class _PartitionCollector(Collector):
     def __init__(self) -> None:
-        self.manager: LogManager | None = None
+        self.sources: Sources | None = None
 
     def collect(self) -> Iterator[Any]:
         end = GaugeMetricFamily("lakelog_partition_high_watermark", "Log end offset",
                                 labels=["topic", "partition"])
-        start = GaugeMetricFamily("lakelog_partition_log_start_offset", "Log start offset",
+        start = GaugeMetricFamily("lakelog_partition_log_start_offset",
+                                  "Log start offset (the lowest offset either tier holds)",
                                   labels=["topic", "partition"])
+        hot_start = GaugeMetricFamily("lakelog_partition_hot_log_start_offset",
+                                      "The hot tier's first offset (local retention moves it)",
+                                      labels=["topic", "partition"])
         size = GaugeMetricFamily("lakelog_partition_hot_bytes", "Bytes in hot segments",
                                  labels=["topic", "partition"])
-        for plog in self.manager.all_logs() if self.manager else []:
+        lag = GaugeMetricFamily(
+            "lakelog_consumer_group_lag", "Records a group has not committed past, on every "
+            "partition it reads (from the log start where it has committed nothing)",
+            labels=["group", "topic", "partition"])
+        committed = GaugeMetricFamily(
+            "lakelog_consumer_group_committed_offset",
+            "A group's committed offset (absent where it has committed nothing)",
+            labels=["group", "topic", "partition"])
+        src = self.sources
+        families = (end, start, hot_start, size, lag, committed)
+        if src is None:
+            yield from families
+            return
+        # Runs in a worker thread (the /metrics route): a topic may go meanwhile.
+        bounds_of = functools.cache(log_bounds(src.manager, src.tiered))
+        for plog in src.manager.all_logs():
             topic, _, partition = plog.name.rpartition("-")
-            end.add_metric([topic, partition], plog.high_watermark)
-            start.add_metric([topic, partition], plog.log_start_offset)
+            bounds = bounds_of(topic, int(partition))
+            if bounds is None:
+                continue
+            end.add_metric([topic, partition], bounds.high_watermark)
+            start.add_metric([topic, partition], bounds.log_start_offset)
+            hot_start.add_metric([topic, partition], plog.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)
-        yield from (end, start, size)
+        for group, row in all_group_lag(src.groups, bounds_of):
+            labels = [group, row.topic, str(row.partition)]
+            if row.lag is not None:
+                lag.add_metric(labels, row.lag)
+            if row.committed is not None:
+                committed.add_metric(labels, row.committed.offset)
+        yield from families
 
 
 class LatencyMiddleware:

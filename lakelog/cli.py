@@ -288,13 +288,16 @@ def groups_list(url: Url = DEFAULT_URL) -> None:
 @groups_app.command("describe")
 def groups_describe(group: Annotated[str, typer.Argument(help="The group.")],
                     url: Url = DEFAULT_URL) -> None:
-    """Members and, per partition, committed offset, log end offset and lag."""
+    """Members and every partition the group reads (its members' subscriptions and its
+    committed topics): committed offset (- where none), log end offset and lag (from the
+    log start where nothing is committed), as kafka-consumer-groups --describe."""
     d = _call("GET", url, f"/consumer-groups/{group}")
     typer.echo(f"group {group}: {d['state']}, {len(d['members'])} member(s), "
                f"assignor {d['assignor'] or '-'}, epoch {d['group_epoch']}")
-    header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+              "CONSUMER-ID")
     rows = [header] + [tuple("-" if v is None else str(v) for v in (
-        o["topic_name"], o["partition_id"], o["committed_offset"], o["log_end_offset"],
+        group, o["topic_name"], o["partition_id"], o["committed_offset"], o["log_end_offset"],
         o["lag"], o["member_id"])) for o in d["offsets"]]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:

@@ -21,7 +21,7 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 # names would hide behind the view, since view names ignore case: such names are
 # reserved, as Kafka reserves its internal topics' names.
 SQL_VIEW_NAMES = ("partitions", "job_runs", "consumer_offsets", "consumer_lag",
-                  "consumer_group_lag", "_consumer_offset_rows")
+                  "consumer_group_lag", "_consumer_offset_rows", "_consumer_group_subscriptions")
 _LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 # A segment's positions are u32 in the offset index and its header is 56 bytes:

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
+from consumer_groups.lag import group_lag, log_bounds
 from consumer_groups.offsets import Change, Committed, OffsetKey
 from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
@@ -25,7 +26,7 @@ from ingest_api.models import (
 )
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import AppState, json_body, json_response, state
-from log_tables.errors import InvalidOptionError, UnknownPartitionError, UnknownTopicError
+from log_tables.errors import InvalidOptionError
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"
@@ -69,38 +70,28 @@ def _summary(groups: GroupCoordinator, group_id: str) -> dict[str, Any]:
 
 @router.get(BASE + "/{group_id}")
 async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
-    """State, members with their assignments, and per partition: the committed offset, the
-    log end (high watermark), the lag and the owner."""
+    """State, members with their assignments, and every partition the group reads (its
+    members' subscriptions and its committed topics): the committed offset (null where
+    none), the log start and end offsets, the lag (from the log start where nothing is
+    committed) and the owner."""
     check_cluster(cluster_id)
     st = state(request)
     groups = st.groups
     group = groups.groups.get(group_id)
-    committed = groups.committed(group_id)
-    if group is None and not committed:
+    if group is None and not groups.committed(group_id):
         groups.require_empty(group_id, "describe it")  # raises unknown group
-    owners: dict[tuple[str, int], str] = {}
-    members = []
-    for m in (group.members.values() if group is not None else ()):
-        for tp in m.assigned | m.revoking:
-            owners[tp] = m.member_id
-        members.append({"member_id": m.member_id, "group_instance_id": m.instance_id,
-                        "member_epoch": m.epoch, "topics": sorted(m.topics),
-                        "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
-                        "session_timeout_ms": m.session_timeout_ms, "left": m.left})
-    rows = []
-    for topic, partition in sorted(set(committed) | set(owners)):
-        c = committed.get((topic, partition))
-        try:
-            plog = st.manager.log(topic, partition)
-        except (UnknownTopicError, UnknownPartitionError):  # deleted since the commit
-            hw: int | None = None
-        else:
-            hw = plog.high_watermark
-        rows.append({"topic_name": topic, "partition_id": partition,
-                     "committed_offset": c.offset if c else None,
-                     "metadata": c.metadata if c else None, "log_end_offset": hw,
-                     "lag": max(0, hw - c.offset) if c and hw is not None else None,
-                     "member_id": owners.get((topic, partition))})
+    members = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                "member_epoch": m.epoch, "topics": sorted(m.topics),
+                "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
+                "session_timeout_ms": m.session_timeout_ms, "left": m.left}
+               for m in (group.members.values() if group is not None else ())]
+    rows = [{"topic_name": r.topic, "partition_id": r.partition,
+             "committed_offset": r.committed.offset if r.committed else None,
+             "metadata": r.committed.metadata if r.committed else None,
+             "log_start_offset": r.bounds.log_start_offset if r.bounds else None,
+             "log_end_offset": r.bounds.high_watermark if r.bounds else None,
+             "lag": r.lag, "member_id": r.member_id}
+            for r in group_lag(groups, group_id, log_bounds(st.manager, st.tiered))]
     return json_response({**_summary(groups, group_id), "members": members, "offsets": rows})
 
 

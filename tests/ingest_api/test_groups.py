@@ -3,6 +3,7 @@ policies, admin reset and delete, restart with the offsets reloaded from Delta."
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ingest_api.helpers import string
 from tests.server import ServerProcess
@@ -220,3 +222,92 @@ def test_a_failed_poll_skips_nothing_and_seek_moves_positions(
                       {"topic_name": topic, "partition_id": 1, "offset": None}]})
     assert seek.status_code == 200, seek.text
     assert sorted(_values(_poll(client, group, m["member_id"]))) == ["p0-2", "p0-3", "p1-3"]
+
+
+def _lag_rows(client: httpx.Client, group: str) -> list[tuple[Any, ...]]:
+    r = client.get(f"/consumer-groups/{group}")
+    assert r.status_code == 200, r.text
+    return [(o["topic_name"], o["partition_id"], o["committed_offset"], o.get("log_start_offset"),
+             o["log_end_offset"], o["lag"], o["member_id"]) for o in r.json()["offsets"]]
+
+
+def _group_gauges(server: ServerProcess, name: str, group: str) -> dict[tuple[str, str], float]:
+    text = httpx.get(f"{server.url}/metrics").text
+    return {(s.labels["topic"], s.labels["partition"]): s.value
+            for family in text_string_to_metric_families(text) if family.name == name
+            for s in family.samples if s.labels["group"] == group}
+
+
+def test_lag_lists_every_partition_the_group_reads(server: ServerProcess, client: httpx.Client,
+                                                   make_topic: Callable[..., str]) -> None:
+    """Issue 19: a group that read one of three partitions showed only that one's lag."""
+    topic, other = make_topic(3), make_topic(2)
+    for p, n in enumerate((10, 20, 30)):
+        _produce(client, topic, p, [f"v{i}" for i in range(n)])
+    _produce(client, other, 1, ["x"] * 4)
+    r = client.post(f"/topics/{topic}/records:delete",
+                    json={"partitions": [{"partition_id": 2, "offset": 5}]})
+    assert r.status_code == 200, r.text
+    # An empty group that committed one of three partitions reads the whole topic: the
+    # other two are listed with no committed offset, all lag from the log start.
+    empty = _group()
+    assert client.post(f"/consumer-groups/{empty}/offsets", json={"offsets": [
+        {"topic_name": topic, "partition_id": 0, "offset": 4}]}).status_code == 200
+    assert _lag_rows(client, empty) == [(topic, 0, 4, 0, 10, 6, None),
+                                        (topic, 1, None, 0, 20, 20, None),
+                                        (topic, 2, None, 5, 30, 25, None)]
+    # A live member's subscription counts before anything is committed.
+    live = _group()
+    m = _join(client, live, [other])["member_id"]
+    assert _lag_rows(client, live) == [(other, 0, None, 0, 0, 0, m), (other, 1, None, 0, 4, 4, m)]
+    # The same numbers in /metrics; a committed offset only where there is one.
+    assert _group_gauges(server, "lakelog_consumer_group_lag", empty) == {
+        (topic, "0"): 6, (topic, "1"): 20, (topic, "2"): 25}
+    assert _group_gauges(server, "lakelog_consumer_group_committed_offset", empty) == {
+        (topic, "0"): 4}
+    assert _group_gauges(server, "lakelog_consumer_group_lag", live) == {
+        (other, "0"): 0, (other, "1"): 4}
+    assert _group_gauges(server, "lakelog_consumer_group_committed_offset", live) == {}
+    # One commit to another topic makes the group read all of that topic too.
+    assert client.post(f"/consumer-groups/{empty}/offsets", json={"offsets": [
+        {"topic_name": other, "partition_id": 1, "offset": 1}]}).status_code == 200
+    assert [row[:3] for row in _lag_rows(client, empty)] == sorted([
+        (other, 0, None), (other, 1, 1), (topic, 0, 4), (topic, 1, None), (topic, 2, None)],
+        key=lambda row: row[:2])  # by topic, then partition
+    assert client.delete(f"/consumer-groups/{live}/members/{m}").status_code == 204
+
+
+def test_metrics_scrapes_stay_whole_while_topics_and_groups_change(
+        server: ServerProcess, client: httpx.Client) -> None:
+    """/metrics collects in a worker thread while the event loop creates and deletes topics
+    and groups join, commit and leave: every scrape answers 200."""
+    stop = threading.Event()
+    errors: list[str] = []
+    rounds = [0]
+
+    def churn() -> None:
+        with server.client() as c:
+            while not stop.is_set():
+                topic, empty, live = f"churn-{uuid.uuid4().hex[:8]}", _group(), _group()
+                c.post("/topics", json={"topic_name": topic, "partitions_count": 4})
+                c.post(f"/consumer-groups/{empty}/offsets", json={"offsets": [
+                    {"topic_name": topic, "partition_id": 1, "offset": 0}]})
+                m = c.post(f"/consumer-groups/{live}/members",
+                           json={"topics": [topic], "session_timeout_ms": 10_000}).json()
+                c.delete(f"/topics/{topic}")
+                c.delete(f"/consumer-groups/{empty}")
+                c.delete(f"/consumer-groups/{live}/members/{m.get('member_id')}")
+                rounds[0] += 1
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(60):
+            r = httpx.get(f"{server.url}/metrics", timeout=30)
+            if r.status_code != 200:
+                errors.append(r.text[:500])
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert rounds[0] >= 3, rounds  # the scrapes did overlap changes

@@ -82,6 +82,20 @@ def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: Server
         by_time = client.get("/topics/cold/partitions/0/offsets",
                              params={"spec": "timestamp", "timestamp": second_batch_ms})
         assert by_time.json()["offset"] == 10, by_time.text
+        # The log start gauge and a group's lag count from the log start across both tiers,
+        # not from the hot tier's (which local retention moved up).
+        metrics = httpx.get(f"{tiering_server.url}/metrics").text
+        assert 'lakelog_partition_log_start_offset{partition="0",topic="cold"} 0.0' in metrics
+        hot = [line for line in metrics.splitlines() if line.startswith(
+            'lakelog_partition_hot_log_start_offset{partition="0",topic="cold"} ')]
+        assert hot and float(hot[0].rsplit(" ", 1)[1]) >= 20, hot  # the hot tier's own start
+        r = client.post("/consumer-groups/cold-reader/members",
+                        json={"topics": ["cold"], "session_timeout_ms": 60_000})
+        assert r.status_code == 200, r.text
+        offsets = client.get("/consumer-groups/cold-reader").json()["offsets"]
+        assert [(o.get("log_start_offset"), o["lag"]) for o in offsets] == [(0, 30)]
+        assert client.delete(f"/consumer-groups/cold-reader/members/{r.json()['member_id']}"
+                             ).status_code == 204
         # Deleting the topic drops its table, so a new topic of that name starts clean.
         table = tiering_server.data_dir / "warehouse" / "topics" / "cold"
         assert (table / "_delta_log").is_dir()
