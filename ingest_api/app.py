@@ -110,6 +110,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(groups_router.router)
     app.include_router(security.router)
     app.state.security = store
+    app.add_middleware(errors.KeepConnectionOnError)  # innermost: around the routes only
     app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
 

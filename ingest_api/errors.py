@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups import errors as g
 from log_tables import errors as e
@@ -96,6 +97,37 @@ def error_response(exc: BaseException) -> JSONResponse:
     if status == 429 or retry is not None:
         headers["Retry-After"] = str(retry or 1)
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+class KeepConnectionOnError:
+    """Answers an unexpected exception with the 500 body and keeps the connection.
+
+    Starlette's outermost middleware answers it too, but then re-raises, and uvicorn
+    closes a connection whose application raised: a client's next request on the same
+    keep-alive connection would fail as well. Once a response has started, nothing
+    honest can follow it: the exception goes on and the connection closes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_started)
+        except Exception as exc:
+            if started:
+                raise
+            await error_response(exc)(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:

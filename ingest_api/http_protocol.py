@@ -7,6 +7,10 @@
   its first byte (slowloris: a client dribbling headers holds a connection and a
   ``limit_concurrency`` slot forever). Beyond it: 408 and the connection closes.
   Idle keep-alive connections are closed by uvicorn's own keep-alive timeout.
+- A request that HTTP cannot parse (a raw byte outside ASCII in the request line, a
+  malformed header or chunk) is answered 400 with lakelog's JSON error body, naming
+  what the parser found, and the connection closes: past a framing error nobody can
+  tell where the next request starts (RFC 9112 section 2.2).
 - Once the head is in, the body may not stall: no body bytes for
   ``body_idle_timeout_s`` while the server is waiting for them (reading is not
   paused, the application has taken what arrived, no ``100 Continue`` is pending)
@@ -19,12 +23,14 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+NAMES = {400: "malformed_http", 408: "request_timeout", 431: "request_header_too_large"}
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -123,11 +129,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, f"request line and headers not received within "
                               f"{self.head_timeout_s:g} s")
 
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn calls this from the handler of the parser's error, which says what is wrong.
+        exc = sys.exc_info()[1]
+        detail = str(exc) if exc is not None and str(exc) else msg
+        hint = ("; percent-encode bytes outside ASCII (RFC 3986)" if "url" in detail.lower()
+                else "")
+        self._refuse(400, f"malformed HTTP request: {detail}{hint}")
+
     def _refuse(self, status: int, message: str) -> None:
         if self.transport.is_closing():
             return
-        name = "request_header_too_large" if status == 431 else "request_timeout"
-        body = msgspec.json.encode({"error_code": status, "error": name, "message": message})
+        body = msgspec.json.encode({"error_code": status, "error": NAMES[status],
+                                    "message": message})
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, REASONS[status], len(body)) + body)

@@ -83,7 +83,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
             body = await read_body(request, limit)
             try:
                 record = _record.decode(body)
-            except (msgspec.DecodeError, RecursionError) as exc:
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
                 if "trailing characters" not in str(exc):
                     decode(body, _record)  # raises the 400/422 naming what is wrong
                     raise
