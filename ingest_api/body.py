@@ -50,8 +50,31 @@ def content_length(request: Request, limit: int) -> int | None:
     return length
 
 
+def require_json(request: Request) -> None:
+    """415 unless the body is sent as JSON: ``application/json`` or ``application/*+json``
+    (in UTF-8, what JSON is), or with no Content-Type at all (taken as JSON)."""
+    raw = request.headers.get("content-type")
+    if raw is None:
+        return
+    media, _, params = raw.partition(";")
+    media = media.strip().lower()
+    if media == "application/json" or (media.startswith("application/")
+                                       and media.endswith("+json")):
+        charset = next((v.strip().strip('"').lower() for k, _, v in
+                        (p.partition("=") for p in params.split(";"))
+                        if k.strip().lower() == "charset"), "utf-8")
+        if charset in ("utf-8", "utf8"):
+            return
+        raise ApiError(415, f"Content-Type {raw!r}: JSON bodies are UTF-8; send "
+                            "'application/json' (or charset=utf-8)",
+                       name="unsupported_media_type")
+    raise ApiError(415, f"Content-Type {raw!r} is not JSON: send the body as "
+                        "'Content-Type: application/json'", name="unsupported_media_type")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
+    """The whole body (415 unless it is JSON), or 413 as soon as it passes ``limit`` bytes."""
+    require_json(request)
     content_length(request, limit)
     return b"".join([chunk async for chunk in chunks(request, limit)])
 

@@ -6,18 +6,33 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from itertools import repeat
 from operator import attrgetter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
+from ingest_api.body import (
+    ObjectStream,
+    chunks,
+    content_length,
+    decode,
+    read_body,
+    require_json,
+)
 from ingest_api.errors import ApiError, error_body
 from ingest_api.fetch import record_time
-from ingest_api.models import BatchRequest, ProduceRecord, ProducerInit
-from ingest_api.produce import Acks, ProduceResult
+from ingest_api.models import (
+    BatchEntry,
+    BatchRequest,
+    BinaryData,
+    JsonData,
+    ProduceRecord,
+    ProducerInit,
+    StringData,
+)
+from ingest_api.produce import Acks, ProduceResult, envelope_bytes
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.registry import TopicMetadata
@@ -36,19 +51,44 @@ _entry_id = attrgetter("id")
 
 
 class Success(msgspec.Struct, gc=False):
+    """A batch entry's delivery report: Confluent's ``ProduceResponse`` with the entry's id."""
+
     id: str
+    error_code: int
+    cluster_id: str
+    topic_name: str
     partition_id: int
     offset: int
     timestamp: msgspec.Raw
     """The record's time as an RFC 3339 JSON string."""
+    key: msgspec.Raw | None
+    value: msgspec.Raw | None
+    """``{"type", "size"}``: the envelope's type and the bytes stored (null for a null)."""
+
+
+class _EntryId(msgspec.Struct):
+    """Only the id of an entry that is otherwise invalid (to report it by)."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class _RawBatch(msgspec.Struct, forbid_unknown_fields=True):
+    entries: list[msgspec.Raw]
+
+
+_raw_batch = msgspec.json.Decoder(_RawBatch)
+_entry = msgspec.json.Decoder(BatchEntry)
+_entry_id_only = msgspec.json.Decoder(_EntryId)
+
+
+def _tag(env: Any) -> str | None:
+    """The envelope's type, or None when it stores a null."""
+    return None if env is None or env.data is None else env.__struct_config__.tag
 
 
 def _size(env: Any) -> dict[str, Any] | None:
-    if env is None or env.data is None:
-        return None
-    data = env.data
-    return {"type": type(env).__struct_config__.tag,
-            "size": len(data if isinstance(data, (bytes, str)) else msgspec.json.encode(data))}
+    stored = envelope_bytes(env)
+    return None if stored is None else {"type": _tag(env), "size": len(stored)}
 
 
 def _report(topic: str, rec: ProduceRecord, result: ProduceResult, i: int) -> dict[str, Any]:
@@ -76,6 +116,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
     check_cluster(cluster_id)
     st = state(request)
     meta = st.manager.require_topic(topic_name)
+    require_json(request)
     limit = st.settings.max_request_bytes
     length = content_length(request, limit)
     if length is not None:  # the whole body is here: one record, or several at once
@@ -181,49 +222,128 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
 @router.post(BASE + "/records:batch", status_code=207, openapi_extra=json_body(BatchRequest))
 async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request,
                         acks: AcksQuery = "all") -> Response:
-    """Produce up to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by id."""
+    """Produce 1 to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by
+    id. An entry that is not a valid record (bad base64, a wrong field) fails alone."""
     check_cluster(cluster_id)
     st = state(request)
     meta = st.manager.require_topic(topic_name)
     limit = st.settings.max_request_bytes
     with st.in_flight.reserve(content_length(request, limit) or 0):
-        batch = await decode_request(request, _batch, limit)
-        entries = batch.entries
-        if len(entries) > st.settings.max_batch_entries:
-            raise ApiError(413, f"{len(entries)} entries is over the limit of "
+        entries, rejected = _decode_batch(await read_body(request, limit))
+        count = len(entries) + len(rejected)
+        if not count:
+            raise ApiError(422, "entries is empty: a batch needs at least one entry",
+                           error_code=42208, name="empty_batch")
+        if count > st.settings.max_batch_entries:
+            raise ApiError(413, f"{count} entries is over the limit of "
                                 f"{st.settings.max_batch_entries} per request",
                            name="too_many_entries")
         ids = list(map(_entry_id, entries))
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
+        every_id = ids + [r[1] for r in rejected]
+        if len(set(every_id)) != count:
+            dup = next(i for i in every_id if every_id.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
+        envelopes = _envelopes(entries)
         acked = st.produce.start(meta, entries, acks)
-        del batch, entries  # the decoded request is not needed while waiting for the append
+        del entries  # the decoded request is not needed while waiting for the append
         result = await acked
     _count_in(st, topic_name, result)
-    return Response(_batch_body(ids, result), status_code=207, media_type="application/json")
+    return Response(_batch_body(topic_name, ids, result, envelopes, rejected), status_code=207,
+                    media_type="application/json")
 
 
-def _batch_body(ids: list[str], result: ProduceResult) -> bytes:
+def _decode_batch(body: bytes) -> tuple[list[BatchEntry], list[tuple[int, str, ApiError]]]:
+    """The valid entries, and (index, id, error) of those that are not records.
+
+    The whole body is decoded at once; only when that finds a wrong shape is it decoded
+    again entry by entry, so that each invalid entry fails alone (as in Confluent). Bad
+    JSON, a wrong envelope, or an invalid entry without a usable id fail the request.
+    """
+    try:
+        return decode(body, _batch).entries, []
+    except ApiError as exc:
+        if exc.status != 422:
+            raise
+        raws = decode(body, _raw_batch).entries
+    entries: list[BatchEntry] = []
+    rejected: list[tuple[int, str, ApiError]] = []
+    for i, raw in enumerate(raws):
+        try:
+            entries.append(decode(raw, _entry))
+        except ApiError as err:
+            err.message = err.message.replace("`$", f"`$.entries[{i}]", 1)
+            try:
+                entry_id = _entry_id_only.decode(raw).id
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                err.message += " (the entry has no valid id to report it by: the batch is refused)"
+                raise err from None
+            rejected.append((i, entry_id, err))
+    return entries, rejected
+
+
+class Envelopes(NamedTuple):
+    """Per entry, what its delivery report says of its key and value beyond their sizes."""
+
+    key_types: list[str | None]  # None: a null key
+    key_sizes: list[int]
+    value_types: list[str | None]
+
+
+_TAGS = {BinaryData: "BINARY", StringData: "STRING", JsonData: "JSON"}
+_key_of = attrgetter("key")
+_value_of = attrgetter("value")
+
+
+def _envelopes(entries: list[BatchEntry]) -> Envelopes:
+    # The value's size is the record's stored bytes less the key's (the produce result
+    # has them), so only keys, which are short, are encoded again here.
+    keys = list(map(_key_of, entries))
+    stored = list(map(envelope_bytes, keys))
+    return Envelopes([None if b is None else _TAGS[k.__class__]
+                      for k, b in zip(keys, stored, strict=True)],
+                     [0 if b is None else len(b) for b in stored],
+                     [None if v is None or v.data is None else _TAGS[v.__class__]
+                      for v in map(_value_of, entries)])
+
+
+def _batch_body(topic: str, ids: list[str], result: ProduceResult, envelopes: Envelopes,
+                rejected: list[tuple[int, str, ApiError]]) -> bytes:
     """``successes`` and ``failures`` by entry id, encoded.
 
     This is the hot path of a large request: the success objects are made by
-    ``map`` (no Python frame per record) and each distinct timestamp is encoded
-    once and embedded as raw JSON.
+    ``map`` (no Python frame per record) and each distinct timestamp and each
+    distinct ``{"type", "size"}`` is encoded once and embedded as raw JSON.
     """
     ts = result.timestamps
     errors = result.errors
+    failures: list[dict[str, Any]] = [{"id": i, **error_body(e)[1]} for _, i, e in rejected]
     if not len(ts):
-        return _encoder.encode({"successes": [], "failures": []})
+        return _encoder.encode({"successes": [], "failures": failures})
     if (ts == ts[0]).all():
         times: Iterable[msgspec.Raw] = repeat(_raw_time(int(ts[0])), len(ts))
     else:
         cache: dict[int, msgspec.Raw] = {}
         times = [cache.get(t) or cache.setdefault(t, _raw_time(t)) for t in ts.tolist()]
-    successes = list(map(Success, ids, result.partitions.tolist(), result.offsets.tolist(), times))
-    failures: list[dict[str, Any]] = []
+    sizes: dict[tuple[str, int], msgspec.Raw] = {}
+
+    def size(tag: str | None, n: int) -> msgspec.Raw | None:
+        if tag is None:
+            return None
+        raw = sizes.get((tag, n))
+        if raw is None:
+            raw = sizes[tag, n] = msgspec.Raw(_encoder.encode({"type": tag, "size": n}))
+        return raw
+
+    keys = list(map(size, envelopes.key_types, envelopes.key_sizes))
+    values = list(map(size, envelopes.value_types,
+                      [n - k for n, k in zip(result.record_bytes.tolist(), envelopes.key_sizes,
+                                             strict=True)]))
+    count = len(ids)
+    successes = list(map(Success, ids, repeat(200, count), repeat(CLUSTER_ID, count),
+                         repeat(topic, count), result.partitions.tolist(),
+                         result.offsets.tolist(), times, keys, values))
     if errors:
-        failures = [{"id": ids[i], **error_body(errors[i])[1]} for i in sorted(errors)]
+        failures += [{"id": ids[i], **error_body(errors[i])[1]} for i in sorted(errors)]
         successes = [s for i, s in enumerate(successes) if i not in errors]
     return _encoder.encode({"successes": successes, "failures": failures})
 

@@ -101,7 +101,7 @@ def fuzz(server: ServerProcess) -> Iterator[Fuzz]:
             Example("POST", f"{t}/records:delete", _json({"partitions": [
                 {"partition_id": 0, "offset": 0}]})),
             Example("POST", "/producers", _json({"producer_id": pid})),
-            Example("POST", f"/consumer-groups/{group}/members",
+            Example("POST", f"/consumer-groups/{group}-joins/members",
                     _json({"topics": [topic], "session_timeout_ms": 60_000,
                            "assignor": "range", "auto_offset_reset": "earliest"})),
             Example("POST", f"/consumer-groups/{group}/members/{mid}/heartbeat",
