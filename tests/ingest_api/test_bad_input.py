@@ -10,7 +10,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -153,3 +153,13 @@ def test_an_unexpected_error_is_500_json_and_keeps_the_connection(failing_app_ur
                             "message": "internal error: RuntimeError"}
         after = client.get("/fine")
         assert after.text == "ok" and _port(after) == _port(r)
+
+
+def test_over_the_concurrency_limit_is_a_json_503(
+        spawn_server: Callable[..., ServerProcess]) -> None:
+    server = spawn_server(limit_concurrency="2")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30):  # one held open
+        r = httpx.get(f"{server.url}/v3/clusters/lakelog/topics", timeout=30)
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    body = r.json()
+    assert body["error_code"] == 503 and "LAKELOG_LIMIT_CONCURRENCY" in body["message"]
