@@ -9,8 +9,10 @@ from operator import attrgetter
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
+import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
+from msgspec import StructMeta
 from starlette.requests import ClientDisconnect
 
 from ingest_api.body import (
@@ -284,26 +286,65 @@ def _decode_batch(body: bytes) -> tuple[list[BatchEntry], list[tuple[int, str, A
 class Envelopes(NamedTuple):
     """Per entry, what its delivery report says of its key and value beyond their sizes."""
 
-    key_types: list[str | None]  # None: a null key
+    key_types: str | list[str | None]  # one type for all, or each one's (None: a null)
     key_sizes: list[int]
-    value_types: list[str | None]
+    value_types: str | list[str | None]
 
 
 _TAGS = {BinaryData: "BINARY", StringData: "STRING", JsonData: "JSON"}
 _key_of = attrgetter("key")
 _value_of = attrgetter("value")
+_data_of = attrgetter("data")
+
+
+def _one_class(envelopes: list[Any]) -> StructMeta | None:
+    """The envelopes' class when they all have one and none stores a null (the usual
+    batch): found without a Python step per record."""
+    classes = set(map(type, envelopes))
+    if len(classes) == 1 and (cls := classes.pop()) in _TAGS and (
+            None not in map(_data_of, envelopes)):
+        return cls
+    return None
+
+
+def _types(envelopes: list[Any], cls: StructMeta | None) -> str | list[str | None]:
+    """The one type of all the envelopes, or each one's (None for a null)."""
+    if cls is not None:
+        return _TAGS[cls]
+    return [None if e is None or e.data is None else _TAGS[e.__class__] for e in envelopes]
+
+
+_STORED_SIZE: dict[StructMeta, Any] = {
+    BinaryData: lambda data: map(len, data),
+    StringData: lambda data: map(len, map(str.encode, data)),
+    JsonData: lambda data: map(len, map(_encoder.encode, data)),
+}
 
 
 def _envelopes(entries: list[BatchEntry]) -> Envelopes:
     # The value's size is the record's stored bytes less the key's (the produce result
-    # has them), so only keys, which are short, are encoded again here.
+    # has them), so only keys, which are short, are measured here.
     keys = list(map(_key_of, entries))
-    stored = list(map(envelope_bytes, keys))
-    return Envelopes([None if b is None else _TAGS[k.__class__]
-                      for k, b in zip(keys, stored, strict=True)],
-                     [0 if b is None else len(b) for b in stored],
-                     [None if v is None or v.data is None else _TAGS[v.__class__]
-                      for v in map(_value_of, entries)])
+    values = list(map(_value_of, entries))
+    key_class, value_class = _one_class(keys), _one_class(values)
+    if key_class is not None:
+        sizes = list(_STORED_SIZE[key_class](list(map(_data_of, keys))))
+    else:
+        sizes = [0 if b is None else len(b) for b in map(envelope_bytes, keys)]
+    return Envelopes(_types(keys, key_class), sizes, _types(values, value_class))
+
+
+def _size_raws(types: str | list[str | None], sizes: list[int]) -> list[msgspec.Raw | None]:
+    """Each record's ``{"type", "size"}`` as raw JSON (None for a null); each distinct one
+    is encoded once."""
+    if isinstance(types, str):
+        by_size = {n: msgspec.Raw(_encoder.encode({"type": types, "size": n}))
+                   for n in set(sizes)}
+        return list(map(by_size.__getitem__, sizes))
+    pairs = list(zip(types, sizes, strict=True))
+    raws = {p: None if p[0] is None else msgspec.Raw(_encoder.encode({"type": p[0], "size": p[1]}))
+            for p in set(pairs)}
+    return list(map(raws.__getitem__, pairs))
 
 
 def _batch_body(topic: str, ids: list[str], result: ProduceResult, envelopes: Envelopes,
@@ -324,20 +365,9 @@ def _batch_body(topic: str, ids: list[str], result: ProduceResult, envelopes: En
     else:
         cache: dict[int, msgspec.Raw] = {}
         times = [cache.get(t) or cache.setdefault(t, _raw_time(t)) for t in ts.tolist()]
-    sizes: dict[tuple[str, int], msgspec.Raw] = {}
-
-    def size(tag: str | None, n: int) -> msgspec.Raw | None:
-        if tag is None:
-            return None
-        raw = sizes.get((tag, n))
-        if raw is None:
-            raw = sizes[tag, n] = msgspec.Raw(_encoder.encode({"type": tag, "size": n}))
-        return raw
-
-    keys = list(map(size, envelopes.key_types, envelopes.key_sizes))
-    values = list(map(size, envelopes.value_types,
-                      [n - k for n, k in zip(result.record_bytes.tolist(), envelopes.key_sizes,
-                                             strict=True)]))
+    keys = _size_raws(envelopes.key_types, envelopes.key_sizes)
+    values = _size_raws(envelopes.value_types,
+                        (result.record_bytes - np.array(envelopes.key_sizes, np.int64)).tolist())
     count = len(ids)
     successes = list(map(Success, ids, repeat(200, count), repeat(CLUSTER_ID, count),
                          repeat(topic, count), result.partitions.tolist(),

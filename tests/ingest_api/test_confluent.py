@@ -3,6 +3,7 @@ document says (schemas in ``confluent_v3.py``), against a real server."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -243,6 +244,23 @@ def test_batch_entries_fail_alone_and_report_as_confluent(client: httpx.Client,
     error(client.post(f"/topics/{topic}/records:batch", json={"entries": []}), 422, 42208)
     error(client.post(f"/topics/{topic}/records:batch", json={"entries": [
         {"id": "a"}, {"value": {"type": "BINARY", "data": "!!!"}}]}), 422, 422)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ({"type": "STRING", "data": "ключ"}, {"type": "JSON", "data": {"é": [1, None]}}),
+    ({"type": "JSON", "data": [1, "x"]}, {"type": "BINARY", "data": b64(b"\x00" * 7)}),
+    ({"type": "BINARY", "data": b64(b"k")}, {"type": "STRING", "data": "v€"})])
+def test_batch_sizes_are_stored_bytes(client: httpx.Client, topic: str,
+                                      key: dict[str, Any], value: dict[str, Any]) -> None:
+    """Every entry alike (the answer's fast path): sizes are the bytes stored."""
+    entries = [{"id": str(i), "key": key, "value": value} for i in range(20)]
+    body = check(client.post(f"/topics/{topic}/records:batch", json={"entries": entries}),
+                 207, v3.BATCH_RESPONSE)
+    stored = fetch_all(client, topic, 0) + fetch_all(client, topic, 1)
+    k = base64.b64decode(stored[0]["key"]["data"])
+    v = base64.b64decode(stored[0]["value"]["data"])
+    assert {(s["key"]["type"], s["key"]["size"], s["value"]["type"], s["value"]["size"])
+            for s in body["successes"]} == {(key["type"], len(k), value["type"], len(v))}
 
 
 def test_produce_reports_are_produce_responses(client: httpx.Client, topic: str) -> None:
