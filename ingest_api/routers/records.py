@@ -231,17 +231,11 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
     meta = st.manager.require_topic(topic_name)
     limit = st.settings.max_request_bytes
     with st.in_flight.reserve(content_length(request, limit) or 0):
-        entries, rejected = _decode_batch(await read_body(request, limit))
+        entries, rejected = _decode_batch(await read_body(request, limit),
+                                          st.settings.max_batch_entries)
         count = len(entries) + len(rejected)
-        if not count:
-            raise ApiError(422, "entries is empty: a batch needs at least one entry",
-                           error_code=42208, name="empty_batch")
-        if count > st.settings.max_batch_entries:
-            raise ApiError(413, f"{count} entries is over the limit of "
-                                f"{st.settings.max_batch_entries} per request",
-                           name="too_many_entries")
         ids = list(map(_entry_id, entries))
-        every_id = ids + [r[1] for r in rejected]
+        every_id = ids + [entry_id for entry_id, _ in rejected]
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
@@ -254,21 +248,26 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
                     media_type="application/json")
 
 
-def _decode_batch(body: bytes) -> tuple[list[BatchEntry], list[tuple[int, str, ApiError]]]:
-    """The valid entries, and (index, id, error) of those that are not records.
+def _decode_batch(body: bytes, max_entries: int
+                  ) -> tuple[list[BatchEntry], list[tuple[str, ApiError]]]:
+    """The valid entries, and (id, error) of those that are not records; 1 to
+    ``max_entries`` in all.
 
     The whole body is decoded at once; only when that finds a wrong shape is it decoded
     again entry by entry, so that each invalid entry fails alone (as in Confluent). Bad
     JSON, a wrong envelope, or an invalid entry without a usable id fail the request.
     """
     try:
-        return decode(body, _batch).entries, []
+        entries = decode(body, _batch).entries
+        _check_count(len(entries), max_entries)
+        return entries, []
     except ApiError as exc:
-        if exc.status != 422:
+        if exc.status != 422 or exc.error_code == 42208:
             raise
         raws = decode(body, _raw_batch).entries
-    entries: list[BatchEntry] = []
-    rejected: list[tuple[int, str, ApiError]] = []
+    _check_count(len(raws), max_entries)
+    entries = []
+    rejected: list[tuple[str, ApiError]] = []
     for i, raw in enumerate(raws):
         try:
             entries.append(decode(raw, _entry))
@@ -279,8 +278,17 @@ def _decode_batch(body: bytes) -> tuple[list[BatchEntry], list[tuple[int, str, A
             except (msgspec.DecodeError, UnicodeDecodeError):
                 err.message += " (the entry has no valid id to report it by: the batch is refused)"
                 raise err from None
-            rejected.append((i, entry_id, err))
+            rejected.append((entry_id, err))
     return entries, rejected
+
+
+def _check_count(count: int, max_entries: int) -> None:
+    if not count:
+        raise ApiError(422, "entries is empty: a batch needs at least one entry",
+                       error_code=42208, name="empty_batch")
+    if count > max_entries:
+        raise ApiError(413, f"{count} entries is over the limit of {max_entries} per request",
+                       name="too_many_entries")
 
 
 class Envelopes(NamedTuple):
@@ -348,7 +356,7 @@ def _size_raws(types: str | list[str | None], sizes: list[int]) -> list[msgspec.
 
 
 def _batch_body(topic: str, ids: list[str], result: ProduceResult, envelopes: Envelopes,
-                rejected: list[tuple[int, str, ApiError]]) -> bytes:
+                rejected: list[tuple[str, ApiError]]) -> bytes:
     """``successes`` and ``failures`` by entry id, encoded.
 
     This is the hot path of a large request: the success objects are made by
@@ -357,7 +365,7 @@ def _batch_body(topic: str, ids: list[str], result: ProduceResult, envelopes: En
     """
     ts = result.timestamps
     errors = result.errors
-    failures: list[dict[str, Any]] = [{"id": i, **error_body(e)[1]} for _, i, e in rejected]
+    failures: list[dict[str, Any]] = [{"id": i, **error_body(e)[1]} for i, e in rejected]
     if not len(ts):
         return _encoder.encode({"successes": [], "failures": failures})
     if (ts == ts[0]).all():
