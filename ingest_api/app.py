@@ -110,9 +110,9 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(groups_router.router)
     app.include_router(security.router)
     app.state.security = store
-    app.add_middleware(errors.KeepConnectionOnError)  # innermost: around the routes only
     app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(errors.KeepConnectionOnError)  # outermost of ours: around all of them
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
