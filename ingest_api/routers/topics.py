@@ -139,10 +139,11 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
     made, creating nothing."""
     check_cluster(cluster_id)
     body = await decode_request(request, _create, ADMIN_BODY_LIMIT)
-    if body.replication_factor not in (None, 1):
+    factor = METADATA.replication_factor(body.topic_name)
+    if body.replication_factor not in (None, factor):
         raise ApiError(400, f"replication_factor {body.replication_factor} is not supported: "
-                            "lakelog keeps one copy (durability comes from fsync and Delta)",
-                       error_code=40005, name="invalid_replication_factor")
+                            f"lakelog keeps {factor} copy (durability comes from fsync and "
+                            "Delta)", error_code=40005, name="invalid_replication_factor")
     partitions = _partitions_count(body)
     configs, _ = _config_values([(c.name, c.value) for c in body.configs])
     meta = state(request).manager.create_topic(body.topic_name, partitions, configs,
