@@ -51,9 +51,27 @@ _id, _key, _value, _data = attrgetter("id"), attrgetter("key"), attrgetter("valu
 
 class Success(msgspec.Struct, gc=False):
     id: str
+    error_code: int
+    cluster_id: str
+    topic_name: str
     partition_id: int
     offset: int
     timestamp: msgspec.Raw
+    key: msgspec.Raw
+    value: msgspec.Raw
+
+
+def _sizes(blobs: list[bytes]) -> list[msgspec.Raw]:
+    """Each blob's ``{"type": "BINARY", "size": n}``, each distinct one encoded once."""
+    cache: dict[int, msgspec.Raw] = {}
+
+    def raw(n: int) -> msgspec.Raw:
+        out = cache.get(n)
+        if out is None:
+            out = cache[n] = msgspec.Raw(_encoder.encode({"type": "BINARY", "size": n}))
+        return out
+
+    return list(map(raw, map(len, blobs)))
 
 
 class Floor:
@@ -129,11 +147,15 @@ def create_app(floor: Floor) -> FastAPI:
         parts = partitions_for_key_array(pa.array(keys, pa.binary()), floor.partitions)
         offsets = floor.append_many(keys, values, parts)
         ids = list(map(_id, entries))
+        key_sizes, value_sizes = _sizes(keys), _sizes(values)
         del entries, keys, values
         if acks == "all":
             await floor.durable()
         now = msgspec.Raw(_encoder.encode(datetime.now(UTC)))
-        successes = list(map(Success, ids, parts.tolist(), offsets.tolist(), repeat(now)))
+        count = len(ids)
+        successes = list(map(Success, ids, repeat(200, count), repeat("lakelog", count),
+                             repeat(topic, count), parts.tolist(), offsets.tolist(),
+                             repeat(now), key_sizes, value_sizes))
         return Response(_encoder.encode({"successes": successes, "failures": []}),
                         status_code=207, media_type="application/json")
 

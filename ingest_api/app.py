@@ -118,6 +118,7 @@ def create_app(settings: ApiSettings | None = None,
     app.state.security = store
     app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(errors.KeepConnectionOnError)  # outermost of ours: around all of them
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -49,8 +49,11 @@ RULES: tuple[Rule, ...] = (
     _rule("PATCH", _B + rf"/topics/{_NAME}", "topic", "alter"),
     _rule("PUT DELETE", _B + rf"/topics/{_NAME}/configs/[^/]+", "topic", "alter"),
     _rule("POST", _B + rf"/topics/{_NAME}/configs:alter", "topic", "alter"),
-    _rule("GET", _B + rf"/topics/{_NAME}(/configs(/[^/]+)?|/partitions(/[^/]+)?)?", "topic",
-          "describe"),
+    _rule("GET", _B + r"/topics/-/partitions/-/reassignment", None),  # always empty
+    _rule("GET", _B + rf"/topics/{_NAME}(/configs(/[^/]+)?|/partitions(/[^/]+(/replicas(/[^/]+)?"
+          r"|/reassignment)?)?)?", "topic", "describe"),
+    _rule("GET", _B + r"/brokers(/[^/]+(/partition-replicas)?)?", None),  # filtered
+    _rule("GET", _B + r"/(brokers/[^/]+/configs|broker-configs)", "cluster", "describe"),
     _rule("POST", _B + r"/producers", None),
     _rule("GET", _B + r"/consumer-groups", None),  # filtered
     _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets", "group", "commit"),

@@ -50,13 +50,52 @@ def content_length(request: Request, limit: int) -> int | None:
     return length
 
 
+def require_json(request: Request) -> None:
+    """415 unless the body is sent as JSON: ``application/json`` or ``application/*+json``
+    (in UTF-8, what JSON is), or with no Content-Type at all (taken as JSON)."""
+    raw = request.headers.get("content-type")
+    if raw is None:
+        return
+    media, _, params = raw.partition(";")
+    media = media.strip().lower()
+    if media == "application/json" or (media.startswith("application/")
+                                       and media.endswith("+json")):
+        charset = next((v.strip().strip('"').lower() for k, _, v in
+                        (p.partition("=") for p in params.split(";"))
+                        if k.strip().lower() == "charset"), "utf-8")
+        if charset in ("utf-8", "utf8"):
+            return
+        raise ApiError(415, f"Content-Type {raw!r}: JSON bodies are UTF-8; send "
+                            "'application/json' (or charset=utf-8)",
+                       name="unsupported_media_type")
+    raise ApiError(415, f"Content-Type {raw!r} is not JSON: send the body as "
+                        "'Content-Type: application/json'", name="unsupported_media_type")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it passes ``limit`` bytes."""
+    """The whole body (415 unless it is JSON), or 413 as soon as it passes ``limit`` bytes."""
+    require_json(request)
     content_length(request, limit)
     return b"".join([chunk async for chunk in chunks(request, limit)])
 
 
 TOO_DEEP = "malformed JSON: nested deeper than the server decodes (about 1,000 levels)"
+
+
+def not_utf8(offset: int, exc: UnicodeDecodeError) -> ApiError:
+    """400 for bytes that are not UTF-8, naming the first bad byte's offset in the body."""
+    bad = exc.object[exc.start:exc.start + 1].hex()
+    return ApiError(400, f"malformed JSON: byte {offset} (0x{bad}) is not UTF-8 ({exc.reason}); "
+                         "JSON text must be UTF-8 (RFC 8259)", name="malformed_json")
+
+
+def _not_utf8_body(body: bytes) -> ApiError:
+    try:
+        body.decode()
+    except UnicodeDecodeError as exc:
+        return not_utf8(exc.start, exc)
+    # msgspec found a string that is not UTF-8, which the whole body then is not either.
+    return ApiError(400, "malformed JSON: a string is not UTF-8", name="malformed_json")
 
 
 def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
@@ -67,6 +106,8 @@ def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
         raise ApiError(422, f"invalid request body: {exc}", name="invalid_request") from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc}", name="malformed_json") from None
+    except UnicodeDecodeError:  # msgspec raises it for a string (or key) that is not UTF-8
+        raise _not_utf8_body(body) from None
     except RecursionError:
         raise ApiError(400, TOO_DEEP, name="malformed_json") from None
 
@@ -91,16 +132,22 @@ class ObjectStream:
         self._buf = ""
         self._json = json.JSONDecoder()
         self._count = 0  # objects returned so far
+        self._fed = 0  # bytes fed so far
         self.error: ApiError | None = None
 
     def feed(self, chunk: bytes, final: bool = False) -> list[bytes]:
         if self.error is not None:
             return []
+        bad: ApiError | None = None
         try:
             self._buf += self._text.decode(chunk, final)
         except UnicodeDecodeError as exc:
-            self.error = ApiError(400, f"request body is not UTF-8: {exc}", name="malformed_json")
-            return []
+            # ``exc.object`` is the bytes held back from the last chunk and this one: the
+            # objects before the bad byte are still returned, then the stream ends.
+            bad = not_utf8(self._fed + len(chunk) - len(exc.object) + exc.start, exc)
+            self._buf += exc.object[:exc.start].decode()
+            final = False
+        self._fed += len(chunk)
         out: list[bytes] = []
         pos = 0
         buf = self._buf
@@ -123,6 +170,7 @@ class ObjectStream:
                 break
             out.append(buf[pos:end].encode())
             pos = end
+        self.error = self.error or bad
         self._buf = "" if self.error else buf[pos:]
         self._count += len(out)
         return out

@@ -1,21 +1,25 @@
 """Every error the API returns, mapped in one place to an HTTP status and a JSON body.
 
-Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>}``. As in
-Confluent REST Proxy, ``error_code`` is the HTTP status, or the status times 100
-plus a detail number where one status covers several causes (40401 unknown
-topic, 40402 unknown partition, ...).
+Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>}``: Confluent
+REST Proxy v3's ``Error`` (``error_code``, ``message``) with lakelog's error name added.
+As in Confluent, ``error_code`` is the HTTP status, or the status times 100 plus a
+detail number where one status covers several causes; where Confluent names a code,
+lakelog uses it (40002 a topic that exists, 40403 an unknown topic, 42208 an empty
+batch).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups import errors as g
 from log_tables import errors as e
@@ -37,7 +41,7 @@ class ApiError(Exception):
 
 
 _STATUS: list[tuple[type[e.LakelogError], int, int]] = [
-    (e.UnknownTopicError, 404, 40401),
+    (e.UnknownTopicError, 404, 40403),
     (e.UnknownPartitionError, 404, 40402),
     (e.UnknownProducerIdError, 404, 40404),
     (g.UnknownGroupError, 404, 40405),
@@ -46,7 +50,7 @@ _STATUS: list[tuple[type[e.LakelogError], int, int]] = [
     (g.GroupNotEmptyError, 409, 40906),
     (g.InconsistentGroupError, 400, 40005),
     (g.NoOffsetError, 416, 41602),
-    (e.TopicExistsError, 409, 40902),
+    (e.TopicExistsError, 400, 40002),
     (e.InvalidProducerEpochError, 409, 40903),
     (e.OutOfOrderSequenceError, 409, 40904),
     (e.InvalidTopicError, 400, 40002),
@@ -89,13 +93,58 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
     return status, body
 
 
-def error_response(exc: BaseException) -> JSONResponse:
+def error_response(exc: BaseException, headers: dict[str, str] | None = None) -> JSONResponse:
     status, body = error_body(exc)
-    headers = {}
+    headers = dict(headers or {})
     retry = getattr(exc, "retry_after_s", None)
     if status == 429 or retry is not None:
         headers["Retry-After"] = str(retry or 1)
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods of every documented path that matches the request's (each method of a
+    path is a route of its own, so Starlette's 405 knows only one of them)."""
+    app = request.app
+    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(app.state, "allowed", None)
+    if table is None:
+        table = [(re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$"),
+                  [m.upper() for m in operations])
+                 for path, operations in app.openapi()["paths"].items()]
+        app.state.allowed = table
+    path = request.url.path
+    return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
+
+
+class KeepConnectionOnError:
+    """Answers an unexpected exception with the 500 body and keeps the connection.
+
+    Starlette's outermost middleware answers it too, but then re-raises, and uvicorn
+    closes a connection whose application raised: a client's next request on the same
+    keep-alive connection would fail as well. Once a response has started, nothing
+    honest can follow it: the exception goes on and the connection closes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_started)
+        except Exception as exc:
+            if started:
+                raise
+            await error_response(exc)(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
@@ -116,11 +165,15 @@ def install(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        headers = {}
         if exc.status_code == 404:
             message = f"no such endpoint: {request.method} {request.url.path}"
         elif exc.status_code == 405:
-            message = f"method {request.method} is not allowed on {request.url.path}"
-        return error_response(ApiError(exc.status_code, message, name="http_error"))
+            allowed = allowed_methods(request)
+            message = (f"method {request.method} is not allowed on {request.url.path}; "
+                       f"allowed: {', '.join(allowed)}")
+            headers["Allow"] = ", ".join(allowed)
+        return error_response(ApiError(exc.status_code, message, name="http_error"), headers)
 
     async def on_disconnect(request: Request, exc: Exception) -> JSONResponse:
         # The client left (or was timed out) before its body was complete: nothing

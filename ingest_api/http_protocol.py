@@ -7,6 +7,12 @@
   its first byte (slowloris: a client dribbling headers holds a connection and a
   ``limit_concurrency`` slot forever). Beyond it: 408 and the connection closes.
   Idle keep-alive connections are closed by uvicorn's own keep-alive timeout.
+- A request that HTTP cannot parse (a raw byte outside ASCII in the request line, a
+  malformed header or chunk) is answered 400 with lakelog's JSON error body, naming
+  what the parser found, and the connection closes: past a framing error nobody can
+  tell where the next request starts (RFC 9112 section 2.2).
+- Over ``limit_concurrency`` uvicorn answers 503 by itself: here with the JSON error body
+  and a ``Retry-After``, like every other error of the API.
 - Once the head is in, the body may not stall: no body bytes for
   ``body_idle_timeout_s`` while the server is waiting for them (reading is not
   paused, the application has taken what arrived, no ``100 Continue`` is pending)
@@ -19,12 +25,15 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import msgspec
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+NAMES = {400: "malformed_http", 408: "request_timeout", 431: "request_header_too_large"}
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -123,16 +132,43 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, f"request line and headers not received within "
                               f"{self.head_timeout_s:g} s")
 
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if app is service_unavailable:
+            app = _service_unavailable
+        super()._start_asgi_task(cycle, app)
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn calls this from the handler of the parser's error, which says what is wrong.
+        exc = sys.exc_info()[1]
+        detail = str(exc) if exc is not None and str(exc) else msg
+        hint = ("; percent-encode bytes outside ASCII (RFC 3986)" if "url" in detail.lower()
+                else "")
+        self._refuse(400, f"malformed HTTP request: {detail}{hint}")
+
     def _refuse(self, status: int, message: str) -> None:
         if self.transport.is_closing():
             return
-        name = "request_header_too_large" if status == 431 else "request_timeout"
-        body = msgspec.json.encode({"error_code": status, "error": name, "message": message})
+        body = msgspec.json.encode({"error_code": status, "error": NAMES[status],
+                                    "message": message})
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, REASONS[status], len(body)) + body)
         self.transport.close()
         self._in_head = False
+
+
+_BUSY = msgspec.json.encode({
+    "error_code": 503, "error": "service_unavailable",
+    "message": "the server is at its limit of open connections and requests "
+               "(LAKELOG_LIMIT_CONCURRENCY); retry shortly"})
+
+
+async def _service_unavailable(scope: Any, receive: Any, send: Any) -> None:
+    """uvicorn's 503 over ``limit_concurrency``, as a JSON error body."""
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(_BUSY)).encode()),
+        (b"retry-after", b"1"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": _BUSY, "more_body": False})
 
 
 def bounded_protocol(max_head_bytes: int, head_timeout_s: float,

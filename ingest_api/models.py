@@ -81,15 +81,26 @@ class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ConfigEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A config to set; a null value leaves the default (as if the entry were not there)."""
+
     name: str
     value: str | None = None
 
 
+class ReplicasAssignment(msgspec.Struct, forbid_unknown_fields=True):
+    partition_id: Annotated[int, Meta(ge=0, le=2**31 - 1)]
+    broker_ids: list[int]
+
+
 class TopicCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """Confluent's CreateTopicRequestData. ``validate_only``: check it, create nothing."""
+
     topic_name: str
-    partitions_count: int = 1
+    partitions_count: int | None = None
     replication_factor: int | None = None
+    replicas_assignments: Annotated[list[ReplicasAssignment], Meta(max_length=10_000)] | None = None
     configs: list[ConfigEntry] = []
+    validate_only: bool = False
 
 
 class TopicPatch(msgspec.Struct, forbid_unknown_fields=True):
@@ -97,17 +108,22 @@ class TopicPatch(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ConfigUpdate(msgspec.Struct, forbid_unknown_fields=True):
-    value: str
+    """A null (or missing) value resets the config to its default."""
+
+    value: str | None = None
 
 
 class ConfigAlterEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """SET (the default; a null value resets) or DELETE (back to the default)."""
+
     name: str
     value: str | None = None
-    operation: Literal["SET", "DELETE"] = "SET"
+    operation: Literal["SET", "DELETE"] | None = None
 
 
 class ConfigAlter(msgspec.Struct, forbid_unknown_fields=True):
     data: list[ConfigAlterEntry]
+    validate_only: bool = False
 
 
 class ProducerInit(msgspec.Struct, forbid_unknown_fields=True):

@@ -29,6 +29,7 @@ _INT_MAX = 2**31 - 1
 MIN_SEGMENT_BYTES = 128
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 def validate_topic_name(name: str) -> None:
@@ -138,6 +139,9 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "How long the hot tier keeps segments already tiered to Delta; -2: retention.ms."),
     ConfigDef("local.retention.bytes", -2, _long(-2),
               "Hot-tier bytes kept per partition of tiered segments; -2: retention.bytes."),
+    ConfigDef("compression.type", "producer", _choice(COMPRESSION_TYPES),
+              "Kafka's codec names, accepted and kept for Kafka tools; lakelog stores hot "
+              "batches as uncompressed Arrow and Delta files as Snappy Parquet whatever it says."),
 )
 CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
@@ -160,6 +164,7 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = 0.5
     local_retention_ms: int = 3600 * 1000
     local_retention_bytes: int = -2
+    compression_type: str = "producer"
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, object]) -> TopicConfig:

@@ -101,10 +101,11 @@ class LogManager:
 
     # -- topic changes -------------------------------------------------------------
     def create_topic(self, name: str, partitions: int,
-                     configs: Mapping[str, object] | None = None) -> TopicMetadata:
+                     configs: Mapping[str, object] | None = None,
+                     validate_only: bool = False) -> TopicMetadata:
         with self._lock:
-            meta = self.registry.create(name, partitions, configs)
-            for p in range(partitions):
+            meta = self.registry.create(name, partitions, configs, validate_only)
+            for p in range(0 if validate_only else partitions):
                 self._open_partition(meta, p)
             return meta
 
@@ -132,11 +133,12 @@ class LogManager:
             return meta
 
     def alter_configs(self, name: str, set_configs: Mapping[str, object] | None = None,
-                      delete_configs: Iterable[str] = ()) -> TopicMetadata:
+                      delete_configs: Iterable[str] = (), validate_only: bool = False
+                      ) -> TopicMetadata:
         with self._lock:
-            meta = self.registry.alter_configs(name, set_configs, delete_configs)
+            meta = self.registry.alter_configs(name, set_configs, delete_configs, validate_only)
             config = meta.config
-            for plog in self.partitions(name):
+            for plog in [] if validate_only else self.partitions(name):
                 plog.update_config(config)
             return meta
 

@@ -104,9 +104,10 @@ class TopicRegistry:
         return name in self._topics
 
     # -- changes -------------------------------------------------------------------
-    def create(self, name: str, partitions: int, configs: Mapping[str, object] | None = None
-               ) -> TopicMetadata:
-        """Register a new topic; its name, partition count and configs are validated."""
+    def create(self, name: str, partitions: int, configs: Mapping[str, object] | None = None,
+               validate_only: bool = False) -> TopicMetadata:
+        """Register a new topic; its name, partition count and configs are validated.
+        ``validate_only``: only validate, and return the topic that would be made."""
         validate_topic_name(name)
         validate_partitions(partitions)
         overrides = normalize_overrides(configs or {})
@@ -121,7 +122,8 @@ class TopicRegistry:
                     "a case-insensitive file system, one directory)")
             topic = TopicMetadata(name, uuid.uuid4().hex, partitions, overrides,
                                   self.clock.now_ms())
-            self._save({**self._topics, name: topic})
+            if not validate_only:
+                self._save({**self._topics, name: topic})
             return topic
 
     def delete(self, name: str) -> TopicMetadata:
@@ -133,8 +135,10 @@ class TopicRegistry:
             return topic
 
     def alter_configs(self, name: str, set_configs: Mapping[str, object] | None = None,
-                      delete_configs: Iterable[str] = ()) -> TopicMetadata:
-        """Set and/or remove (back to default) config overrides, atomically."""
+                      delete_configs: Iterable[str] = (), validate_only: bool = False
+                      ) -> TopicMetadata:
+        """Set and/or remove (back to default) config overrides, atomically.
+        ``validate_only``: only validate, and return the topic as it would be."""
         with self._lock:
             topic = self.describe(name)
             overrides = dict(topic.overrides)
@@ -145,7 +149,8 @@ class TopicRegistry:
             overrides.update(normalize_overrides(set_configs or {}))
             updated = TopicMetadata(name, topic.topic_id, topic.partitions, overrides,
                                     topic.created_ms)
-            self._save({**self._topics, name: updated})
+            if not validate_only:
+                self._save({**self._topics, name: updated})
             return updated
 
     def add_partitions(self, name: str, partitions: int) -> TopicMetadata:

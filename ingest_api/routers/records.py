@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
-from itertools import repeat
+from collections.abc import AsyncIterator
 from operator import attrgetter
 from typing import Annotated, Any, Literal
 
@@ -13,13 +12,25 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from ingest_api.body import ObjectStream, chunks, content_length, decode, decode_request, read_body
+from ingest_api.body import (
+    ObjectStream,
+    chunks,
+    content_length,
+    decode,
+    read_body,
+    require_json,
+)
 from ingest_api.errors import ApiError, error_body
-from ingest_api.fetch import record_time
-from ingest_api.models import BatchRequest, ProduceRecord, ProducerInit
+from ingest_api.models import (
+    BatchEntry,
+    BatchRequest,
+    ProduceRecord,
+    ProducerInit,
+)
 from ingest_api.produce import Acks, ProduceResult
+from ingest_api.reports import batch_body, envelopes, report
 from ingest_api.routers.cluster import check_cluster
-from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
+from ingest_api.state import AppState, json_body, json_response, state
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["records"])
@@ -31,34 +42,22 @@ AcksQuery = Annotated[Acks, Query(description="all: after fsync (default); 1: af
 _record = msgspec.json.Decoder(ProduceRecord)
 _batch = msgspec.json.Decoder(BatchRequest)
 _producer = msgspec.json.Decoder(ProducerInit)
-_encoder = msgspec.json.Encoder()
 _entry_id = attrgetter("id")
 
 
-class Success(msgspec.Struct, gc=False):
-    id: str
-    partition_id: int
-    offset: int
-    timestamp: msgspec.Raw
-    """The record's time as an RFC 3339 JSON string."""
+class _EntryId(msgspec.Struct):
+    """Only the id of an entry that is otherwise invalid (to report it by)."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
-def _size(env: Any) -> dict[str, Any] | None:
-    if env is None or env.data is None:
-        return None
-    data = env.data
-    return {"type": type(env).__struct_config__.tag,
-            "size": len(data if isinstance(data, (bytes, str)) else msgspec.json.encode(data))}
+class _RawBatch(msgspec.Struct, forbid_unknown_fields=True):
+    entries: list[msgspec.Raw]
 
 
-def _report(topic: str, rec: ProduceRecord, result: ProduceResult, i: int) -> dict[str, Any]:
-    error = result.errors.get(i)
-    if error is not None:
-        return error_body(error)[1]
-    return {"error_code": 200, "cluster_id": CLUSTER_ID, "topic_name": topic,
-            "partition_id": int(result.partitions[i]), "offset": int(result.offsets[i]),
-            "timestamp": record_time(int(result.timestamps[i])),
-            "key": _size(rec.key), "value": _size(rec.value)}
+_raw_batch = msgspec.json.Decoder(_RawBatch)
+_entry = msgspec.json.Decoder(BatchEntry)
+_entry_id_only = msgspec.json.Decoder(_EntryId)
 
 
 def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:
@@ -76,6 +75,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
     check_cluster(cluster_id)
     st = state(request)
     meta = st.manager.require_topic(topic_name)
+    require_json(request)
     limit = st.settings.max_request_bytes
     length = content_length(request, limit)
     if length is not None:  # the whole body is here: one record, or several at once
@@ -83,7 +83,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
             body = await read_body(request, limit)
             try:
                 record = _record.decode(body)
-            except (msgspec.DecodeError, RecursionError) as exc:
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
                 if "trailing characters" not in str(exc):
                     decode(body, _record)  # raises the 400/422 naming what is wrong
                     raise
@@ -96,7 +96,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
             _count_in(st, topic_name, result)
             if 0 in result.errors:
                 raise result.errors[0]
-            return json_response(_report(topic_name, record, result, 0))
+            return json_response(report(topic_name, record, result, 0))
     return _ndjson(_produce_stream(st, meta, request, acks))
 
 
@@ -173,7 +173,7 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
     for slot in slots:
         if slot is None:
             assert result is not None
-            slot = _report(meta.name, records[j], result, j)
+            slot = report(meta.name, records[j], result, j)
             j += 1
         yield msgspec.json.encode(slot) + b"\n"
 
@@ -181,55 +181,71 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
 @router.post(BASE + "/records:batch", status_code=207, openapi_extra=json_body(BatchRequest))
 async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request,
                         acks: AcksQuery = "all") -> Response:
-    """Produce up to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by id."""
+    """Produce 1 to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by
+    id. An entry that is not a valid record (bad base64, a wrong field) fails alone."""
     check_cluster(cluster_id)
     st = state(request)
     meta = st.manager.require_topic(topic_name)
     limit = st.settings.max_request_bytes
     with st.in_flight.reserve(content_length(request, limit) or 0):
-        batch = await decode_request(request, _batch, limit)
-        entries = batch.entries
-        if len(entries) > st.settings.max_batch_entries:
-            raise ApiError(413, f"{len(entries)} entries is over the limit of "
-                                f"{st.settings.max_batch_entries} per request",
-                           name="too_many_entries")
+        entries, rejected = _decode_batch(await read_body(request, limit),
+                                          st.settings.max_batch_entries)
+        count = len(entries) + len(rejected)
         ids = list(map(_entry_id, entries))
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
+        every_id = ids + [entry_id for entry_id, _ in rejected]
+        if len(set(every_id)) != count:
+            dup = next(i for i in every_id if every_id.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
+        sizes = envelopes(entries)
         acked = st.produce.start(meta, entries, acks)
-        del batch, entries  # the decoded request is not needed while waiting for the append
+        del entries  # the decoded request is not needed while waiting for the append
         result = await acked
     _count_in(st, topic_name, result)
-    return Response(_batch_body(ids, result), status_code=207, media_type="application/json")
+    return Response(batch_body(topic_name, ids, result, sizes, rejected), status_code=207,
+                    media_type="application/json")
 
 
-def _batch_body(ids: list[str], result: ProduceResult) -> bytes:
-    """``successes`` and ``failures`` by entry id, encoded.
+def _decode_batch(body: bytes, max_entries: int
+                  ) -> tuple[list[BatchEntry], list[tuple[str, ApiError]]]:
+    """The valid entries, and (id, error) of those that are not records; 1 to
+    ``max_entries`` in all.
 
-    This is the hot path of a large request: the success objects are made by
-    ``map`` (no Python frame per record) and each distinct timestamp is encoded
-    once and embedded as raw JSON.
+    The whole body is decoded at once; only when that finds a wrong shape is it decoded
+    again entry by entry, so that each invalid entry fails alone (as in Confluent). Bad
+    JSON, a wrong envelope, or an invalid entry without a usable id fail the request.
     """
-    ts = result.timestamps
-    errors = result.errors
-    if not len(ts):
-        return _encoder.encode({"successes": [], "failures": []})
-    if (ts == ts[0]).all():
-        times: Iterable[msgspec.Raw] = repeat(_raw_time(int(ts[0])), len(ts))
-    else:
-        cache: dict[int, msgspec.Raw] = {}
-        times = [cache.get(t) or cache.setdefault(t, _raw_time(t)) for t in ts.tolist()]
-    successes = list(map(Success, ids, result.partitions.tolist(), result.offsets.tolist(), times))
-    failures: list[dict[str, Any]] = []
-    if errors:
-        failures = [{"id": ids[i], **error_body(errors[i])[1]} for i in sorted(errors)]
-        successes = [s for i, s in enumerate(successes) if i not in errors]
-    return _encoder.encode({"successes": successes, "failures": failures})
+    try:
+        entries = decode(body, _batch).entries
+        _check_count(len(entries), max_entries)
+        return entries, []
+    except ApiError as exc:
+        if exc.status != 422 or exc.error_code == 42208:
+            raise
+        raws = decode(body, _raw_batch).entries
+    _check_count(len(raws), max_entries)
+    entries = []
+    rejected: list[tuple[str, ApiError]] = []
+    for i, raw in enumerate(raws):
+        try:
+            entries.append(decode(raw, _entry))
+        except ApiError as err:
+            err.message = err.message.replace("`$", f"`$.entries[{i}]", 1)
+            try:
+                entry_id = _entry_id_only.decode(raw).id
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                err.message += " (the entry has no valid id to report it by: the batch is refused)"
+                raise err from None
+            rejected.append((entry_id, err))
+    return entries, rejected
 
 
-def _raw_time(ms: int) -> msgspec.Raw:
-    return msgspec.Raw(_encoder.encode(record_time(ms)))
+def _check_count(count: int, max_entries: int) -> None:
+    if not count:
+        raise ApiError(422, "entries is empty: a batch needs at least one entry",
+                       error_code=42208, name="empty_batch")
+    if count > max_entries:
+        raise ApiError(413, f"{count} entries is over the limit of {max_entries} per request",
+                       name="too_many_entries")
 
 
 @router.get(BASE + "/partitions/{partition_id}/records")

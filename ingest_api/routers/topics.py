@@ -12,10 +12,21 @@ from fastapi.responses import Response
 from ingest_api.auth import may
 from ingest_api.body import decode_request
 from ingest_api.errors import ApiError
+from ingest_api.metadata import (
+    CLUSTER,
+    METADATA,
+    collection,
+    partition_url,
+    related,
+    replica_body,
+    resource,
+    topic_url,
+)
 from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig
+from log_tables.errors import InvalidConfigError
 from log_tables.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
 
@@ -23,6 +34,7 @@ router = APIRouter(tags=["topics"])
 BASE = "/v3/clusters/{cluster_id}/topics"
 TopicName = Annotated[str, Path(min_length=1, max_length=249)]
 PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 _create = msgspec.json.Decoder(TopicCreate)
 _patch = msgspec.json.Decoder(TopicPatch)
 _update = msgspec.json.Decoder(ConfigUpdate)
@@ -31,29 +43,44 @@ ADMIN_BODY_LIMIT = 1 << 20
 
 
 def topic_body(meta: TopicMetadata) -> dict[str, object]:
-    url = f"/v3/clusters/{CLUSTER_ID}/topics/{meta.name}"
-    return {"kind": "KafkaTopic", "metadata": {"self": url}, "cluster_id": CLUSTER_ID,
+    """Confluent's ``TopicData`` (``topic_id`` is Kafka's, an addition)."""
+    url = topic_url(meta.name)
+    return {**resource("KafkaTopic", url, f"topic={meta.name}"), "cluster_id": CLUSTER_ID,
             "topic_name": meta.name, "topic_id": meta.topic_id, "is_internal": False,
-            "replication_factor": 1, "partitions_count": meta.partitions,
-            "partitions": {"related": f"{url}/partitions"}, "configs": {"related": f"{url}/configs"}}
+            "replication_factor": METADATA.replication_factor(meta.name),
+            "partitions_count": meta.partitions,
+            "partitions": related(f"{url}/partitions"), "configs": related(f"{url}/configs"),
+            "partition_reassignments": related(f"{url}/partitions/-/reassignment")}
 
 
 def config_body(meta: TopicMetadata, name: str) -> dict[str, object]:
+    """Confluent's ``TopicConfigData`` (``default_value`` and ``documentation`` added)."""
     effective = meta.config.to_kafka()
+    default = TopicConfig().to_kafka()[name]
     is_default = name not in meta.overrides
-    return {"kind": "KafkaTopicConfig", "cluster_id": CLUSTER_ID, "topic_name": meta.name,
+    synonyms = [] if is_default else [
+        {"name": name, "value": effective[name], "source": "DYNAMIC_TOPIC_CONFIG"}]
+    synonyms.append({"name": name, "value": default, "source": "DEFAULT_CONFIG"})
+    return {**resource("KafkaTopicConfig", f"{topic_url(meta.name)}/configs/{name}",
+                       f"topic={meta.name}/config={name}"),
+            "cluster_id": CLUSTER_ID, "topic_name": meta.name,
             "name": name, "value": effective[name], "is_default": is_default,
             "is_read_only": False, "is_sensitive": False,
             "source": "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG",
-            "default_value": TopicConfig().to_kafka()[name],
+            "synonyms": synonyms, "default_value": default,
             "documentation": CONFIG_BY_NAME[name].doc}
 
 
 def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
                    ) -> dict[str, object]:
+    """Confluent's ``PartitionData``, with lakelog's offsets and sizes added."""
     cold = st.tiered.state(topic, partition)
-    return {"kind": "KafkaPartition", "cluster_id": CLUSTER_ID, "topic_name": topic,
-            "partition_id": partition,
+    url = partition_url(topic, partition)
+    leader = METADATA.placement(topic, partition).leader
+    return {**resource("KafkaPartition", url, f"topic={topic}/partition={partition}"),
+            "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
+            "leader": related(f"{url}/replicas/{leader}"), "replicas": related(f"{url}/replicas"),
+            "reassignment": related(f"{url}/reassignment"),
             "log_start_offset": st.tiered.log_start_offset(plog, topic, partition),
             "high_watermark": plog.high_watermark, "size_bytes": plog.size_bytes,
             "segments": len(plog.segments),
@@ -62,18 +89,66 @@ def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
             "tiered_size_bytes": cold.size_bytes if cold else 0}
 
 
+def _config_values(entries: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[str]]:
+    """Configs to set and (for null values) to leave at or reset to their default; every
+    name must be known either way."""
+    to_set: dict[str, str] = {}
+    to_default: list[str] = []
+    for name, value in entries:
+        if value is None:
+            to_default.append(_known_config(name))
+        else:
+            to_set[name] = value
+    return to_set, to_default
+
+
+def _known_config(name: str) -> str:
+    if name not in CONFIG_BY_NAME:
+        raise InvalidConfigError(name, None, f"unknown topic config; known configs: "
+                                             f"{', '.join(CONFIG_BY_NAME)}")
+    return name
+
+
+def _partitions_count(body: TopicCreate) -> int:
+    """The partition count, from ``partitions_count`` or ``replicas_assignments``, whose
+    replicas must be what this cluster places (one broker: only itself)."""
+    if body.replicas_assignments is None:
+        return 1 if body.partitions_count is None else body.partitions_count
+    ids = sorted(a.partition_id for a in body.replicas_assignments)
+    if ids != list(range(len(ids))):
+        raise ApiError(400, f"replicas_assignments must name partitions 0..{len(ids) - 1} once "
+                            f"each, got {ids}", error_code=40003, name="invalid_partitions")
+    if body.partitions_count not in (None, len(ids)):
+        raise ApiError(400, f"partitions_count {body.partitions_count} and "
+                            f"{len(ids)} replicas_assignments disagree",
+                       error_code=40003, name="invalid_partitions")
+    for a in body.replicas_assignments:
+        placed = list(METADATA.placement(body.topic_name, a.partition_id).replicas)
+        if a.broker_ids != placed:
+            raise ApiError(400, f"partition {a.partition_id}: replicas {a.broker_ids} cannot be "
+                                f"placed: lakelog is one broker (id {placed[0]}), so each "
+                                f"partition's replicas are {placed}",
+                           error_code=40005, name="invalid_replica_assignment")
+    return len(ids)
+
+
 @router.post(BASE, status_code=201, openapi_extra=json_body(TopicCreate))
 async def create_topic(cluster_id: str, request: Request) -> Response:
-    """Create a topic: ``topic_name``, ``partitions_count``, ``configs: [{name, value}]``."""
+    """Create a topic: ``topic_name``, ``partitions_count``, ``configs: [{name, value}]``;
+    ``validate_only: true`` checks all of it and answers 200 with the topic that would be
+    made, creating nothing."""
     check_cluster(cluster_id)
     body = await decode_request(request, _create, ADMIN_BODY_LIMIT)
-    if body.replication_factor not in (None, 1):
+    factor = METADATA.replication_factor(body.topic_name)
+    if body.replication_factor not in (None, factor):
         raise ApiError(400, f"replication_factor {body.replication_factor} is not supported: "
-                            "lakelog keeps one copy (durability comes from fsync and Delta)",
-                       error_code=40005, name="invalid_replication_factor")
-    configs = {c.name: c.value for c in body.configs}
-    meta = state(request).manager.create_topic(body.topic_name, body.partitions_count, configs)
-    return json_response(topic_body(meta), status=201)
+                            f"lakelog keeps {factor} copy (durability comes from fsync and "
+                            "Delta)", error_code=40005, name="invalid_replication_factor")
+    partitions = _partitions_count(body)
+    configs, _ = _config_values([(c.name, c.value) for c in body.configs])
+    meta = state(request).manager.create_topic(body.topic_name, partitions, configs,
+                                               validate_only=body.validate_only)
+    return json_response(topic_body(meta), status=200 if body.validate_only else 201)
 
 
 @router.get(BASE)
@@ -81,9 +156,8 @@ async def list_topics(cluster_id: str, request: Request) -> Response:
     check_cluster(cluster_id)
     topics = [t for t in state(request).manager.registry.list()
               if may(request, "topic", t.name, "describe")]
-    return json_response({"kind": "KafkaTopicList",
-                          "metadata": {"self": f"/v3/clusters/{CLUSTER_ID}/topics"},
-                          "data": [topic_body(t) for t in topics]})
+    return json_response(collection("KafkaTopicList", f"{CLUSTER}/topics",
+                                    [topic_body(t) for t in topics]))
 
 
 @router.get(BASE + "/{topic_name}")
@@ -115,8 +189,8 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request)
 async def list_configs(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
     meta = state(request).manager.require_topic(topic_name)
-    return json_response({"kind": "KafkaTopicConfigList",
-                          "data": [config_body(meta, name) for name in CONFIG_BY_NAME]})
+    return json_response(collection("KafkaTopicConfigList", f"{topic_url(topic_name)}/configs",
+                                    [config_body(meta, name) for name in CONFIG_BY_NAME]))
 
 
 @router.get(BASE + "/{topic_name}/configs/{name}")
@@ -132,11 +206,13 @@ async def get_config(cluster_id: str, topic_name: TopicName, name: str,
             openapi_extra=json_body(ConfigUpdate))
 async def set_config(cluster_id: str, topic_name: TopicName, name: str,
                      request: Request) -> Response:
+    """Set a config; a null value resets it to its default."""
     check_cluster(cluster_id)
     body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
     st = state(request)
     st.manager.require_topic(topic_name)
-    st.manager.alter_configs(topic_name, {_known(name): body.value})
+    to_set, to_default = _config_values([(_known(name), body.value)])
+    st.manager.alter_configs(topic_name, to_set, to_default)
     return Response(status_code=204)
 
 
@@ -154,14 +230,15 @@ async def reset_config(cluster_id: str, topic_name: TopicName, name: str,
 @router.post(BASE + "/{topic_name}/configs:alter", status_code=204,
              openapi_extra=json_body(ConfigAlter))
 async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
-    """Set and delete several configs atomically: ``{"data": [{name, value, operation}]}``."""
+    """Set and delete several configs atomically: ``{"data": [{name, value, operation}]}``
+    (SET with a null value resets); ``validate_only: true`` checks and changes nothing."""
     check_cluster(cluster_id)
     body = await decode_request(request, _alter, ADMIN_BODY_LIMIT)
     st = state(request)
     st.manager.require_topic(topic_name)
-    to_set = {e.name: e.value for e in body.data if e.operation == "SET"}
-    to_delete = [_known(e.name) for e in body.data if e.operation == "DELETE"]
-    st.manager.alter_configs(topic_name, to_set, to_delete)
+    to_set, to_delete = _config_values([(e.name, None if e.operation == "DELETE" else e.value)
+                                        for e in body.data])
+    st.manager.alter_configs(topic_name, to_set, to_delete, validate_only=body.validate_only)
     return Response(status_code=204)
 
 
@@ -170,9 +247,27 @@ async def list_partitions(cluster_id: str, topic_name: TopicName, request: Reque
     check_cluster(cluster_id)
     st = state(request)
     logs = st.manager.partitions(topic_name)
-    return json_response({"kind": "KafkaPartitionList",
-                          "data": [partition_body(st, topic_name, plog, p)
-                                   for p, plog in enumerate(logs)]})
+    return json_response(collection("KafkaPartitionList", f"{topic_url(topic_name)}/partitions",
+                                    [partition_body(st, topic_name, plog, p)
+                                     for p, plog in enumerate(logs)]))
+
+
+@router.get(BASE + "/-/partitions/-/reassignment")
+async def list_all_reassignments(cluster_id: str) -> Response:
+    """Replica reassignments in progress: none (one broker: partitions never move)."""
+    check_cluster(cluster_id)
+    return json_response(collection("KafkaReassignmentList",
+                                    f"{CLUSTER}/topics/-/partitions/-/reassignment", []))
+
+
+@router.get(BASE + "/{topic_name}/partitions/-/reassignment")
+async def list_topic_reassignments(cluster_id: str, topic_name: TopicName,
+                                   request: Request) -> Response:
+    """The topic's replica reassignments in progress: none."""
+    check_cluster(cluster_id)
+    state(request).manager.require_topic(topic_name)
+    return json_response(collection("KafkaReassignmentList",
+                                    f"{topic_url(topic_name)}/partitions/-/reassignment", []))
 
 
 @router.get(BASE + "/{topic_name}/partitions/{partition_id}")
@@ -184,9 +279,45 @@ async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: Pa
     return json_response(partition_body(st, topic_name, plog, partition_id))
 
 
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/reassignment")
+async def get_reassignment(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                           request: Request) -> Response:
+    """404 as in Confluent when no reassignment is in progress, which here is always."""
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    raise ApiError(404, f"no replica reassignment of {topic_name}/{partition_id} is in "
+                        "progress (lakelog is one broker: partitions never move)",
+                   name="no_reassignment")
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas")
+async def list_replicas(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                        request: Request) -> Response:
+    """The partition's replicas (its leader first)."""
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    placement = METADATA.placement(topic_name, partition_id)
+    return json_response(collection(
+        "KafkaReplicaList", f"{partition_url(topic_name, partition_id)}/replicas",
+        [replica_body(topic_name, partition_id, b) for b in placement.replicas]))
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas/{broker_id}")
+async def get_replica(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                      broker_id: BrokerId, request: Request) -> Response:
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    replicas = METADATA.placement(topic_name, partition_id).replicas
+    if broker_id not in replicas:
+        raise ApiError(404, f"broker {broker_id} holds no replica of {topic_name}/"
+                            f"{partition_id}; its replicas are on brokers {list(replicas)}",
+                       name="unknown_replica")
+    return json_response(replica_body(topic_name, partition_id, broker_id))
+
+
 def _known(name: str) -> str:
     if name not in CONFIG_BY_NAME:
         raise ApiError(404, f"topic config {name!r} does not exist; known configs: "
-                            f"{', '.join(CONFIG_BY_NAME)}", error_code=40403,
+                            f"{', '.join(CONFIG_BY_NAME)}", error_code=40409,
                        name="unknown_config")
     return name

@@ -18,7 +18,7 @@ def test_cluster_listing(server: ServerProcess, client: httpx.Client) -> None:
     assert [c["cluster_id"] for c in r.json()["data"]] == ["lakelog"]
     assert httpx.get(f"{server.url}/v3/clusters/lakelog").json()["cluster_id"] == "lakelog"
     other = httpx.get(f"{server.url}/v3/clusters/kafka/topics")
-    assert other.status_code == 404 and other.json()["error_code"] == 40410
+    assert other.status_code == 404 and other.json()["error_code"] == 404
 
 
 def test_create_get_list_delete(client: httpx.Client) -> None:
@@ -30,10 +30,11 @@ def test_create_get_list_delete(client: httpx.Client) -> None:
     assert client.get("/topics/orders-x").json()["partitions_count"] == 3
     assert "orders-x" in [t["topic_name"] for t in client.get("/topics").json()["data"]]
     again = client.post("/topics", json={"topic_name": "orders-x", "partitions_count": 1})
-    assert again.status_code == 409 and "already exists" in again.json()["message"]
+    assert again.status_code == 400 and "already exists" in again.json()["message"]
+    assert again.json()["error_code"] == 40002  # Confluent's code for TopicExistsException
     assert client.delete("/topics/orders-x").status_code == 204
     gone = client.get("/topics/orders-x")
-    assert gone.status_code == 404 and gone.json()["error_code"] == 40401
+    assert gone.status_code == 404 and gone.json()["error_code"] == 40403
     assert client.delete("/topics/orders-x").status_code == 404
 
 

@@ -219,7 +219,7 @@ def test_topics_produce_and_consume_from_the_command_line(tmp_path: Path) -> Non
         assert sorted(first.stdout.splitlines() + rest.stdout.splitlines()) == sorted(
             f"click {i}" for i in range(250))
         bad = run("topics", "create", "clicks", check=False)
-        assert bad.returncode == 1 and bad.stderr.startswith("lakelog: error: 409")
+        assert bad.returncode == 1 and bad.stderr.startswith("lakelog: error: 400")
         bad = run("produce", "nope", stdin="x\n", check=False)
         assert bad.returncode == 1 and "nope" in bad.stderr
         run("topics", "delete", "clicks")
