@@ -128,7 +128,8 @@ class FetchService:
         Delta tier no longer has) and the result, whose ``log_start_offset`` spans both
         tiers. Raises OffsetOutOfRangeError below the log start or past the end, and
         CorruptRecordError (naming topic, partition and offsets) when the first batch to
-        return is damaged; the records before a damaged batch are returned without it."""
+        return is damaged and the Delta tier has no copy of it; the records before a
+        damaged batch are returned without it."""
         try:
             return await self._read(topic, partition, offset, max_records, max_bytes)
         except CorruptRecordError as exc:
@@ -142,6 +143,16 @@ class FetchService:
             raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
         try:
             result = plog.read(offset, max_bytes, max_records)
+        except CorruptRecordError as exc:
+            # Tiered before the damage? The Delta tier has those records intact.
+            assert exc.next_offset is not None
+            copy = await asyncio.to_thread(self.tiered.read_copy, topic, partition, offset,
+                                           exc.next_offset, max_records, max_bytes)
+            if copy is None:
+                raise
+            if not copy:  # compacted away in Delta: go on after the damaged batch
+                return exc.next_offset, FetchResult([], plog.high_watermark, start)
+            return offset, FetchResult(copy, plog.high_watermark, start)
         except OffsetOutOfRangeError:
             if offset >= plog.log_start_offset:
                 raise

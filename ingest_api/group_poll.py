@@ -133,4 +133,6 @@ class GroupPoll:
             nxt = result.next_offset
             if nxt is not None:
                 member.positions[tp] = nxt
+            elif offset > pos:  # nothing there between: go on from where the read went
+                member.positions[tp] = offset
         return out
