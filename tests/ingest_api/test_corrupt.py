@@ -15,8 +15,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
+import pytest
+from pyspark.sql import SparkSession
 
+from compaction_jobs.tier import TierJob
 from lakelog.client import Consumer, CorruptRecordError, Record, TopicPartition
+from log_tables.cold_table import open_table, snapshot
+from log_tables.layout import Layout
+from log_tables.spark_read import read_topic
 from tests.ingest_api.helpers import fetch_all, string
 from tests.log_tables.test_damage import batches_of, flip
 from tests.server import ServerProcess
@@ -42,6 +48,11 @@ def damaged_topic(server: ServerProcess, batch: int = 1) -> Damaged:
     """Topic ``t`` (2 partitions, two batches of 50 records per segment), both partitions
     filled with records that name their offsets; then batch ``batch`` of partition 0's
     first segment gets a flipped byte in its records."""
+    fill(server)
+    return damage(server, batch)
+
+
+def fill(server: ServerProcess) -> None:
     with server.client() as c:
         c.post("/topics", json={"topic_name": "t", "partitions_count": 2, "configs": [
             {"name": "segment.bytes", "value": "16384"}]}).raise_for_status()
@@ -51,6 +62,9 @@ def damaged_topic(server: ServerProcess, batch: int = 1) -> Damaged:
                     {"id": str(j), "partition_id": p,
                      "value": string(value(p, r * PER_REQUEST + j))}
                     for j in range(PER_REQUEST)]}).raise_for_status()
+
+
+def damage(server: ServerProcess, batch: int) -> Damaged:
     first, second = sorted((server.data_dir / "hot" / "t" / "0").glob("*.log"))[:2]
     batches = batches_of(first)
     position, size, base = batches[batch]
@@ -208,3 +222,61 @@ def test_a_restart_keeps_every_record_after_a_damaged_batch(
             assert [r["offset"] for r in after] == list(range(d.next, END))
             check_values(after, 0)
     assert f"offsets {d.first}..{d.next - 1} at byte {d.position} are damaged" in server.log()
+
+
+@pytest.mark.slow
+def test_a_damaged_batch_that_was_tiered_is_read_from_the_delta_tier(
+        spawn_server: Callable[..., ServerProcess], spark: SparkSession) -> None:
+    server = spawn_server()  # on the data directory the `spark` fixture is attached to
+    fill(server)
+    layout = Layout.of(server.data_dir)
+    deadline = time.monotonic() + 120
+    while True:  # sealed segments are tiered once their background sync is done
+        TierJob(layout, ["t"]).run(spark)
+        dt = open_table(layout.table_uri("t"))
+        if dt is not None and snapshot(dt, 2)[0].tiered_offset >= 2 * PER_REQUEST:
+            break
+        assert time.monotonic() < deadline, "partition 0's first segment was never tiered"
+        time.sleep(0.5)
+    d = damage(server, 1)  # the hot copy is damaged; the Delta copy is whole
+    with server.client() as c:
+        while c.get("/topics/t/partitions/0").json()["tiered_offset"] < d.next:
+            assert time.monotonic() < deadline, "the server never saw the tiered offset"
+            time.sleep(0.2)  # it looks at the Delta tier at most once a second
+        records = fetch_all(c, "t", 0, fmt="STRING")
+        assert [r["offset"] for r in records] == list(range(END))
+        check_values(records, 0)
+    rows = (spark.read.format("lakelog").option("subscribe", "t").load()
+            .where("partition = 0").select("offset", "value").collect())
+    assert sorted(r["offset"] for r in rows) == list(range(END))
+    assert all(r["value"].decode() == value(0, r["offset"]) for r in rows)
+    assert d.first == PER_REQUEST
+
+
+@pytest.mark.slow
+def test_spark_reads_name_a_damaged_batch_or_skip_it_with_fail_on_data_loss_false(
+        spawn_server: Callable[..., ServerProcess], spark: SparkSession, tmp_path: Path) -> None:
+    server = spawn_server()
+    d = damaged_topic(server)
+    # The default fails the read, naming the offsets and the file (it said "offset 50 is
+    # out of range", as if retention had deleted them)...
+    with pytest.raises(Exception) as err:
+        read_topic(spark, "t").collect()
+    text = str(err.value)
+    assert f"offsets {d.first}..{d.next - 1} are in a damaged batch" in text, text[-2000:]
+    assert str(d.path) in text and "'t' partition 0" in text
+    # ...and failOnDataLoss=false (Spark's Kafka source option) skips just that batch.
+    rows = read_topic(spark, "t", fail_on_data_loss=False).select(
+        "partition", "offset", "value").collect()
+    want = {(p, o) for p in (0, 1) for o in range(END) if p or not d.first <= o < d.next}
+    assert {(r["partition"], r["offset"]) for r in rows} == want and len(rows) == len(want)
+    assert all(r["value"].decode() == value(r["partition"], r["offset"]) for r in rows)
+    query = (spark.readStream.format("lakelog").option("subscribe", "t")
+             .option("startingOffsets", "earliest").option("failOnDataLoss", "false").load()
+             .writeStream.format("parquet").option("path", str(tmp_path / "sink"))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    streamed = spark.read.parquet(str(tmp_path / "sink")).collect()
+    assert {(r["partition"], r["offset"]) for r in streamed} == want
