@@ -632,7 +632,7 @@ def _records(url: str, topic: str, group: str | None, from_beginning: bool,
     """(key, value) pairs, with (None, None) after each empty poll; stops the group
     consumer (commit + leave) when the caller stops. A group member polls no more than
     ``limit`` records, so what it commits is what was printed."""
-    from lakelog.client import Consumer
+    from lakelog.client import Consumer, CorruptRecordError
 
     if group is not None:
         consumer = Consumer(url, group, [topic], format="STRING",
@@ -640,7 +640,11 @@ def _records(url: str, topic: str, group: str | None, from_beginning: bool,
         left = limit
         try:
             while left is None or left > 0:
-                records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
+                try:
+                    records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
+                except CorruptRecordError as exc:  # commits what was printed, then says so
+                    raise LakelogError(f"{exc.message} (once this consumer has stopped: "
+                                       f"lakelog groups skip-corrupt {group})") from None
                 for r in records:
                     yield r.key, r.value
                 if left is not None:

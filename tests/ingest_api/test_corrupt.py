@@ -163,37 +163,45 @@ def test_a_group_member_gets_the_records_before_the_damage_then_the_error_then_s
         assert all(r.value == value(p, r.offset) for r in got[p])
 
 
-def test_groups_skip_corrupt_moves_a_stuck_group_past_the_damage(
+def test_the_cli_consumer_stops_with_one_line_and_skip_corrupt_moves_the_group_on(
         spawn_server: Callable[..., ServerProcess]) -> None:
     server = spawn_server()
     d = damaged_topic(server)
     env = {**os.environ, "LAKELOG_URL": server.url}
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([LAKELOG, "groups", *args], capture_output=True, text=True,
-                             env=env, timeout=60)
-        assert out.returncode == 0, out.stderr
+    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([LAKELOG, *args], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert out.returncode == code, out.stderr
         return out
 
+    # A consumer reaching the damage prints the records before it, then one line and exit 1.
+    for group in ([], ["--group", "stuck"]):
+        out = run("consume", "t", *group, "--from-beginning", "--timeout-ms", "3000", code=1)
+        assert [line.split("-")[0] for line in out.stdout.splitlines()].count("p0") == d.first
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("lakelog: error:") and f"offsets {d.first}..{d.next - 1}" in line
+        assert str(d.path) in line and (not group or "lakelog groups skip-corrupt stuck" in line)
     with server.client() as c:
-        for group, offsets in (("stuck", (d.first + 3, 10)), ("fine", (20, 10))):
-            c.post(f"/consumer-groups/{group}/offsets", json={"offsets": [
-                {"topic_name": "t", "partition_id": p, "offset": o}
-                for p, o in enumerate(offsets)]}).raise_for_status()
+        c.post("/consumer-groups/fine/offsets", json={"offsets": [
+            {"topic_name": "t", "partition_id": p, "offset": o}
+            for p, o in enumerate((20, 10))]}).raise_for_status()
 
-        def committed(group: str) -> list[int]:
-            return [o["offset"] for o in c.get(f"/consumer-groups/{group}/offsets")
-                    .json()["offsets"]]
+        def committed(group: str) -> dict[int, int]:
+            return {o["partition_id"]: o["offset"] for o in c.get(
+                f"/consumer-groups/{group}/offsets").json()["offsets"]}
 
-        dry = run("skip-corrupt", "stuck")
-        assert dry.stdout.splitlines() == [f"t-0\t{d.first + 3} -> {d.next}"]
+        stuck = committed("stuck")
+        assert stuck[0] == d.first  # what was printed was committed
+        dry = run("groups", "skip-corrupt", "stuck")
+        assert dry.stdout.splitlines() == [f"t-0\t{d.first} -> {d.next}"]
         assert f"offsets {d.first}..{d.next - 1} damaged ({d.path}" in dry.stderr
-        assert "dry run" in dry.stderr and committed("stuck") == [d.first + 3, 10]
-        run("skip-corrupt", "stuck", "--execute")
-        assert committed("stuck") == [d.next, 10]
-        fine = run("skip-corrupt", "fine", "--execute")
+        assert "dry run" in dry.stderr and committed("stuck") == stuck
+        run("groups", "skip-corrupt", "stuck", "--execute")
+        assert committed("stuck") == {**stuck, 0: d.next}
+        fine = run("groups", "skip-corrupt", "fine", "--execute")
         assert fine.stdout == "" and "no committed offset stands at a damaged batch" in fine.stderr
-        assert committed("fine") == [20, 10]
+        assert committed("fine") == {0: 20, 1: 10}
     # The group goes on from past the damage, without an error.
     with Consumer(server.url, "stuck", ["t"], format="STRING") as consumer:
         seen: list[int] = []
