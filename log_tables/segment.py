@@ -220,8 +220,11 @@ class LogSegment:
         if self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
                                           position, size)):
             self._add_index_entries(h.base_offset, position, h.last_offset)
-        self.next_offset = h.next_offset
+        # Size first: a reader that sees the new next offset also sees the bytes that hold
+        # it (``intact`` reads them in the other order), so a live read never takes a
+        # batch still being published for one missing from the file.
         self.size = position + size
+        self.next_offset = h.next_offset
         return position
 
     def _add_index_entries(self, base_offset: int, position: int, last_offset: int) -> None:
@@ -306,32 +309,35 @@ class LogSegment:
         """The batches from the one holding ``offset`` on, CRC-checked, in order; a
         damaged run between them comes as a ``Damage`` (the offsets it hides), and the
         intact batches after it follow."""
+        next_offset = self.next_offset
+        size = self.size  # after next_offset: it covers at least that (see ``append``)
         position_offset, position = self.offset_index.lookup(offset)
         while True:
-            scanner = _SkippingScanner(self._fd, str(self.path), position, self.size, offset,
+            scanner = _SkippingScanner(self._fd, str(self.path), position, size, offset,
                                        expected_offset=position_offset,
                                        max_batch_bytes=max_batch_bytes)
             yield from scanner
             expected = scanner.expected_offset
             assert expected is not None
             if scanner.stop is None:
-                if expected < self.next_offset:  # the file is shorter than its offsets
-                    yield Damage(str(self.path), self.size, self.size, expected,
-                                 self.next_offset, "the segment ends early")
+                if expected < next_offset:  # the file is shorter than its offsets
+                    yield Damage(str(self.path), size, size, expected, next_offset,
+                                 "the segment ends early")
                 return
-            damage = self.damage_at(scanner.stop, expected, max_batch_bytes)
+            damage = self.damage_at(scanner.stop, expected, size, next_offset, max_batch_bytes)
             if damage is None:
                 return
             if damage.next_offset > offset:
                 yield damage
             position, position_offset = damage.resume_position, damage.next_offset
 
-    def damage_at(self, stop: ScanStop, first_offset: int, max_batch_bytes: int
-                  ) -> Damage | None:
-        """The damage a scan of this segment stopped at (see ``damage.locate``)."""
+    def damage_at(self, stop: ScanStop, first_offset: int, size: int, next_offset: int,
+                  max_batch_bytes: int) -> Damage | None:
+        """The damage a scan of this segment (``size`` bytes holding offsets up to
+        ``next_offset``) stopped at (see ``damage.locate``)."""
         if stop.position in self._damage:
             return self._damage[stop.position]
-        found = locate(self._fd, str(self.path), stop, first_offset, self.size, self.next_offset,
+        found = locate(self._fd, str(self.path), stop, first_offset, size, next_offset,
                        self.offset_index.entries(), max_batch_bytes)
         if self.sealed:  # a sealed segment never changes: remember it
             self._damage[stop.position] = found
