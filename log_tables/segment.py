@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -137,60 +137,51 @@ class LogSegment:
         """
         scanner = BatchScanner(self._fd, str(self.path), 0, self.size,
                                expected_offset=self.base_offset, max_batch_bytes=max_batch_bytes)
+        self._reindex(scanner)
+        self.next_offset = scanner.expected_offset or self.base_offset
+        if scanner.stop is not None:
+            os.ftruncate(self._fd, scanner.stop.position)
+            self.size = scanner.stop.position
+        return scanner.stop
+
+    def rebuild(self, next_offset: int, max_batch_bytes: int) -> list[Damage]:
+        """Rebuild both indexes of a durable segment whose next offset is known, without
+        truncating anything: damage inside it is left for reads to report, rather than cut
+        away with the intact batches after it. Returns the damage found.
+        """
+        self.next_offset = next_offset
+        self.offset_index.reset([], [])  # scan from the start, not from a broken entry
+        damages: list[Damage] = []
+
+        def batches() -> Iterator[ScannedBatch]:
+            for item in self.intact(self.base_offset, max_batch_bytes):
+                if isinstance(item, Damage):
+                    damages.append(item)
+                else:
+                    yield item
+
+        self._reindex(batches())
+        return damages
+
+    def _reindex(self, batches: Iterable[ScannedBatch]) -> None:
+        """Replace both indexes with entries for ``batches`` (all of the segment's, in order)."""
         off_a: list[int] = []
         off_b: list[int] = []
         ts_a: list[int] = []
         ts_b: list[int] = []
         self._bytes_since_index = 0
         self.max_timestamp = -1
-        for batch in scanner:
+        for batch in batches:
             h = batch.header
-            entry = self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
-                                                   batch.position, h.size))
-            if entry is not None:
+            if self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
+                                              batch.position, h.size)):
                 off_a.append(h.base_offset - self.base_offset)
                 off_b.append(batch.position)
                 if not ts_a or self.max_timestamp > ts_a[-1]:
                     ts_a.append(self.max_timestamp)
                     ts_b.append(h.last_offset - self.base_offset)
-        self.next_offset = scanner.expected_offset or self.base_offset
-        if scanner.stop is not None:
-            os.ftruncate(self._fd, scanner.stop.position)
-            self.size = scanner.stop.position
         self.offset_index.reset(off_a, off_b)
         self.time_index.reset(ts_a, ts_b)
-        return scanner.stop
-
-    def rebuild(self, next_offset: int, max_batch_bytes: int) -> list[Damage]:
-        """Rebuild both indexes of a durable segment whose next offset is known, without
-        truncating anything: damage inside it is found by reads, not cut away with the
-        intact batches after it. Returns the damage found.
-        """
-        self.next_offset = next_offset
-        self.offset_index.reset([], [])
-        self.time_index.reset([], [])
-        off_a: list[int] = []
-        off_b: list[int] = []
-        ts_a: list[int] = []
-        ts_b: list[int] = []
-        damages: list[Damage] = []
-        self._bytes_since_index = 0
-        self.max_timestamp = -1
-        for item in self.intact(self.base_offset, max_batch_bytes):
-            if isinstance(item, Damage):
-                damages.append(item)
-                continue
-            h = item.header
-            if self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
-                                              item.position, h.size)):
-                off_a.append(h.base_offset - self.base_offset)
-                off_b.append(item.position)
-                if not ts_a or self.max_timestamp > ts_a[-1]:
-                    ts_a.append(self.max_timestamp)
-                    ts_b.append(h.last_offset - self.base_offset)
-        self.offset_index.reset(off_a, off_b)
-        self.time_index.reset(ts_a, ts_b)
-        return damages
 
     def _index_point(self, b: IndexedBatch) -> bool | None:
         """Account for an appended batch; True when it should get index entries."""
