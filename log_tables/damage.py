@@ -35,6 +35,9 @@ from log_tables.batch import HEADER_SIZE, MAGIC, BatchScanner, ScanStop, check_h
 _MAGIC_AT = 12  # the magic's position inside a header
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _CHUNK = 1 << 20
+_MAX_DEPTH = 32
+"""Damaged runs between two anchors that a search resolves one by one; past that many the
+whole stretch counts as one damaged run."""
 
 
 class Damage(NamedTuple):
@@ -95,44 +98,59 @@ def _valid_at(fd: int, path: str, position: int, offset: int, end: int,
 
 
 def _search(fd: int, path: str, start: int, first_offset: int, anchor: tuple[int, int | None],
-            max_batch_bytes: int) -> tuple[int, int] | None:
+            max_batch_bytes: int, depth: int = 0) -> tuple[int, int] | None:
     """(position, base offset) of the first batch start in ``[start, anchor)`` whose chain
-    of valid batches lands exactly on the anchor, or None."""
+    of valid batches lands exactly on the anchor (across further damage, each resolved
+    the same way), or None. Each byte is scanned a bounded number of times: a chain
+    that fails at some damage rules out every batch start before that damage too."""
     limit = anchor[0]
     pos = start
     while pos < limit:
         chunk = os.pread(fd, min(_CHUNK, limit - pos) + HEADER_SIZE, pos)
         i = chunk.find(_MAGIC_BYTES)
+        resume = pos + _CHUNK
         while i >= 0:
             q = pos + i - _MAGIC_AT
             if q >= start and q % 8 == 0 and q < limit:
-                hit = _chain(fd, path, q, first_offset, anchor, max_batch_bytes)
+                hit, dead_end = _chain(fd, path, q, first_offset, anchor, max_batch_bytes, depth)
                 if hit is not None:
                     return hit
+                if dead_end > pos + i:  # every start before it chains into the same end
+                    resume = dead_end
+                    break
             i = chunk.find(_MAGIC_BYTES, i + 1)
-        pos += _CHUNK
+        pos = resume
     return None
 
 
 def _chain(fd: int, path: str, q: int, first_offset: int, anchor: tuple[int, int | None],
-           max_batch_bytes: int) -> tuple[int, int] | None:
+           max_batch_bytes: int, depth: int) -> tuple[tuple[int, int] | None, int]:
+    """((q, base offset) if the chain of valid batches from ``q`` reaches the anchor, else
+    None; the position the chain ended at, when it holds at least one batch, else q)."""
     limit, anchor_offset = anchor
     head = os.pread(fd, HEADER_SIZE, q)
     if len(head) < HEADER_SIZE:
-        return None
+        return None, q
     header = decode_header(head)
-    if check_header(header, path, q, max_batch_bytes) is not None:
-        return None
-    if header.base_offset < first_offset:
-        return None
+    if check_header(header, path, q, max_batch_bytes) is not None or (
+            header.base_offset < first_offset):
+        return None, q
     scanner = BatchScanner(fd, path, q, limit, expected_offset=header.base_offset,
                            max_batch_bytes=max_batch_bytes)
     for _ in scanner:
         pass
     if scanner.position == q:
-        return None  # not even its first batch is whole
-    if scanner.stop is not None and not (anchor_offset is None and scanner.stop.torn):
-        return None
-    if anchor_offset is not None and scanner.expected_offset != anchor_offset:
-        return None
-    return q, header.base_offset
+        return None, q  # not even its first batch is whole
+    hit = (q, header.base_offset)
+    stop, expected = scanner.stop, scanner.expected_offset
+    assert expected is not None
+    if stop is None or (anchor_offset is None and stop.torn):
+        landed = anchor_offset is None or expected == anchor_offset
+        return (hit if landed else None), scanner.position
+    # More damage before the anchor: the chain counts if the batches after that damage
+    # reach the anchor in turn (never a chain that ends nowhere: it could be a batch
+    # someone stored inside a record's value).
+    if depth < _MAX_DEPTH and _search(fd, path, stop.position, expected, anchor,
+                                      max_batch_bytes, depth + 1) is not None:
+        return hit, scanner.position
+    return None, scanner.position

@@ -184,3 +184,30 @@ def test_readers_in_other_processes_see_damage_not_a_torn_tail(open_log: OpenLog
     assert any(line.startswith(f"  DAMAGED: offsets {base}..{base + PER_BATCH - 1}")
                for line in lines)
     assert sum("baseOffset:" in line for line in lines) == 60 // PER_BATCH - 2
+
+
+@pytest.mark.parametrize("reopen", [False, True], ids=["live", "reopened"])
+def test_two_damaged_batches_without_index_entries_each_hide_only_their_own_records(
+        open_log: OpenLog, reopen: bool) -> None:
+    """No index entry to resume from: the batches between the two damaged ones are found
+    by their magic and chain, not taken for part of the damage."""
+    config = {"segment_bytes": 1 << 20, "index_interval_bytes": 1 << 30}
+    plog = open_log(**config)
+    append_n(plog, 90, per_batch=PER_BATCH)
+    path = plog.active_segment.path
+    batches = batches_of(path)
+    flip(path, batches[3][0] + WHERE["length"])  # offsets 9..11: its length is garbage
+    flip(path, batches[20][0] + WHERE["body"] % batches[20][1])  # offsets 60..62
+    if reopen:
+        plog.close()
+        plog = open_log(**config)
+        assert plog.high_watermark == 90 and len(plog.recovered_from) == 2
+    assert [r.offset for r in plog.read(0).records()] == list(range(9))
+    for first in (9, 60):
+        with pytest.raises(CorruptRecordError) as err:
+            plog.read(first)
+        assert (err.value.first_offset, err.value.next_offset) == (first, first + PER_BATCH)
+    between = plog.read(12, max_bytes=1 << 20).records()
+    assert [r.offset for r in between] == list(range(12, 60))
+    assert_records_match_offsets(between, start=12)
+    assert_records_match_offsets(read_from(plog, 63), start=63)
