@@ -9,7 +9,11 @@ table state, never a mix):
    (below the hot log's checkpointed recovery point);
 2. stage: Spark tasks (segments spread over one task per core) read each
    segment (CRC-checked), write its records as one Parquet file under
-   ``<table>/_stage/<job>/`` and return the file's stats;
+   ``<table>/_stage/<job>/`` and return the file's stats. A damaged batch ends
+   its partition's run: the records before it are tiered, the partition's later
+   segments wait (reported, not failing the other partitions), unless
+   ``skip_damaged`` says to tier around it (the damaged offsets become a hole,
+   as compaction leaves, and the run records which);
 3. move: write the job's manifest, then move the staged files into
    ``partition=<p>/``;
 4. commit: one Delta commit per topic through delta-rs, on the handle that
@@ -52,6 +56,7 @@ from log_tables.cold_table import (
     to_table_rows,
     write_rows,
 )
+from log_tables.damage import Damage
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.layout import Layout
@@ -74,6 +79,8 @@ class SegmentWork(NamedTuple):
     end: int
     """The next segment's base offset: the segment holds exactly ``start .. end-1``."""
     staged_path: str
+    skip_damaged: bool = False
+    """Tier around damaged batches (their offsets become a hole) instead of stopping."""
 
 
 class StagedFile(NamedTuple):
@@ -81,7 +88,12 @@ class StagedFile(NamedTuple):
 
     work: SegmentWork
     size_bytes: int
+    """0: no record to tier (nothing was written)."""
     stats: str
+    end: int
+    """The offset after what it covers: ``work.end``, or where a damaged batch starts."""
+    damage: tuple[Damage, ...] = ()
+    """Damaged runs met: the one it stopped at, or (``skip_damaged``) those it skipped."""
 
 
 class TieredRange(NamedTuple):
@@ -92,6 +104,25 @@ class TieredRange(NamedTuple):
     start: int
     end: int
     bytes: int
+    skipped: tuple[Damage, ...] = ()
+    """Damaged batches tiered around (``skip_damaged``): their offsets are a hole."""
+
+
+class DamagedPartition(NamedTuple):
+    """A partition whose tiering stopped at a damaged batch (the records before it are in)."""
+
+    topic: str
+    partition: int
+    damage: Damage
+
+    @property
+    def message(self) -> str:
+        d = self.damage
+        return (f"topic {self.topic!r} partition {self.partition}: offsets {d.first_offset}.."
+                f"{d.last_offset} are in a damaged batch in {d.path} at byte {d.position} "
+                f"({d.reason}); tiered up to offset {d.first_offset}, the rest waits: restore "
+                "the file, or run `lakelog jobs tier --skip-damaged` to tier around it "
+                "(docs/reliability.md)")
 
 
 class TierReport(NamedTuple):
@@ -99,6 +130,8 @@ class TierReport(NamedTuple):
     conflicts: int
     """Partitions another job tiered first (their staged files were dropped)."""
     seconds: float
+    damaged: tuple[DamagedPartition, ...] = ()
+    """Partitions that stopped at a damaged batch."""
 
     @property
     def records(self) -> int:
@@ -112,24 +145,36 @@ class TierReport(NamedTuple):
 def write_segment(work: SegmentWork) -> StagedFile:
     """Stage step (runs in a Spark task): one sealed segment as one Parquet file."""
     segment = SegmentFile(work.base_offset, Path(work.segment_path))
-    scanned, stop = scan_segment(segment, work.start)
+    items, stop = scan_segment(segment, work.start, work.end)
     rows = []
+    damage: list[Damage] = []
     position = work.start
-    for b in scanned:
+    for b in items:
+        if isinstance(b, Damage):
+            if b.next_offset <= position or b.first_offset >= work.end:
+                continue
+            damage.append(b)
+            if not work.skip_damaged:
+                break  # tier what is before it; the partition waits here
+            position = min(b.next_offset, work.end)
+            continue
         if b.header.next_offset <= position or position >= work.end:
             continue
         body = records_from(b, work.segment_path, position, work.end - 1)
         rows.append(to_table_rows(position, body, b.header.log_append_time))
         position += body.num_rows
-    if position != work.end:
+    if position != work.end and not (damage and not work.skip_damaged):
         why = stop.reason if stop is not None else "the segment ends early"
         raise CorruptRecordError(
             work.segment_path, stop.position if stop is not None else -1,
             f"sealed segment readable only up to offset {position}, expected up to "
             f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
+    if not rows:
+        return StagedFile(work, 0, "", position, tuple(damage))
     os.makedirs(os.path.dirname(work.staged_path), exist_ok=True)
     size = write_rows(work.staged_path, rows)
-    return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)))
+    return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)), position,
+                      tuple(damage))
 
 
 def write_segments(works: list[SegmentWork]) -> list[StagedFile]:
@@ -167,7 +212,7 @@ class TierJob:
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 orphan_min_age_s: float = 60.0) -> None:
+                 orphan_min_age_s: float = 60.0, skip_damaged: bool = False) -> None:
         if not is_local(layout.warehouse):
             raise StorageError(f"{layout.warehouse}: the tiering job stages files on a local "
                                "or mounted file system; object-store warehouses are not supported yet")
@@ -176,6 +221,9 @@ class TierJob:
         self.job_id = new_job_id()
         self.progress = progress or (lambda line: log.info("%s", line))
         self.orphan_min_age_s = orphan_min_age_s
+        self.skip_damaged = skip_damaged
+        """Tier around damaged batches (an operator's choice: their records are lost)."""
+        self._new_damage: list[DamagedPartition] = []
 
     def run(self, spark: SparkSession | Callable[[], SparkSession], *, record: bool = True
             ) -> TierReport:
@@ -199,7 +247,11 @@ class TierJob:
             job_runs.record(self.layout.warehouse, [job_runs.JobRun(
                 self.name, self.job_id, r.topic, r.partition, began, end, job_runs.SUCCEEDED,
                 r.end - r.start, r.end - r.start, r.bytes, r.bytes,
-                f"tiered offsets {r.start}..{r.end - 1}") for r in report.tiered])
+                f"tiered offsets {r.start}..{r.end - 1}" + "".join(
+                    f"; skipped damaged offsets {d.first_offset}..{d.last_offset} of {d.path}"
+                    for d in r.skipped)) for r in report.tiered] + [job_runs.JobRun(
+                self.name, self.job_id, d.topic, d.partition, began, end, job_runs.FAILED,
+                error=d.message) for d in self._new_damage])
         return report
 
     def _run(self, spark: SparkSession | Callable[[], SparkSession], started: float
@@ -228,7 +280,7 @@ class TierJob:
         finally:
             for stage in stages.values():
                 stage.close()
-        report = TierReport(tiered, conflicts, time.monotonic() - started)
+        report = TierReport(tiered, conflicts, time.monotonic() - started, self._damaged(staged))
         if tiered or conflicts:
             self.progress(f"tiered {report.records:,} records ({report.bytes / 1e6:.1f} MB) of "
                           f"{len({(r.topic, r.partition) for r in tiered})} partition(s) in "
@@ -269,16 +321,24 @@ class TierJob:
                     continue
                 staged = os.path.join(stage, f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
                 works.append(SegmentWork(topic, p, str(seg.path), seg.base_offset, start,
-                                         nxt.base_offset, staged))
+                                         nxt.base_offset, staged, self.skip_damaged))
         return _TopicPlan(topic, dt, tiered, floors, works)
 
     # -- move and commit -----------------------------------------------------------
     def _commit(self, plan: _TopicPlan, staged: list[StagedFile], stage: StageDir
                 ) -> tuple[list[TieredRange], int]:
-        """Steps 3 and 4 for one topic; returns what was committed and how many partitions lost."""
+        """Steps 3 and 4 for one topic; returns what was committed and how many partitions lost.
+
+        A partition's files are taken up to the first that stopped at a damaged batch (the
+        files after it stay in the stage directory, which is removed); files without
+        records move nothing but still count for the partition's new tiered offset.
+        """
         by_partition: dict[int, list[StagedFile]] = defaultdict(list)
         for s in sorted(staged, key=lambda s: (s.work.partition, s.work.start)):
-            by_partition[s.work.partition].append(s)
+            files = by_partition[s.work.partition]
+            if files and files[-1].end < files[-1].work.end:
+                continue  # after a damaged batch: waits for the damage to be dealt with
+            files.append(s)
         for p, files in by_partition.items():
             expected = plan.floors[p]
             for f in files:
@@ -286,23 +346,46 @@ class TierJob:
                     raise StorageError(f"{plan.topic}-{p}: staged files are not contiguous at "
                                        f"offset {expected} (found {f.work.start}); rerun the job")
                 expected = f.work.end
+        moved = [s for files in by_partition.values() for s in files if s.size_bytes]
         finals = {s.work.staged_path: f"partition={s.work.partition}/"
-                  f"{s.work.start:020d}-{s.work.end:020d}-{self.job_id}.parquet" for s in staged}
+                  f"{s.work.start:020d}-{s.end:020d}-{self.job_id}.parquet" for s in moved}
         stage.move_in(finals)
         step("moved")
         now_ms = int(time.time() * 1000)
         changes = [PartitionChange(
             p, [AddAction(finals[s.work.staged_path], s.size_bytes, {"partition": str(p)}, now_ms,
-                          True, s.stats) for s in files], [],
-            {tier_app_id(p): files[-1].work.end}, {tier_app_id(p): plan.tiered[p]})
-            for p, files in by_partition.items()]
+                          True, s.stats) for s in files if s.size_bytes], [],
+            {tier_app_id(p): files[-1].end}, {tier_app_id(p): plan.tiered[p]})
+            for p, files in by_partition.items() if files[-1].end > plan.floors[p]]
         done, lost = commit_changes(
             plan.table, changes, self.name, self.job_id,
             on_lost=lambda c: stage.discard([finals[s.work.staged_path]
-                                             for s in by_partition[c.partition]]))
+                                             for s in by_partition[c.partition] if s.size_bytes]))
         if done:
             step("committed")
         return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],
-                            by_partition[c.partition][-1].work.end,
-                            sum(f.size_bytes for f in by_partition[c.partition]))
+                            by_partition[c.partition][-1].end,
+                            sum(f.size_bytes for f in by_partition[c.partition]),
+                            tuple(d for f in by_partition[c.partition] for d in f.damage))
                 for c in done], len(lost)
+
+    def _damaged(self, staged: list[StagedFile]) -> tuple[DamagedPartition, ...]:
+        """Where partitions stopped at a damaged batch; each is logged (and a failed row in
+        ``_job_runs``) once per job process, not at every run of the server's scheduler."""
+        out = []
+        for s in staged:
+            if s.end < s.work.end and s.damage:
+                d = s.damage[-1]
+                found = DamagedPartition(s.work.topic, s.work.partition, d)
+                out.append(found)
+                if (d.path, d.position) not in _REPORTED:
+                    _REPORTED.add((d.path, d.position))
+                    self._new_damage.append(found)
+                    log.warning("%s", found.message)
+                    self.progress(found.message)
+        return tuple(out)
+
+
+_REPORTED: set[tuple[str, int]] = set()
+"""Damage already reported by this process (the server's job process tiers every few
+seconds, and must not log the same damage each time)."""

@@ -61,7 +61,10 @@ _STATUS: list[tuple[type[e.LakelogError], int, int]] = [
     (e.OffsetOutOfRangeError, 416, 41601),
     (e.QueueFullError, 429, 42901),
     (e.LogClosedError, 503, 50301),
-    (e.CorruptRecordError, 500, 50002),
+    # Records whose bytes on disk are damaged: gone, as far as this server can serve them.
+    # A 4xx, not a 5xx: asking again cannot help (Kafka's CORRUPT_MESSAGE is retriable
+    # because there it means damage in transit); the reader must seek past them.
+    (e.CorruptRecordError, 410, 41001),
 ]
 
 
@@ -74,7 +77,7 @@ def status_of(exc: BaseException) -> tuple[int, int, str, str]:
             return 507, 50701, exc.code, exc.message
         return 500, 50001, exc.code, exc.message
     if isinstance(exc, e.CorruptRecordError):
-        log.error("%s: answered 500 corrupt_record, never served as data", exc.message)
+        log.error("%s: answered 410 corrupt_record, never served as data", exc.message)
     if isinstance(exc, e.LakelogError):
         for cls, status, code in _STATUS:
             if isinstance(exc, cls):
@@ -90,6 +93,16 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
     if isinstance(exc, e.OffsetOutOfRangeError):
         body["log_start_offset"] = exc.log_start_offset
         body["high_watermark"] = exc.high_watermark
+    if isinstance(exc, e.CorruptRecordError):
+        if exc.topic is not None:
+            body["topic_name"] = exc.topic
+            body["partition_id"] = exc.partition
+        if exc.first_offset is not None and exc.next_offset is not None:
+            body["first_offset"] = exc.first_offset
+            body["last_offset"] = exc.next_offset - 1
+            body["next_offset"] = exc.next_offset
+        body["file"] = exc.path
+        body["file_position"] = exc.position
     return status, body
 
 

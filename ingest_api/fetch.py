@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ingest_api.metrics import Metrics
 from ingest_api.notifier import AppendNotifier
-from log_tables.errors import OffsetOutOfRangeError
+from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import FetchResult, LogBatch
 from log_tables.tiered_storage import TieredStorage
@@ -126,13 +126,33 @@ class FetchService:
         """What is there from ``offset`` now, from either tier, without waiting: the offset
         actually read from (the next existing one when ``offset`` fell in a hole the
         Delta tier no longer has) and the result, whose ``log_start_offset`` spans both
-        tiers. Raises OffsetOutOfRangeError below the log start or past the end."""
+        tiers. Raises OffsetOutOfRangeError below the log start or past the end, and
+        CorruptRecordError (naming topic, partition and offsets) when the first batch to
+        return is damaged and the Delta tier has no copy of it; the records before a
+        damaged batch are returned without it."""
+        try:
+            return await self._read(topic, partition, offset, max_records, max_bytes)
+        except CorruptRecordError as exc:
+            raise exc.located(topic, partition) from None
+
+    async def _read(self, topic: str, partition: int, offset: int, max_records: int,
+                    max_bytes: int) -> tuple[int, FetchResult]:
         plog = self.manager.log(topic, partition)
         start = self.tiered.log_start_offset(plog, topic, partition)
         if offset < start:  # deleted by retention or DeleteRecords (maybe not yet from hot)
             raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
         try:
             result = plog.read(offset, max_bytes, max_records)
+        except CorruptRecordError as exc:
+            # Tiered before the damage? The Delta tier has those records intact.
+            assert exc.next_offset is not None
+            copy = await asyncio.to_thread(self.tiered.read_copy, topic, partition, offset,
+                                           exc.next_offset, max_records, max_bytes)
+            if copy is None:
+                raise
+            if not copy:  # compacted away in Delta: go on after the damaged batch
+                return exc.next_offset, FetchResult([], plog.high_watermark, start)
+            return offset, FetchResult(copy, plog.high_watermark, start)
         except OffsetOutOfRangeError:
             if offset >= plog.log_start_offset:
                 raise
@@ -159,7 +179,10 @@ class FetchService:
             if remaining <= 0:
                 break
             await self.notifier.wait(plog.name, remaining)
-            result = plog.read(offset, max_bytes, max_records)
+            try:
+                result = plog.read(offset, max_bytes, max_records)
+            except CorruptRecordError as exc:
+                raise exc.located(topic, partition) from None
         return self._encode(topic, partition, offset, result._replace(log_start_offset=start), fmt)
 
     def _encode(self, topic: str, partition: int, offset: int, result: FetchResult,

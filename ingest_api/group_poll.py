@@ -21,7 +21,12 @@ from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from consumer_groups.offsets import OffsetKey
 from ingest_api.fetch import Data, FetchService, Format, Header, records_of
-from log_tables.errors import OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
+from log_tables.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from log_tables.log_manager import LogManager
 
 _encoder = msgspec.json.Encoder()
@@ -110,6 +115,10 @@ class GroupPoll:
                         break  # answer what was read; the next poll reports this one
                     member.positions[tp] = self._reset(member, tp, pos)
                 continue
+            except CorruptRecordError:
+                if out:
+                    break  # as Kafka's consumer: the records first, the error on a later poll
+                raise  # the position stays: the member seeks past the damaged batch
             if tp not in member.assigned:
                 continue  # revoked while reading
             for batch in result.batches:
@@ -124,4 +133,6 @@ class GroupPoll:
             nxt = result.next_offset
             if nxt is not None:
                 member.positions[tp] = nxt
+            elif offset > pos:  # nothing there between: go on from where the read went
+                member.positions[tp] = offset
         return out

@@ -132,6 +132,9 @@ def jobs_tier(
     warehouse: Warehouse = None,
     topic: Annotated[list[str] | None, typer.Option(help="Only this topic (repeatable).")] = None,
     master: Master = None,
+    skip_damaged: Annotated[bool, typer.Option(
+        "--skip-damaged", help="Tier around damaged hot batches: their records are lost "
+                               "(see docs/reliability.md).")] = False,
 ) -> None:
     """Roll sealed hot segments into the topics' Delta tables, exactly once."""
     from compaction_jobs.tier import TierJob
@@ -139,12 +142,15 @@ def jobs_tier(
     from log_tables.spark_session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
-    report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True)).run(
+    report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
+                     skip_damaged=skip_damaged).run(
         lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
                                 app_name="lakelog-tier"))
     typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition range(s)"
                + (f", {report.conflicts} partition(s) already tiered by another job"
                   if report.conflicts else ""))
+    if report.damaged:  # each was printed above; a scheduler sees the exit status
+        raise typer.Exit(1)
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "
@@ -338,6 +344,41 @@ def groups_reset(
         typer.echo(f"{o['topic_name']}-{o['partition_id']}\t{o['offset']}")
     typer.echo("(dry run: add --execute to apply)" if r["dry_run"] else "offsets reset",
                err=True)
+
+
+@groups_app.command("skip-corrupt")
+def groups_skip_corrupt(
+    group: Annotated[str, typer.Argument(help="The group (it must have no members).")],
+    topic: Annotated[list[str] | None, typer.Option(
+        help="Only this topic (repeatable); default: every topic the group has offsets for.")
+    ] = None,
+    execute: Annotated[bool, typer.Option(
+        "--execute", help="Commit; without it, only show what would be skipped.")] = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Move committed offsets that stand at a damaged batch (410 corrupt_record) past it;
+    the damaged records are lost to the group. Dry run unless --execute."""
+    moves = []
+    for o in _call("GET", url, f"/consumer-groups/{group}/offsets")["offsets"]:
+        t, p, offset = o["topic_name"], o["partition_id"], o["offset"]
+        if topic and t not in topic:
+            continue
+        start = offset
+        for _ in range(1000):  # damaged batches in a row: bounded
+            r = _call("GET", url, f"/topics/{t}/partitions/{p}/records?offset={offset}"
+                      "&max_records=1", ok=(200, 410, 416))
+            if r.get("error") != "corrupt_record":
+                break
+            typer.echo(f"{t}-{p}: offsets {r['first_offset']}..{r['last_offset']} damaged "
+                       f"({r['file']} at byte {r['file_position']})", err=True)
+            offset = r["next_offset"]
+        if offset != start:
+            moves.append({"topic_name": t, "partition_id": p, "offset": offset})
+            typer.echo(f"{t}-{p}\t{start} -> {offset}")
+    if moves and execute:
+        _call("POST", url, f"/consumer-groups/{group}/offsets", {"offsets": moves})
+    typer.echo("no committed offset stands at a damaged batch" if not moves else
+               "(dry run: add --execute to apply)" if not execute else "offsets moved", err=True)
 
 
 @groups_app.command("delete")
@@ -594,7 +635,7 @@ def _records(url: str, topic: str, group: str | None, from_beginning: bool,
     """(key, value) pairs, with (None, None) after each empty poll; stops the group
     consumer (commit + leave) when the caller stops. A group member polls no more than
     ``limit`` records, so what it commits is what was printed."""
-    from lakelog.client import Consumer
+    from lakelog.client import Consumer, CorruptRecordError
 
     if group is not None:
         consumer = Consumer(url, group, [topic], format="STRING",
@@ -602,7 +643,11 @@ def _records(url: str, topic: str, group: str | None, from_beginning: bool,
         left = limit
         try:
             while left is None or left > 0:
-                records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
+                try:
+                    records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
+                except CorruptRecordError as exc:  # commits what was printed, then says so
+                    raise LakelogError(f"{exc.message} (once this consumer has stopped: "
+                                       f"lakelog groups skip-corrupt {group})") from None
                 for r in records:
                     yield r.key, r.value
                 if left is not None:

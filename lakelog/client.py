@@ -23,7 +23,9 @@ The consumer joins its group, heartbeats in a background thread, takes new
 assignments as the server hands them out, commits the positions of revoked
 partitions before letting them go (when auto-commit is on) and then
 acknowledges the revocation. After a failed poll it moves the server's positions
-back to its own, so a lost answer is read again rather than skipped.
+back to its own, so a lost answer is read again rather than skipped. A poll that
+reaches records stored in a damaged batch raises ``CorruptRecordError`` (which
+names them and ``next_offset``); ``seek`` past them to go on.
 
 Credentials: ``api_key="<key id>:<secret>"``, else the ``LAKELOG_API_KEY``
 variable, else the admin key a local server wrote
@@ -98,15 +100,41 @@ class LakelogClientError(Exception):
         self.message = message
 
 
+class CorruptRecordError(LakelogClientError):
+    """The records at the position are in a batch whose bytes on the server's disk are
+    damaged (410 ``corrupt_record``): they are never served, and polling again cannot
+    help. ``consumer.seek(err.topic_partition, err.next_offset)`` skips them (as Kafka's
+    consumer asks to seek past a corrupt record); the records before them were served."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status, "corrupt_record", str(body.get("message", "")))
+        self.topic: str | None = body.get("topic_name")
+        self.partition: int | None = body.get("partition_id")
+        self.first_offset: int | None = body.get("first_offset")
+        self.last_offset: int | None = body.get("last_offset")
+        self.next_offset: int | None = body.get("next_offset")
+        """Where the intact records go on: seek here to skip the damaged ones."""
+        self.file: str | None = body.get("file")
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        assert self.topic is not None and self.partition is not None
+        return TopicPartition(self.topic, self.partition)
+
+
 def _raise_for(r: httpx.Response) -> None:
     if r.status_code < 400:
         return
     try:
         body = r.json()
-        raise LakelogClientError(r.status_code, body.get("error", "error"),
-                                 body.get("message", r.text))
     except ValueError:
         raise LakelogClientError(r.status_code, "error", r.text) from None
+    if not isinstance(body, dict):
+        raise LakelogClientError(r.status_code, "error", r.text)
+    if body.get("error") == "corrupt_record":
+        raise CorruptRecordError(r.status_code, body)
+    raise LakelogClientError(r.status_code, body.get("error", "error"),
+                             body.get("message", r.text))
 
 
 class TopicPartition(NamedTuple):

@@ -214,6 +214,8 @@ class ScanStop(NamedTuple):
 
     position: int
     reason: str
+    torn: bool = False
+    """The batch runs past ``end``: a tail being written (or cut short), not damage."""
 
 
 class BatchScanner:
@@ -267,7 +269,7 @@ class BatchScanner:
             pos = self.position
             head = self._bytes(pos, HEADER_SIZE)
             if head is None:
-                self.stop = ScanStop(pos, "torn header at end of file")
+                self.stop = ScanStop(pos, "torn header at end of file", torn=True)
                 return
             header = decode_header(memoryview(head))
             problem = check_header(header, self.path, pos, self.max_batch_bytes)
@@ -280,7 +282,7 @@ class BatchScanner:
                 return
             raw = self._bytes(pos, header.size)
             if raw is None:
-                self.stop = ScanStop(pos, "torn batch at end of file")
+                self.stop = ScanStop(pos, "torn batch at end of file", torn=True)
                 return
             if self.verify_crc and not verify(header, raw):
                 self.stop = ScanStop(pos, "CRC mismatch")

@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from log_tables.batch import BatchScanner
+from log_tables.damage import Damage
 from log_tables.errors import LakelogError
-from log_tables.hot_reader import SegmentFile, list_segments
+from log_tables.hot_reader import SegmentFile, list_segments, scan_segment
 from log_tables.records import batch_records
 from log_tables.segment import LOG_SUFFIX, parse_stem
 
@@ -21,26 +21,34 @@ def dump(path: Path, with_records: bool = False) -> Iterator[str]:
         segments = [SegmentFile(base, path)]
     else:
         raise LakelogError(f"{path} is neither a partition directory nor a .log segment file")
-    for segment in segments:
+    for i, segment in enumerate(segments):
         yield f"segment {segment.path}"
-        fd = os.open(segment.path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            scanner = BatchScanner(fd, str(segment.path), 0, size,
-                                   expected_offset=segment.base_offset)
-            for b in scanner:
-                h = b.header
-                yield (f"  baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
-                       f"count: {h.record_count} position: {b.position} size: {h.size} "
-                       f"maxTimestamp: {h.max_timestamp} logAppendTime: {h.log_append_time} "
-                       f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
-                       f"baseSequence: {h.base_sequence} crc: {h.crc:#010x} valid: true")
-                if with_records:
-                    for r in batch_records(h.base_offset, b.records(str(segment.path))):
-                        yield (f"    | offset: {r.offset} timestamp: {r.timestamp} key: {r.key!r} "
-                               f"value: {r.value!r} headers: {r.headers}")
-            if scanner.stop is not None:
-                yield (f"  stop at position {scanner.stop.position}: {scanner.stop.reason} "
-                       f"({size - scanner.stop.position} bytes not readable)")
-        finally:
-            os.close(fd)
+        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        items, stop = scan_segment(segment, None, nxt)
+        for b in items:
+            if isinstance(b, Damage):
+                yield (f"  DAMAGED: offsets {b.first_offset}..{b.last_offset} positions "
+                       f"{b.position}..{b.resume_position - 1}: {b.reason} (never served; "
+                       f"readers seek to {b.next_offset} to skip it)")
+                continue
+            h = b.header
+            yield (f"  baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
+                   f"count: {h.record_count} position: {b.position} size: {h.size} "
+                   f"maxTimestamp: {h.max_timestamp} logAppendTime: {h.log_append_time} "
+                   f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+                   f"baseSequence: {h.base_sequence} crc: {h.crc:#010x} valid: true")
+            if with_records:
+                for r in batch_records(h.base_offset, b.records(str(segment.path))):
+                    yield (f"    | offset: {r.offset} timestamp: {r.timestamp} key: {r.key!r} "
+                           f"value: {r.value!r} headers: {r.headers}")
+        if stop is not None:
+            size = _size(segment.path)
+            yield (f"  stop at position {stop.position}: {stop.reason} "
+                   f"({size - stop.position} bytes not readable)")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

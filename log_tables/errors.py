@@ -91,15 +91,40 @@ class OffsetOutOfRangeError(LakelogError):
 
 
 class CorruptRecordError(LakelogError):
-    """Bytes on disk failed a CRC or format check; they are never served as data."""
+    """Bytes on disk failed a CRC or format check; they are never served as data.
+
+    A read that reaches a damaged batch also says which offsets it hides
+    (``first_offset`` .. ``next_offset - 1``) and so where to seek to skip them, and,
+    once known, the topic and partition. Not retriable: the bytes stay damaged until
+    an operator restores the file or the readers skip the offsets.
+    """
 
     code = "corrupt_record"
 
-    def __init__(self, path: str, position: int, reason: str) -> None:
-        super().__init__(f"corrupt batch in {path} at byte {position}: {reason}")
+    def __init__(self, path: str, position: int, reason: str, *,
+                 first_offset: int | None = None, next_offset: int | None = None,
+                 topic: str | None = None, partition: int | None = None) -> None:
+        where = f"topic {topic!r} partition {partition}: " if topic is not None else ""
+        if first_offset is not None and next_offset is not None:
+            message = (f"{where}offsets {first_offset}..{next_offset - 1} are in a damaged "
+                       f"batch in {path} at byte {position} ({reason}) and cannot be read; "
+                       f"seek to offset {next_offset} to skip them")
+        else:
+            message = f"{where}corrupt batch in {path} at byte {position}: {reason}"
+        super().__init__(message)
         self.path = path
         self.position = position
         self.reason = reason
+        self.first_offset = first_offset
+        self.next_offset = next_offset
+        self.topic = topic
+        self.partition = partition
+
+    def located(self, topic: str, partition: int) -> CorruptRecordError:
+        """The same error, naming the topic and partition it was found in."""
+        return CorruptRecordError(self.path, self.position, self.reason,
+                                  first_offset=self.first_offset, next_offset=self.next_offset,
+                                  topic=topic, partition=partition)
 
 
 class CorruptIndexError(LakelogError):

@@ -2,8 +2,11 @@
 
 The reader never writes. It trusts nothing: an index entry is used only if the
 batch it points at has the expected base offset, and every batch is CRC-checked.
-The first torn or invalid batch ends the readable log, so a reader racing the
-writer sees a prefix of complete batches and never a partial one.
+A torn batch at the end of the newest segment ends the readable log, so a reader
+racing the writer sees a prefix of complete batches and never a partial one. An
+invalid batch with intact batches after it (or inside a segment that has a
+successor) is damage (``log_tables.damage``): the reader raises CorruptRecordError
+naming its offsets when it reaches it, never serves it, and reads past it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from log_tables.batch import BatchScanner, ScannedBatch, ScanStop
-from log_tables.errors import CorruptIndexError, OffsetOutOfRangeError
+from log_tables.damage import Damage, locate
+from log_tables.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
 from log_tables.offset_index import OffsetIndex
 from log_tables.partition_log import CHECKPOINT_FILE, MAX_BATCH_BYTES, LogBatch
 from log_tables.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem, records_from
@@ -51,28 +55,54 @@ def recovery_point(directory: Path) -> int:
         return 0
 
 
-def scan_segment(segment: SegmentFile, from_offset: int | None = None
-                 ) -> tuple[list[ScannedBatch], ScanStop | None]:
-    """Every valid batch of a segment file (from the one holding ``from_offset``)."""
+def scan_segment(segment: SegmentFile, from_offset: int | None = None,
+                 end_offset: int | None = None
+                 ) -> tuple[list[ScannedBatch | Damage], ScanStop | None]:
+    """Every valid batch of a segment file (from the one holding ``from_offset``), with
+    each damaged run between them as a ``Damage``, in order, and where the readable part
+    ends early (a torn tail), if it does.
+
+    ``end_offset``: the segment's next offset when known (it has a successor); then
+    damage up to the end of the file is told apart from a torn tail, and a file that
+    ends short of it is damage too.
+    """
     try:
         fd = os.open(segment.path, os.O_RDONLY)
     except FileNotFoundError:
         return [], ScanStop(0, "segment deleted")
     try:
         end = os.fstat(fd).st_size
-        start_offset, start_pos = segment.base_offset, 0
+        position_offset, position = segment.base_offset, 0
         if from_offset is not None and from_offset > segment.base_offset:
-            start_offset, start_pos = _index_hint(segment, from_offset)
-        scanner = BatchScanner(fd, str(segment.path), start_pos, end,
-                               expected_offset=start_offset, max_batch_bytes=MAX_BATCH_BYTES)
-        batches = list(scanner)
-        if start_pos and scanner.stop is not None and not batches:
-            # A stale or garbled index entry: fall back to scanning from the start.
-            scanner = BatchScanner(fd, str(segment.path), 0, end,
-                                   expected_offset=segment.base_offset,
-                                   max_batch_bytes=MAX_BATCH_BYTES)
+            position_offset, position = _index_hint(segment, from_offset)
+        skip = from_offset if from_offset is not None else segment.base_offset
+        index: list[tuple[int, int]] | None = None
+        items: list[ScannedBatch | Damage] = []
+        while True:
+            scanner = BatchScanner(fd, str(segment.path), position, end,
+                                   expected_offset=position_offset, max_batch_bytes=MAX_BATCH_BYTES)
             batches = list(scanner)
-        return batches, scanner.stop
+            if position and scanner.stop is not None and not batches and not items:
+                # A stale or garbled index entry: fall back to scanning from the start.
+                position_offset, position = segment.base_offset, 0
+                continue
+            items += [b for b in batches if b.header.next_offset > skip]
+            expected = scanner.expected_offset
+            assert expected is not None
+            if scanner.stop is None:
+                if end_offset is not None and expected < end_offset:
+                    items.append(Damage(str(segment.path), end, end, expected, end_offset,
+                                        "the segment ends early"))
+                return items, None
+            if index is None:
+                index = _index_entries(segment)
+            damage = locate(fd, str(segment.path), scanner.stop, expected, end, end_offset, index,
+                            MAX_BATCH_BYTES)
+            if damage is None:
+                return items, scanner.stop
+            if damage.next_offset > skip:
+                items.append(damage)
+            position_offset, position = damage.next_offset, damage.resume_position
     finally:
         os.close(fd)
 
@@ -85,6 +115,15 @@ def _index_hint(segment: SegmentFile, offset: int) -> tuple[int, int]:
     return segment.base_offset, 0
 
 
+def _index_entries(segment: SegmentFile) -> list[tuple[int, int]]:
+    index = OffsetIndex(segment.path.with_suffix(INDEX_SUFFIX), segment.base_offset)
+    try:
+        index.load()
+    except (CorruptIndexError, OSError):
+        return []
+    return index.entries()
+
+
 class PartitionReader:
     """A read-only view of one partition directory, for readers in other processes."""
 
@@ -94,16 +133,25 @@ class PartitionReader:
     def end_offset(self) -> int:
         """The offset after the last complete valid batch (0 for an empty partition)."""
         segments = list_segments(self.directory)
-        for segment in reversed(segments):
-            batches, _ = scan_segment(segment, _last_indexed(segment))
-            if batches:
-                return batches[-1].header.next_offset
+        for i in range(len(segments) - 1, -1, -1):
+            segment = segments[i]
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            items, _ = scan_segment(segment, _last_indexed(segment), nxt)
+            if items:
+                last = items[-1]
+                return last.next_offset if isinstance(last, Damage) else last.header.next_offset
             if segment.path.stat().st_size == 0:
                 return segment.base_offset
         return 0
 
-    def batches(self, offset: int, end_offset: int | None = None) -> Iterator[LogBatch]:
-        """Records from ``offset`` up to ``end_offset`` (or the readable end), batch by batch."""
+    def batches(self, offset: int, end_offset: int | None = None, *,
+                skip_damage: bool = False) -> Iterator[LogBatch]:
+        """Records from ``offset`` up to ``end_offset`` (or the readable end), batch by batch.
+
+        A damaged batch in the range raises CorruptRecordError (naming the offsets it
+        hides) once the records before it are yielded; reading from past it goes on.
+        ``skip_damage``: pass over damaged batches instead (their records are never read).
+        """
         segments = list_segments(self.directory)
         if not segments:
             return
@@ -111,9 +159,23 @@ class PartitionReader:
         if offset < bases[0]:
             raise OffsetOutOfRangeError(str(self.directory), offset, bases[0], -1)
         position = offset
-        for segment in segments[max(0, bisect_right(bases, offset) - 1):]:
-            batches, stop = scan_segment(segment, position)
-            for b in batches:
+        first = max(0, bisect_right(bases, offset) - 1)
+        for i in range(first, len(segments)):
+            segment = segments[i]
+            nxt = bases[i + 1] if i + 1 < len(segments) else None
+            items, stop = scan_segment(segment, position, nxt)
+            for b in items:
+                if isinstance(b, Damage):
+                    if end_offset is not None and b.first_offset >= end_offset:
+                        return
+                    if b.next_offset <= position:
+                        continue
+                    if skip_damage:
+                        position = b.next_offset
+                        continue
+                    raise CorruptRecordError(b.path, b.position, b.reason,
+                                             first_offset=b.first_offset,
+                                             next_offset=b.next_offset)
                 if b.header.next_offset <= position:
                     continue
                 if end_offset is not None and b.header.base_offset >= end_offset:
@@ -123,8 +185,8 @@ class PartitionReader:
                 rb = records_from(b, str(segment.path), position, last)
                 yield LogBatch(position, rb, b.header.log_append_time, b.header.producer_id)
                 position += rb.num_rows
-            if stop is not None:
-                return  # the readable log ends at the first invalid batch
+            if stop is not None and nxt is None:
+                return  # the readable log ends at a torn tail
 
 
 def _last_indexed(segment: SegmentFile) -> int | None:
@@ -146,5 +208,6 @@ def segment_max_timestamp(segment: SegmentFile) -> int:
         last = index.last
         if last is not None:
             return last[0]
-    batches, _ = scan_segment(segment)
-    return max((b.header.max_timestamp for b in batches), default=-1)
+    items, _ = scan_segment(segment)
+    # Damaged records cannot be read, so their times do not hold the segment back.
+    return max((b.header.max_timestamp for b in items if isinstance(b, ScannedBatch)), default=-1)

@@ -10,6 +10,10 @@ Files in the partition directory::
 not yet fsynced; every segment before it is sealed and synced. After an
 unclean stop, open() validates every batch from the recovery point on and
 truncates at the first torn or corrupt one (dropping later segments too).
+Segments below it (and every segment after a clean stop) are durable and are
+never truncated: if their indexes do not check out, they are rebuilt, and a
+damaged batch found on the way is kept and reported to the readers that reach it
+(``LogSegment.intact``), so it hides neither the batches before nor after it.
 
 A roll during an append does not wait for the sealed segment's fdatasync (tens
 of milliseconds for a full segment) when the log has a ``flush_scheduler``: as in
@@ -30,10 +34,11 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from log_tables.batch import NO_PRODUCER_ID, EncodedBatch, assign, prepare
+from log_tables.batch import NO_PRODUCER_ID, EncodedBatch, ScannedBatch, assign, prepare
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.config import TopicConfig
 from log_tables.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -183,7 +188,7 @@ class PartitionLog:
         d = self.directory
         self._remove_leftovers()
         log_start, recovery_point = self._read_checkpoint()
-        clean = self._read_clean_marker()
+        clean, clean_end = self._read_clean_marker()
         now = self.clock.now_ms()
         bases = sorted(b for p in d.iterdir() if p.name.endswith(LOG_SUFFIX)
                        and (b := parse_stem(p.name)) is not None)
@@ -204,6 +209,19 @@ class PartitionLog:
                 segments.append(seg)
                 expected = seg.next_offset
                 continue
+            # A durable segment (synced, its end known) is never cut: a damaged batch in
+            # it is a fault of the disk, not a torn write, and the batches after it were
+            # acknowledged. Its indexes are rebuilt; reads report the damage.
+            known_end = (bases[i + 1] if not last else clean_end) if trusted else None
+            if known_end is not None and known_end > base:
+                for damage in seg.rebuild(known_end, MAX_BATCH_BYTES):
+                    self._note(f"{seg.path}: offsets {damage.first_offset}.."
+                               f"{damage.last_offset} at byte {damage.position} are damaged "
+                               f"({damage.reason}); kept, and reported to readers")
+                seg.flush()
+                segments.append(seg)
+                expected = seg.next_offset
+                continue
             stop = seg.recover(MAX_BATCH_BYTES)
             seg.flush()
             if stop is not None:
@@ -220,6 +238,8 @@ class PartitionLog:
         if not segments:
             start = max(log_start, 0)
             segments.append(LogSegment.create(d, start, interval, now))
+        for seg in segments[:-1]:
+            seg.sealed = True
         self._segments = tuple(segments)
         self._next_offset = segments[-1].next_offset
         first_base = segments[0].base_offset
@@ -266,8 +286,8 @@ class PartitionLog:
         for seg in self._segments:
             if seg.next_offset <= start:
                 continue
-            for batch in seg.scan(start, MAX_BATCH_BYTES):
-                if batch.header.base_offset >= start:
+            for batch in seg.intact(start, MAX_BATCH_BYTES):
+                if isinstance(batch, ScannedBatch) and batch.header.base_offset >= start:
                     self.producers.apply(batch.header)
 
     def _note(self, message: str) -> None:
@@ -302,19 +322,23 @@ class PartitionLog:
             self._note("checkpoint unreadable; recovering every segment")
             return 0, 0
 
-    def _read_clean_marker(self) -> dict[int, int]:
+    def _read_clean_marker(self) -> tuple[dict[int, int], int | None]:
+        """(segment sizes, log end offset) of a clean stop; ({}, None) after an unclean one."""
         marker = self.directory / CLEAN_SHUTDOWN_FILE
+        end: int | None = None
         try:
             data = json.loads(marker.read_bytes())
             sizes = {int(k): int(v) for k, v in data["segments"].items()}
+            if data.get("log_end_offset") is not None:
+                end = int(data["log_end_offset"])
         except FileNotFoundError:
-            return {}
+            return {}, None
         except (ValueError, KeyError, TypeError, AttributeError):
             sizes = {}
         # Removed before any append: a crash from here on is an unclean stop.
         marker.unlink()
         fsync_dir(self.directory)
-        return sizes
+        return sizes, end
 
     def _write_checkpoint(self) -> None:
         body = {"log_start_offset": self._log_start_offset, "recovery_point": self._recovery_point}
@@ -514,7 +538,9 @@ class PartitionLog:
              ) -> FetchResult:
         """Records from ``offset`` on, up to about ``max_bytes`` and at most ``max_records``.
 
-        At least one record is returned when any exists (even past ``max_bytes``).
+        At least one record is returned when any exists (even past ``max_bytes``). A
+        damaged batch ends the read: the records before it are returned, and a read that
+        starts at it raises CorruptRecordError naming the offsets it hides.
         """
         high_watermark = self._next_offset
         log_start = self._log_start_offset
@@ -530,7 +556,13 @@ class PartitionLog:
         for seg in segments[i:]:
             if position >= end or (out and budget <= 0):
                 break
-            for b in seg.read(position, end, budget, MAX_BATCH_BYTES, first=not out):
+            try:
+                batches = seg.read(position, end, budget, MAX_BATCH_BYTES, first=not out)
+            except CorruptRecordError:
+                if out:
+                    break  # the records before the damaged batch are answered
+                raise
+            for b in batches:
                 if b.header.base_offset > position:
                     # The segment holding `position` was deleted after this read began.
                     raise OffsetOutOfRangeError(self.name, position, self._log_start_offset,

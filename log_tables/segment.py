@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
 
 from log_tables.batch import HEADER_SIZE, BatchScanner, EncodedBatch, ScannedBatch, ScanStop
+from log_tables.damage import Damage, locate
 from log_tables.errors import CorruptIndexError, CorruptRecordError, StorageError
 from log_tables.offset_index import OffsetIndex
 from log_tables.time_index import TimeIndex
@@ -69,6 +71,8 @@ class LogSegment:
         self.sealed = False
         self._bytes_since_index = 0
         self._index_broken = False
+        self._damage: dict[int, Damage | None] = {}
+        """Damage found by reads, by the byte a scan stopped at (sealed segments only)."""
         self._fd = -1
 
     # -- lifecycle ----------------------------------------------------------------
@@ -133,29 +137,51 @@ class LogSegment:
         """
         scanner = BatchScanner(self._fd, str(self.path), 0, self.size,
                                expected_offset=self.base_offset, max_batch_bytes=max_batch_bytes)
+        self._reindex(scanner)
+        self.next_offset = scanner.expected_offset or self.base_offset
+        if scanner.stop is not None:
+            os.ftruncate(self._fd, scanner.stop.position)
+            self.size = scanner.stop.position
+        return scanner.stop
+
+    def rebuild(self, next_offset: int, max_batch_bytes: int) -> list[Damage]:
+        """Rebuild both indexes of a durable segment whose next offset is known, without
+        truncating anything: damage inside it is left for reads to report, rather than cut
+        away with the intact batches after it. Returns the damage found.
+        """
+        self.next_offset = next_offset
+        self.offset_index.reset([], [])  # scan from the start, not from a broken entry
+        damages: list[Damage] = []
+
+        def batches() -> Iterator[ScannedBatch]:
+            for item in self.intact(self.base_offset, max_batch_bytes):
+                if isinstance(item, Damage):
+                    damages.append(item)
+                else:
+                    yield item
+
+        self._reindex(batches())
+        return damages
+
+    def _reindex(self, batches: Iterable[ScannedBatch]) -> None:
+        """Replace both indexes with entries for ``batches`` (all of the segment's, in order)."""
         off_a: list[int] = []
         off_b: list[int] = []
         ts_a: list[int] = []
         ts_b: list[int] = []
         self._bytes_since_index = 0
         self.max_timestamp = -1
-        for batch in scanner:
+        for batch in batches:
             h = batch.header
-            entry = self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
-                                                   batch.position, h.size))
-            if entry is not None:
+            if self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
+                                              batch.position, h.size)):
                 off_a.append(h.base_offset - self.base_offset)
                 off_b.append(batch.position)
                 if not ts_a or self.max_timestamp > ts_a[-1]:
                     ts_a.append(self.max_timestamp)
                     ts_b.append(h.last_offset - self.base_offset)
-        self.next_offset = scanner.expected_offset or self.base_offset
-        if scanner.stop is not None:
-            os.ftruncate(self._fd, scanner.stop.position)
-            self.size = scanner.stop.position
         self.offset_index.reset(off_a, off_b)
         self.time_index.reset(ts_a, ts_b)
-        return scanner.stop
 
     def _index_point(self, b: IndexedBatch) -> bool | None:
         """Account for an appended batch; True when it should get index entries."""
@@ -185,8 +211,11 @@ class LogSegment:
         if self._index_point(IndexedBatch(h.base_offset, h.last_offset, h.max_timestamp,
                                           position, size)):
             self._add_index_entries(h.base_offset, position, h.last_offset)
-        self.next_offset = h.next_offset
+        # Size first: a reader that sees the new next offset also sees the bytes that hold
+        # it (``intact`` reads them in the other order), so a live read never takes a
+        # batch still being published for one missing from the file.
         self.size = position + size
+        self.next_offset = h.next_offset
         return position
 
     def _add_index_entries(self, base_offset: int, position: int, last_offset: int) -> None:
@@ -267,17 +296,62 @@ class LogSegment:
                                 self.size if end is None else end, offset,
                                 expected_offset=start_offset, max_batch_bytes=max_batch_bytes)
 
+    def intact(self, offset: int, max_batch_bytes: int) -> Iterator[ScannedBatch | Damage]:
+        """The batches from the one holding ``offset`` on, CRC-checked, in order; a
+        damaged run between them comes as a ``Damage`` (the offsets it hides), and the
+        intact batches after it follow."""
+        next_offset = self.next_offset
+        size = self.size  # after next_offset: it covers at least that (see ``append``)
+        position_offset, position = self.offset_index.lookup(offset)
+        while True:
+            scanner = _SkippingScanner(self._fd, str(self.path), position, size, offset,
+                                       expected_offset=position_offset,
+                                       max_batch_bytes=max_batch_bytes)
+            yield from scanner
+            expected = scanner.expected_offset
+            assert expected is not None
+            if scanner.stop is None:
+                if expected < next_offset:  # the file is shorter than its offsets
+                    yield Damage(str(self.path), size, size, expected, next_offset,
+                                 "the segment ends early")
+                return
+            damage = self.damage_at(scanner.stop, expected, size, next_offset, max_batch_bytes)
+            if damage is None:
+                return
+            if damage.next_offset > offset:
+                yield damage
+            position, position_offset = damage.resume_position, damage.next_offset
+
+    def damage_at(self, stop: ScanStop, first_offset: int, size: int, next_offset: int,
+                  max_batch_bytes: int) -> Damage | None:
+        """The damage a scan of this segment (``size`` bytes holding offsets up to
+        ``next_offset``) stopped at (see ``damage.locate``)."""
+        if stop.position in self._damage:
+            return self._damage[stop.position]
+        found = locate(self._fd, str(self.path), stop, first_offset, size, next_offset,
+                       self.offset_index.entries(), max_batch_bytes)
+        if self.sealed:  # a sealed segment never changes: remember it
+            self._damage[stop.position] = found
+        return found
+
     def read(self, offset: int, end_offset: int, max_bytes: int, max_batch_bytes: int,
              first: bool) -> list[ScannedBatch]:
         """Batches holding offsets ``[offset, end_offset)``, up to ``max_bytes``.
 
         ``first``: the read has nothing yet, so one batch is returned even if it is
         larger than ``max_bytes`` (so that a consumer always makes progress).
+        A damaged batch ends the read: the batches before it are returned; with none,
+        CorruptRecordError names the offsets it hides (past it, reads go on).
         """
         out: list[ScannedBatch] = []
         total = 0
-        scanner = self.scan(offset, max_batch_bytes)
-        for batch in scanner:
+        for batch in self.intact(offset, max_batch_bytes):
+            if isinstance(batch, Damage):
+                if out or batch.first_offset >= end_offset:
+                    return out
+                raise CorruptRecordError(batch.path, batch.position, batch.reason,
+                                         first_offset=batch.first_offset,
+                                         next_offset=batch.next_offset)
             if batch.header.base_offset >= end_offset:
                 return out
             if total + batch.header.size > max_bytes and (out or not first):
@@ -286,16 +360,16 @@ class LogSegment:
             total += batch.header.size
             if batch.header.next_offset >= end_offset:
                 return out
-        if scanner.stop is not None:
-            raise CorruptRecordError(str(self.path), scanner.stop.position, scanner.stop.reason)
         return out
 
     def offset_for_timestamp(self, timestamp: int, max_batch_bytes: int,
                              end_offset: int) -> int | None:
-        """The first offset below ``end_offset`` whose timestamp is >= ``timestamp``."""
+        """The first offset below ``end_offset`` whose timestamp is >= ``timestamp``
+        (records of damaged batches, whose times are unknown, are passed over)."""
         start = self.time_index.scan_start(timestamp)
-        scanner = self.scan(start, max_batch_bytes)
-        for batch in scanner:
+        for batch in self.intact(start, max_batch_bytes):
+            if isinstance(batch, Damage):
+                continue
             h = batch.header
             if h.base_offset >= end_offset:
                 return None
@@ -308,8 +382,6 @@ class LogSegment:
             for i in range(max(0, start - h.base_offset), len(ts)):
                 if ts[i].as_py() >= timestamp:
                     return h.base_offset + i
-        if scanner.stop is not None:
-            raise CorruptRecordError(str(self.path), scanner.stop.position, scanner.stop.reason)
         return None
 
     # -- removal ------------------------------------------------------------------

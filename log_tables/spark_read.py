@@ -48,14 +48,16 @@ def read_topic(spark: SparkSession, topic: str, *,
                ending_timestamp: int | datetime | None = None,
                include_hot: bool | None = None,
                version: int | None = None,
-               timestamp_as_of: datetime | str | None = None) -> DataFrame:
+               timestamp_as_of: datetime | str | None = None,
+               fail_on_data_loss: bool = True) -> DataFrame:
     """A topic as a DataFrame with the schema of Spark's Kafka source.
 
     Offsets are per partition (``{partition: offset}``; missing partitions read
     from the earliest / to the latest); ``starting_timestamp`` / ``ending_timestamp``
     (epoch ms or datetime) pick offsets as Kafka's ListOffsets does. ``version``
     or ``timestamp_as_of`` time-travel the Delta part and leave the hot tail out
-    unless ``include_hot=True``.
+    unless ``include_hot=True``. ``fail_on_data_loss`` (Spark's ``failOnDataLoss``):
+    False skips the records of a damaged hot batch (with a warning) instead of failing.
     """
     from pyspark.sql import functions as F
 
@@ -97,7 +99,7 @@ def read_topic(spark: SparkSession, topic: str, *,
     if hot_ranges:
         parts.append(spark.read.format("lakelog").option("ranges", json.dumps(hot_ranges))
                      .option("dataDir", layout.data_dir).option("warehouse", layout.warehouse)
-                     .load())
+                     .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
     if not parts:
         return spark.createDataFrame([], SPARK_DDL)
     out = parts[0]

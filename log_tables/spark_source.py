@@ -3,7 +3,10 @@
 Option names follow Spark's Kafka source: ``subscribe`` (or ``topic``),
 ``startingOffsets`` and ``endingOffsets`` (``earliest``, ``latest`` or JSON
 like ``{"events": {"0": 42}}``, where -2 is earliest and -1 latest),
-``maxOffsetsPerTrigger``. Offsets in checkpoints have the same JSON shape.
+``maxOffsetsPerTrigger``, ``failOnDataLoss`` (``true``: a damaged hot batch that the
+Delta tier does not hold fails the read, naming its offsets and file; ``false``:
+its records are skipped with a warning). Offsets in checkpoints have the same JSON
+shape.
 Every task reads one offset range of one partition with ``read_range``
 (hot tier, Delta tier for what the hot tier no longer holds).
 """
@@ -133,10 +136,19 @@ def ranges(start: Offsets, end: Offsets, max_task_records: int = MAX_TASK_RECORD
     return out
 
 
-def read_partition(layout: Layout, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def fail_on_data_loss(options: Mapping[str, str]) -> bool:
+    """Spark's Kafka source option ``failOnDataLoss`` (default true)."""
+    value = options.get("failondataloss", "true").strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidOptionError(f"failOnDataLoss must be true or false, not {value!r}")
+    return value == "true"
+
+
+def read_partition(layout: Layout, partition: InputPartition, fail: bool = True
+                   ) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
     yield from read_range(layout, partition.topic, partition.partition, partition.start,
-                          partition.end)
+                          partition.end, fail_on_data_loss=fail)
 
 
 class LakelogDataSource(DataSource):
@@ -161,6 +173,7 @@ class LakelogDataSource(DataSource):
 class _BatchReader(DataSourceReader):
     def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
         self.layout = _layout(options, default)
+        self.fail = fail_on_data_loss(options)
         exact = options.get("ranges")
         if exact is not None:  # read_topic passes the exact ranges it planned
             self.parts = [RangePartition(t, int(p), int(s), int(e)) for t, p, s, e in json.loads(exact)]
@@ -175,13 +188,14 @@ class _BatchReader(DataSourceReader):
         return self.parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition)
+        return read_partition(self.layout, partition, self.fail)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
         self.options = options
         self.layout = _layout(options, default)
+        self.fail = fail_on_data_loss(options)
         self.topics = _topics(options, self.layout)
         limit = options.get("maxoffsetspertrigger")
         self.max_offsets = int(limit) if limit else None
@@ -222,7 +236,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition)
+        return read_partition(self.layout, partition, self.fail)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         pass  # nothing to release: the log keeps data by retention, not by consumers

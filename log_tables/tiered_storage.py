@@ -75,13 +75,28 @@ class TieredStorage:
             raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
         if cold is None or cold.log_start_offset is None or offset >= hot_start:
             raise OffsetOutOfRangeError(plog.name, offset, hot_start, plog.high_watermark)
-        end = max(hot_start, cold.tiered_offset)
+        return self._read(topic, partition, cold, offset, max(hot_start, cold.tiered_offset),
+                          max_records, max_bytes)
+
+    def read_copy(self, topic: str, partition: int, offset: int, end: int, max_records: int,
+                  max_bytes: int) -> list[LogBatch] | None:
+        """Records ``[offset, end)`` out of the Delta tier when it holds that whole range
+        (hot records damaged on disk after they were tiered); None when it does not.
+        An empty list: the range is there, compacted away."""
+        cold = self.state(topic, partition)
+        if cold is None or cold.log_start_offset is None or not (
+                cold.start_offset <= offset and end <= cold.tiered_offset):
+            return None
+        return self._read(topic, partition, cold, offset, end, max_records, max_bytes)
+
+    def _read(self, topic: str, partition: int, cold: PartitionState, offset: int, end: int,
+              max_records: int, max_bytes: int) -> list[LogBatch]:
         try:
             rows = read_files(cold.files, offset, end, limit=max_records)
         except FileNotFoundError:
             # A compaction or retention commit (and a vacuum) moved things: use the newest version.
-            cold = self.state(topic, partition, refresh=True)
-            rows = read_files(cold.files if cold else (), offset, end, limit=max_records)
+            fresh = self.state(topic, partition, refresh=True)
+            rows = read_files(fresh.files if fresh else (), offset, end, limit=max_records)
         out: list[LogBatch] = []
         budget = max_bytes
         for batch in from_table_rows(rows):

@@ -8,6 +8,7 @@ Rows come out in the schema of Spark's Kafka source.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -23,9 +24,11 @@ from log_tables.cold_table import (
     snapshot,
     to_table_rows,
 )
-from log_tables.errors import OffsetOutOfRangeError
+from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
 from log_tables.hot_reader import PartitionReader, list_segments
 from log_tables.layout import Layout
+
+log = logging.getLogger(__name__)
 
 SPARK_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # Spark's Kafka source schema as Arrow, as Spark's Arrow conversion produces it.
@@ -54,12 +57,15 @@ def with_topic(rows: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBat
     ], schema=SPARK_SCHEMA)
 
 
-def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
-               ) -> Iterator[pa.RecordBatch]:
+def read_range(layout: Layout, topic: str, partition: int, start: int, end: int, *,
+               fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """Records ``start .. end-1`` of a partition, hot tier first, cold for what it lost.
 
     Raises OffsetOutOfRangeError when an offset is in neither tier any more
-    (deleted by retention) or beyond what is readable.
+    (deleted by retention) or beyond what is readable. A damaged hot batch is read
+    from the Delta tier if it was tiered before the damage; otherwise it raises
+    CorruptRecordError (after the records before it), or with ``fail_on_data_loss``
+    False (Spark's Kafka source option) its records are skipped with a warning.
     """
     position = start
     cold: PartitionState | None = None
@@ -68,6 +74,7 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
             return
         reader = PartitionReader(layout.partition_dir(topic, partition))
         before = position
+        damage: CorruptRecordError | None = None
         try:
             for batch in reader.batches(position, end):
                 rows = to_table_rows(batch.base_offset, batch.records, batch.log_append_time)
@@ -75,17 +82,28 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int
                 position += rows.num_rows
         except OffsetOutOfRangeError:
             pass  # below the hot tier: read it from Delta
+        except CorruptRecordError as exc:
+            damage = exc.located(topic, partition)
         if position >= end:
             return
         if position > before:
-            continue  # a segment went away mid-read: look again
+            continue  # a segment went away mid-read, or a damaged batch is next: look again
         if cold is None or not cold.start_offset <= position < cold.tiered_offset:
             cold = _cold_state(layout, topic, partition)
         if cold is None or not cold.start_offset <= position < cold.tiered_offset:
+            if damage is not None:
+                if fail_on_data_loss:
+                    raise damage
+                log.warning("%s (failOnDataLoss is false: skipped)", damage.message)
+                assert damage.next_offset is not None
+                position = min(damage.next_offset, end)
+                continue
             got = cold.start_offset if cold is not None else -1
             raise OffsetOutOfRangeError(f"{topic}-{partition}", position, got, end)
         # The Delta tier answers for all of [start, tiered): what it lacks was compacted away.
         stop = min(end, cold.tiered_offset)
+        if damage is not None and damage.next_offset is not None:
+            stop = min(stop, damage.next_offset)  # only the damaged batch: hot again after it
         for rb in read_files(cold.files, position, stop).to_batches():
             yield with_topic(rb, topic, partition)
         position = stop
@@ -147,9 +165,9 @@ def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_m
     start = cold.tiered_offset if cold is not None else 0
     reader = PartitionReader(layout.partition_dir(topic, partition))
     try:
-        batches = list(reader.batches(start))
+        batches = list(reader.batches(start, skip_damage=True))
     except OffsetOutOfRangeError:
-        batches = list(reader.batches(_hot_start(reader) or 0))
+        batches = list(reader.batches(_hot_start(reader) or 0, skip_damage=True))
     for b in batches:
         ts = b.records.column(0).to_numpy()
         hits = np.flatnonzero(ts >= timestamp_ms)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,11 +14,13 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs import job, tier
 from compaction_jobs.tier import TierJob
+from log_tables import job_runs
 from log_tables.cold_table import STAGE_DIR, local_path, open_table, snapshot
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.spark_read import read_topic
 from tests.compaction_jobs.helpers import check_rows, produce, table_files
+from tests.log_tables.test_damage import batches_of, flip
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
@@ -185,20 +186,48 @@ def test_segments_awaiting_their_sync_are_not_tiered(spark: SparkSession,
                "events", {0: end})
 
 
-def test_corrupt_sealed_segment_is_reported_not_tiered(spark: SparkSession,
-                                                       data: LogManager) -> None:
-    _fill(data, partitions=1)
+def test_a_damaged_batch_stops_only_its_partition_and_skip_damaged_tiers_around_it(
+        spark: SparkSession, data: LogManager) -> None:
+    """One flipped byte used to fail the whole run (every topic, every partition, at every
+    run of the server's scheduler); now the records before it are tiered, the others go
+    on, and the damage is reported once."""
+    ends = _fill(data)
     layout = Layout.of(data.data_dir)
-    first = data.log("events", 0).segments[0]
-    with open(first.path, "r+b") as fh:  # flip a byte inside the first batch's body
-        fh.seek(100)
-        byte = fh.read(1)
-        fh.seek(100)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(Exception, match=os.path.basename(str(first.path))):
-        TierJob(layout).run(spark)
+    seg = data.log("events", 0).segments[1]
+    position, size, first = batches_of(seg.path)[1]
+    nxt = batches_of(seg.path)[2][2]
+    flip(seg.path, position + size // 2)
+    sealed = {p: data.log("events", p).active_segment.base_offset for p in ends}
+    lines: list[str] = []
+    report = TierJob(layout, progress=lines.append).run(spark)
+    assert {(r.partition, r.start, r.end) for r in report.tiered} == {
+        (0, 0, first), (1, 0, sealed[1]), (2, 0, sealed[2])}
+    [damaged] = report.damaged
+    assert (damaged.topic, damaged.partition) == ("events", 0)
+    assert (damaged.damage.first_offset, damaged.damage.next_offset) == (first, nxt)
+    assert any(f"offsets {first}..{nxt - 1} are in a damaged batch in {seg.path}" in line
+               for line in lines), lines
+    failed = job_runs.read(layout.warehouse, job="tier", status=job_runs.FAILED)
+    assert len(failed) == 1 and str(seg.path) in str(failed[0]["error"])
+    # The next run tiers nothing more of partition 0, and does not report it again.
+    again = TierJob(layout).run(spark)
+    assert again.tiered == [] and len(again.damaged) == 1
+    assert len(job_runs.read(layout.warehouse, job="tier", status=job_runs.FAILED)) == 1
     dt = open_table(layout.table_uri("events"))
-    assert dt is not None and snapshot(dt, 1)[0].tiered_offset == 0
+    assert dt is not None and snapshot(dt, 3)[0].tiered_offset == first
+    # The operator accepts the loss: the damaged offsets become a hole, like compaction's.
+    around = TierJob(layout, skip_damaged=True).run(spark)
+    [r] = around.tiered
+    assert (r.partition, r.start, r.end) == (0, first, sealed[0]) and around.damaged == ()
+    assert [(d.first_offset, d.next_offset) for d in r.skipped] == [(first, nxt)]
+    detail = job_runs.read(layout.warehouse, job="tier", topic="events")[0]["detail"]
+    assert f"skipped damaged offsets {first}..{nxt - 1} of {seg.path}" in str(detail)
+    rows = [r.asDict() for r in read_topic(spark, "events").collect()]
+    assert {r["offset"] for r in rows if r["partition"] == 0} == (
+        set(range(ends[0])) - set(range(first, nxt)))
+    check_rows((r for r in rows if r["partition"] != 0), "events", {1: ends[1], 2: ends[2]})
+    check_rows((r for r in rows if r["partition"] == 0 and r["offset"] < first), "events",
+               {0: first})
 
 
 def test_table_of_an_earlier_topic_with_the_same_name_is_never_trusted(
