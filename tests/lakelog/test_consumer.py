@@ -1,0 +1,80 @@
+"""The Consumer while its server is SIGKILLed and started again: polls return nothing
+rather than raising, the member joins again (the server does not keep members over a
+restart), and every record is read; a lakelog error only once the outage outlasts
+``default_api_timeout_ms``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from lakelog.client import Consumer, LakelogTimeoutError, Producer
+from tests.lakelog.helpers import make_topic
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _produce(server: ServerProcess, topic: str, items: list[str]) -> None:
+    with Producer(server.url) as producer:
+        futures = [producer.send(topic, v, key=v) for v in items]
+        producer.flush()
+        for f in futures:
+            f.result(timeout=60)
+
+
+def test_a_consumer_rides_through_a_server_sigkill_and_joins_again(
+        server: ServerProcess) -> None:
+    make_topic(server, "t", 2)
+    first = [f"a{i}" for i in range(100)]
+    _produce(server, "t", first)
+    got: list[str] = []
+    with Consumer(server.url, "g", ["t"], auto_offset_reset="earliest", format="STRING",
+                  session_timeout_ms=5000) as consumer:
+        deadline = time.monotonic() + 60
+        while len(got) < 100:
+            assert time.monotonic() < deadline, len(got)
+            got += [r.value for r in consumer.poll(timeout_s=0.5)]
+        consumer.commit()
+        member = consumer.member_id
+        server.kill()
+        for _ in range(3):  # down: no records, and no exception
+            assert consumer.poll(timeout_s=0.3) == []
+        server.start()
+        second = [f"b{i}" for i in range(100)]
+        _produce(server, "t", second)
+        deadline = time.monotonic() + 60
+        while not set(first + second) <= set(got):
+            assert time.monotonic() < deadline, len(set(first + second) - set(got))
+            got += [r.value for r in consumer.poll(timeout_s=0.5)]
+        assert consumer.rejoins >= 1 and consumer.member_id != member
+        consumer.commit()
+    with server.client() as c:
+        described = c.get("/consumer-groups/g").json()
+    assert described["members"] == [] and all(o["lag"] == 0 for o in described["offsets"])
+
+
+def test_a_consumer_raises_a_lakelog_error_once_the_server_stays_away(
+        tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    make_topic(server, "t", 1)
+    consumer = Consumer(server.url, "g", ["t"], format="STRING", session_timeout_ms=5000,
+                        default_api_timeout_ms=2000, request_timeout_ms=1000)
+    try:
+        assert consumer.poll(timeout_s=0.2) == []
+        server.kill()
+        deadline = time.monotonic() + 60
+        with pytest.raises(LakelogTimeoutError) as raised:
+            while time.monotonic() < deadline:
+                assert consumer.poll(timeout_s=0.5) == []
+        message = str(raised.value)
+        assert server.url in message and "default_api_timeout_ms=2000" in message
+        assert "poll" in message and "Connect" in message
+        with pytest.raises(LakelogTimeoutError, match="POST /consumer-groups/g/offsets"):
+            consumer.commit({next(iter(consumer.assignment())): 0})
+    finally:
+        consumer.close()
+    with pytest.raises(LakelogTimeoutError, match="POST /consumer-groups/g/members"):
+        Consumer(server.url, "g", ["t"], default_api_timeout_ms=1000)
