@@ -34,6 +34,7 @@ from lakelog.client.errors import (
 
 MAX_RETRIES = 2**31 - 1  # Kafka's default: the deadline is the bound
 RETRIABLE_STATUS = frozenset({429, 502, 503, 504})
+MIN_ATTEMPT_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,20 +106,20 @@ class Attempts:
         self.last: BaseException | None = None
 
     def timeout_s(self) -> float:
-        """The bound of the next attempt: ``request_timeout_ms`` within the deadline."""
+        """The bound of the next attempt: ``request_timeout_ms`` within the deadline (a last
+        attempt at the deadline still gets ``MIN_ATTEMPT_S``)."""
         left = self.deadline - time.monotonic()
-        return max(0.001, min(self.policy.request_timeout_ms / 1000, left))
+        return max(MIN_ATTEMPT_S, min(self.policy.request_timeout_ms / 1000, left))
 
     def again(self, failure: BaseException) -> bool:
-        """After a retriable failure: wait the backoff and say whether to try again."""
+        """After a retriable failure: wait the backoff (cut at the deadline, where one last
+        attempt is made) and say whether to try again."""
         self.last = failure
         self.made += 1
-        if self.made > self.policy.retries:
+        left = self.deadline - time.monotonic()
+        if self.made > self.policy.retries or left <= 0:
             return False
-        wait = self.policy.backoff_s(self.made - 1)
-        if time.monotonic() + wait >= self.deadline:
-            return False
-        time.sleep(wait)
+        time.sleep(min(self.policy.backoff_s(self.made - 1), left))
         return True
 
     def gave_up(self) -> LakelogTimeoutError:
