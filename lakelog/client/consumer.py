@@ -112,11 +112,17 @@ class Consumer:
         self._down_since: float | None = None
         """Since when no call has reached the server (None: the last one did)."""
         self._down_reason: BaseException | None = None
+        self._resync_needed = False
         self.rejoins = 0
         self.polled_member_id: str | None = None
         """The member id the latest poll read as."""
         if topics:
-            self.subscribe(topics)
+            try:
+                self.subscribe(topics)
+            except BaseException:
+                self._http.close()
+                self._hb_http.close()
+                raise
 
     # -- reachability ----------------------------------------------------------------------
 
@@ -185,6 +191,7 @@ class Consumer:
             self._processed.clear()
             self._to_release = set()
             self._assigned = set()
+            self._resync_needed = False  # a new member starts at the committed offsets
             self._apply(r.json())
 
     def _apply(self, body: dict[str, Any]) -> set[TopicPartition]:
@@ -209,6 +216,10 @@ class Consumer:
                 self._unreachable(exc)
             except LakelogClientError as exc:
                 log.warning("heartbeat of %s failed: %s", self.group, exc)
+            except Exception:
+                if self._stop.is_set():
+                    return  # closed while a join was being retried
+                raise
 
     def _heartbeat_once(self) -> None:
         with self._hb_lock:  # one heartbeat at a time: each carries the epoch the last gave
@@ -309,26 +320,32 @@ class Consumer:
                     return []
                 continue
             self.polled_member_id = self.member_id
-            left = max(0.0, deadline - time.monotonic())
-            failure: BaseException
+            failure: BaseException | None
             try:
-                r = self._http.get(f"/members/{self.polled_member_id}/records", params={
-                    "timeout_ms": int(left * 1000), "max_records": max_records,
-                    "format": self.format}, timeout=left + self.policy.request_timeout_ms / 1000)
+                failure = self._resync() if self._resync_needed else None
+                if failure is None:
+                    left = max(0.0, deadline - time.monotonic())
+                    r = self._http.get(f"/members/{self.polled_member_id}/records", params={
+                        "timeout_ms": int(left * 1000), "max_records": max_records,
+                        "format": self.format},
+                        timeout=left + self.policy.request_timeout_ms / 1000)
             except httpx.TransportError as exc:
                 failure = exc
                 self._unreachable(exc)
-                self._resync()
+                # The server may have moved its positions past records whose answer was
+                # lost: move them back before the next poll.
+                self._resync_needed = True
             else:
-                self._reached()
-                if r.status_code == 404:  # the server lost this member (e.g. a restart)
-                    self._rejoin.set()
-                    self._hb_now()
-                    continue
-                if r.status_code not in RETRIABLE_STATUS:
-                    raise_for(r)
-                    return self._records(r.json()["records"])
-                failure = error_from(r)
+                if failure is None:
+                    self._reached()
+                    if r.status_code == 404:  # the server lost this member (e.g. a restart)
+                        self._rejoin.set()
+                        self._hb_now()
+                        continue
+                    if r.status_code not in RETRIABLE_STATUS:
+                        raise_for(r)
+                        return self._records(r.json()["records"])
+                    failure = error_from(r)
             wait = self.policy.backoff_s(attempt)
             attempt += 1
             if time.monotonic() + wait >= deadline:
@@ -370,15 +387,24 @@ class Consumer:
                         {"topic_name": tp.topic, "partition_id": tp.partition,
                          "offset": offset}]}))
 
-    def _resync(self) -> None:
-        """After a failed poll: the server's positions back to ours (null: the committed)."""
+    def _resync(self) -> LakelogClientError | None:
+        """After a failed poll, before the next: the server's positions back to ours (null:
+        the committed). Returns a "try again" answer; raises a transport error."""
         with self._lock:
             positions = [{"topic_name": tp.topic, "partition_id": tp.partition,
                           "offset": self._positions.get(tp)} for tp in sorted(self._assigned)]
         if positions and self.member_id:
-            with contextlib.suppress(httpx.TransportError, LakelogClientError):
-                raise_for(self._http.post(f"/members/{self.member_id}/positions",
-                                          json={"positions": positions}))
+            r = self._http.post(f"/members/{self.member_id}/positions",
+                                json={"positions": positions})
+            self._reached()
+            if r.status_code in RETRIABLE_STATUS:
+                return error_from(r)
+            if r.status_code >= 400 and r.status_code != 404:  # 404: joining again resets
+                # The assignment moved meanwhile; the next heartbeat brings it.
+                log.warning("moving the positions of %s back failed: %s", self.member_id,
+                            error_from(r))
+        self._resync_needed = False
+        return None
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         r = self._call(self._http, "POST", f"/members/{self.member_id}/positions", json={

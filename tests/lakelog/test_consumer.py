@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lakelog.client import Consumer, LakelogTimeoutError, Producer
@@ -78,3 +79,49 @@ def test_a_consumer_raises_a_lakelog_error_once_the_server_stays_away(
         consumer.close()
     with pytest.raises(LakelogTimeoutError, match="POST /consumer-groups/g/members"):
         Consumer(server.url, "g", ["t"], default_api_timeout_ms=1000)
+
+
+class _LoseOnce(httpx.BaseTransport):
+    """Injected faults (a lost answer cannot be had on demand): the first poll reaches the
+    server, which moves its positions, but its answer is lost; the client's first attempt
+    to move the positions back does not get through either."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+        self.lost_answer = self.failed_resync = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/records") and not self.lost_answer:
+            r = self.inner.handle_request(request)
+            r.read()
+            r.close()
+            if r.status_code == 200 and r.json()["records"]:
+                self.lost_answer = True
+                raise httpx.ReadError("injected: the answer was lost", request=request)
+            return r
+        if path.endswith("/positions") and self.lost_answer and not self.failed_resync:
+            self.failed_resync = True
+            raise httpx.ConnectError("injected: the resync did not get through",
+                                     request=request)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_lost_poll_answer_is_read_again_even_when_the_first_resync_fails(
+        server: ServerProcess) -> None:
+    make_topic(server, "t", 1)
+    _produce(server, "t", [f"v{i}" for i in range(100)])
+    with Consumer(server.url, "g", ["t"], auto_offset_reset="earliest", format="STRING",
+                  session_timeout_ms=5000) as consumer:
+        faults = _LoseOnce(consumer._http._transport)
+        consumer._http._transport = faults
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 100:
+            assert time.monotonic() < deadline, len(got)
+            got += [r.value for r in consumer.poll(timeout_s=0.5, max_records=30)]
+        assert faults.lost_answer and faults.failed_resync
+        assert got == [f"v{i}" for i in range(100)]
