@@ -285,10 +285,16 @@ class _Server(NamedTuple):
 def _server(url: str | None) -> _Server:
     """The server to call (flag > LAKELOG_URL > profile > default) and its API key
     (--api-key > LAKELOG_API_KEY > profile > local admin key file)."""
+    from lakelog.client import http_auth
     from lakelog.profile import find_api_key, resolve_url
 
     resolved = resolve_url(url)
-    return _Server(resolved, find_api_key(resolved, _options.api_key, "--api-key"))
+    found = find_api_key(resolved, _options.api_key, "--api-key")
+    try:
+        http_auth(found.key)
+    except ValueError as exc:
+        raise LakelogError(f"bad API key from {found.source}: {exc}") from None
+    return _Server(resolved, found)
 
 
 def _retry_setting() -> str:
@@ -323,10 +329,7 @@ def _call(method: str, url: str | None, path: str, body: object | None = None,
     from lakelog.client.retry import Attempts, RetryPolicy, call
 
     server = _server(url)
-    try:
-        auth = http_auth(server.key.key)
-    except ValueError as exc:
-        raise LakelogError(f"bad API key from {server.key.source}: {exc}") from None
+    auth = http_auth(server.key.key)
     attempts = Attempts(RetryPolicy(), time.monotonic() + _options.retry_timeout_ms / 1000,
                         f"{method} {path}", server.url, _retry_setting())
     with httpx.Client(auth=auth) as http:

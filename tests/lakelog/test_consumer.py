@@ -5,6 +5,7 @@ restart), and every record is read; a lakelog error only once the outage outlast
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -125,3 +126,34 @@ def test_a_lost_poll_answer_is_read_again_even_when_the_first_resync_fails(
             got += [r.value for r in consumer.poll(timeout_s=0.5, max_records=30)]
         assert faults.lost_answer and faults.failed_resync
         assert got == [f"v{i}" for i in range(100)]
+
+
+def test_a_consumer_keeps_its_membership_through_a_pause_shorter_than_its_session(
+        server: ServerProcess) -> None:
+    """The server is paused (SIGSTOP) for 2 s, well within the 20 s session: polls and
+    heartbeats time out meanwhile, then go on as the same member (no rejoin)."""
+    assert server.proc is not None
+    make_topic(server, "t", 1)
+    _produce(server, "t", [f"a{i}" for i in range(50)])
+    with Consumer(server.url, "g", ["t"], auto_offset_reset="earliest", format="STRING",
+                  session_timeout_ms=20_000, request_timeout_ms=500) as consumer:
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 50:
+            assert time.monotonic() < deadline, len(got)
+            got += [r.value for r in consumer.poll(timeout_s=0.5)]
+        member, epoch = consumer.member_id, consumer.member_epoch
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            paused_until = time.monotonic() + 2  # the injected pause
+            while time.monotonic() < paused_until:
+                assert consumer.poll(timeout_s=0.3) == []
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        _produce(server, "t", [f"b{i}" for i in range(50)])
+        deadline = time.monotonic() + 60
+        while len(got) < 100:
+            assert time.monotonic() < deadline, len(got)
+            got += [r.value for r in consumer.poll(timeout_s=0.5)]
+        assert (consumer.member_id, consumer.member_epoch, consumer.rejoins) == (member, epoch, 0)
+        assert got == [f"a{i}" for i in range(50)] + [f"b{i}" for i in range(50)]
