@@ -74,12 +74,17 @@ def load_profile() -> Profile:
 def normalize_url(url: str) -> str:
     """A server address as given (``host:port`` as Kafka's ``--bootstrap-server`` takes it,
     or a full URL) as a base URL without a trailing slash."""
-    url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    parsed = httpx.URL(url)
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise LakelogError(f"{url!r} is not a server address: give host:port or "
+    given = url.strip()
+    if "," in given:
+        raise LakelogError(f"{given!r}: lakelog answers on one address; give one host:port")
+    url = given if "://" in given else "http://" + given
+    why = ""
+    try:
+        parsed: httpx.URL | None = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        parsed, why = None, f" ({exc})"
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise LakelogError(f"{given!r} is not a server address{why}: give host:port or "
                            "http(s)://host:port")
     return url.rstrip("/")
 
