@@ -7,7 +7,8 @@ import httpx
 
 class LakelogClientError(Exception):
     """An error answer of the server: HTTP status, error name and message (and the
-    body's ``error_code``, e.g. 41301)."""
+    body's ``error_code``, e.g. 41301). ``retriable``: trying again later can succeed
+    (the server was busy or unavailable)."""
 
     retriable = False
 
@@ -18,6 +19,8 @@ class LakelogClientError(Exception):
         self.error = error
         self.message = message
         self.error_code = error_code if error_code is not None else status
+        if status in (429, 502, 503, 504, 507):
+            self.retriable = True
 
 
 class LakelogTimeoutError(LakelogClientError):
