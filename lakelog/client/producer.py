@@ -388,6 +388,11 @@ class Producer:
                 topic, s["partition_id"], s["offset"],
                 datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.now()))
         failures: dict[str, dict[str, Any]] = {f["id"]: f for f in answer["failures"]}
+        unanswered = [p for i, p in by_id.items() if i not in failures and not p.future.done()]
+        if unanswered:  # not the server's contract: fail them rather than wait forever
+            self._new_epoch = True
+            _fail(unanswered, LakelogClientError(
+                0, "no_answer", f"the answer from {self.url} had no result for this record"))
         if not failures:
             return
         if not self.idempotent:
