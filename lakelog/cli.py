@@ -5,16 +5,22 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
 from lakelog import __version__
+from lakelog.cli_help import LakelogGroup
 from log_tables.errors import LakelogError
 
+if TYPE_CHECKING:
+    from lakelog.console import ConsoleRecord
+    from lakelog.profile import ApiKey
+
 app = typer.Typer(help="lakelog: a Kafka-style event log stored in Delta Lake tables.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, cls=LakelogGroup)
 
 
 def _version(value: bool) -> None:
@@ -23,20 +29,38 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+DEFAULT_RETRY_TIMEOUT_MS = 30_000
+
+
+@dataclass(slots=True)
+class _Options:
+    """The root command's options, for every command that calls the server."""
+
+    api_key: str | None = None
+    retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
+
+
+_options = _Options()
+
+
 @app.callback()
 def main_options(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
     api_key: Annotated[str | None, typer.Option(
-        envvar="LAKELOG_API_KEY", show_envvar=False,
-        help="API key '<key id>:<secret>' for commands that call the server [LAKELOG_API_KEY; "
-             "default: the admin key in $LAKELOG_DATA_DIR/security/admin.key].")] = None,
+        help="API key '<key id>:<secret>' for commands that call the server. Else "
+             "LAKELOG_API_KEY, else api_key in the profile ($XDG_CONFIG_HOME/lakelog/"
+             "config.toml, for its url), else the admin key in "
+             "$LAKELOG_DATA_DIR/security/admin.key (a server on this machine).")] = None,
+    retry_timeout_ms: Annotated[int, typer.Option(
+        envvar="LAKELOG_RETRY_TIMEOUT_MS", show_envvar=False, min=0,
+        help="How long a command keeps trying a server it cannot reach (a restart takes "
+             "seconds) before it gives up [LAKELOG_RETRY_TIMEOUT_MS].")
+    ] = DEFAULT_RETRY_TIMEOUT_MS,
 ) -> None:
     """lakelog: a Kafka-style event log stored in Delta Lake tables."""
-    if api_key:
-        import os
-
-        os.environ["LAKELOG_API_KEY"] = api_key  # read by every call to the server
+    _options.api_key = api_key
+    _options.retry_timeout_ms = retry_timeout_ms
 
 
 @app.command()
@@ -252,30 +276,77 @@ def jobs_all(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = No
               master, dry_run, target_bytes, retention_hours)
 
 
-Url = Annotated[str, typer.Option(help="The server [LAKELOG_URL].", envvar="LAKELOG_URL")]
-DEFAULT_URL = "http://127.0.0.1:8080"
+Url = Annotated[str | None, typer.Option(
+    "--url", "--bootstrap-server", envvar="LAKELOG_URL", show_envvar=False, show_default=False,
+    help="The server: http(s)://host:port, or host:port as Kafka's --bootstrap-server takes "
+         "it [LAKELOG_URL; else url in the profile; else http://127.0.0.1:8080].")]
+DEFAULT_URL = None
 
 
-def _call(method: str, url: str, path: str, body: object | None = None,
+class _Server(NamedTuple):
+    url: str
+    key: ApiKey
+
+
+def _server(url: str | None) -> _Server:
+    """The server to call (flag > LAKELOG_URL > profile > default) and its API key
+    (--api-key > LAKELOG_API_KEY > profile > local admin key file)."""
+    from lakelog.client import http_auth
+    from lakelog.profile import find_api_key, resolve_url
+
+    resolved = resolve_url(url)
+    found = find_api_key(resolved, _options.api_key, "--api-key")
+    try:
+        http_auth(found.key)
+    except ValueError as exc:
+        raise LakelogError(f"bad API key from {found.source}: {exc}") from None
+    return _Server(resolved, found)
+
+
+def _retry_setting() -> str:
+    return f"--retry-timeout-ms={_options.retry_timeout_ms} (LAKELOG_RETRY_TIMEOUT_MS)"
+
+
+def _client_error(exc: Exception, server: _Server, what: str = "") -> LakelogError:
+    """A client's error as one line; a 401 says where the key was looked for."""
+    from lakelog.client import LakelogClientError
+    from lakelog.profile import auth_hint
+
+    if not isinstance(exc, LakelogClientError):
+        return LakelogError(f"{what}{exc}")
+    if exc.status == 0:  # no answer: the message says what was tried
+        setting = "" if "--retry-timeout-ms" in exc.message else (
+            f" [the wait is --retry-timeout-ms={_options.retry_timeout_ms} "
+            "(LAKELOG_RETRY_TIMEOUT_MS)]")
+        return LakelogError(f"{what}{exc.message}{setting}")
+    hint = f"; {auth_hint(server.key)}" if exc.status == 401 else ""
+    return LakelogError(f"{what}{exc.status}: {exc.message}{hint}")
+
+
+def _call(method: str, url: str | None, path: str, body: object | None = None,
           ok: tuple[int, ...] = (200,)) -> Any:
-    """One call to the server's API; an error answer becomes a one-line LakelogError."""
+    """One call to the server's API, retried while the server cannot be reached (a GET
+    after any failure, other methods only when they surely never arrived) for
+    --retry-timeout-ms; an error answer becomes a one-line LakelogError."""
     import httpx
 
-    from lakelog.client import default_api_key, http_auth
+    from lakelog.client import CLUSTER, LakelogClientError, http_auth
+    from lakelog.client.errors import error_from
+    from lakelog.client.retry import Attempts, RetryPolicy, call
 
-    try:
-        r = httpx.request(method, f"{url.rstrip('/')}/v3/clusters/lakelog{path}", json=body,
-                          timeout=60, auth=http_auth(default_api_key(url)))
-    except ValueError as exc:
-        raise LakelogError(f"bad API key: {exc}") from None
-    except httpx.HTTPError as exc:
-        raise LakelogError(f"cannot reach lakelog at {url}: {exc}") from None
-    if r.status_code not in ok:
+    server = _server(url)
+    auth = http_auth(server.key.key)
+    attempts = Attempts(RetryPolicy(), time.monotonic() + _options.retry_timeout_ms / 1000,
+                        f"{method} {path}", server.url, _retry_setting())
+    with httpx.Client(auth=auth) as http:
         try:
-            message = r.json().get("message", r.text)
-        except ValueError:
-            message = r.text
-        raise LakelogError(f"{r.status_code}: {message}")
+            # Each attempt may take a minute (a slow answer is not an unreachable server).
+            r = call(lambda _: http.request(method, server.url + CLUSTER + path, json=body,
+                                            timeout=60), attempts, idempotent=method == "GET")
+        except LakelogClientError as exc:
+            raise _client_error(exc, server) from None
+    if r.status_code not in ok:
+        raise _client_error(error_from(r), server)
     return r.json() if r.content else None
 
 
@@ -340,8 +411,12 @@ def groups_reset(
     if topic:
         body["topics"] = topic
     r = _call("POST", url, f"/consumer-groups/{group}/offsets:reset", body)
-    for o in r["offsets"]:
-        typer.echo(f"{o['topic_name']}-{o['partition_id']}\t{o['offset']}")
+    # Kafka's table: GROUP TOPIC PARTITION NEW-OFFSET.
+    rows = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")] + [
+        (group, o["topic_name"], str(o["partition_id"]), str(o["offset"])) for o in r["offsets"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     typer.echo("(dry run: add --execute to apply)" if r["dry_run"] else "offsets reset",
                err=True)
 
@@ -552,94 +627,162 @@ def topics_delete(name: Annotated[str, typer.Argument(help="The topic.")],
 
 
 PROGRESS_EVERY = 100_000
+TopicArg = Annotated[str | None, typer.Argument(metavar="TOPIC",
+                                                help="The topic (or --topic TOPIC).")]
+TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic (Kafka's spelling).")]
+
+
+def _topic(argument: str | None, option: str | None, command: str) -> str:
+    if argument and option and argument != option:
+        raise LakelogError(f"two topics given ({argument!r} and --topic {option!r}): give one")
+    if not (argument or option):
+        raise LakelogError(f"give the topic: lakelog {command} TOPIC, or --topic TOPIC")
+    return str(argument or option)
 
 
 @app.command()
 def produce(
-    topic: Annotated[str, typer.Argument(help="The topic.")],
+    topic_arg: TopicArg = None,
+    topic: TopicOpt = None,
     separator: Annotated[str | None, typer.Option(
-        help="Each line is KEY<separator>VALUE (e.g. --separator ':'); else the line is the "
-             "value.")] = None,
+        help="Each line is KEY<separator>VALUE (e.g. --separator ':'; the same as "
+             "--property parse.key=true --property key.separator=':'); a line without the "
+             "separator is an error. Else the line is the value.")] = None,
+    prop: Annotated[list[str] | None, typer.Option(
+        "--property", help="parse.key=true|false and key.separator=SEP (default TAB), as "
+                           "kafka-console-producer takes them (repeatable).")] = None,
     acks: Annotated[str, typer.Option(help="all, 1 or 0.")] = "all",
     url: Url = DEFAULT_URL,
 ) -> None:
     """Produce lines from stdin (like kafka-console-producer); a progress line every 100,000
-    records on stderr; exit 1 if any record failed."""
+    records on stderr; exit 1 if any record failed, with the reasons."""
     from lakelog.client import LakelogClientError, Producer
+    from lakelog.console import PRODUCE_PROPERTIES, LineParser, failure_summary, parse_properties
 
+    name = _topic(topic_arg, topic, "produce")
+    parser = LineParser.of(parse_properties(prop or (), PRODUCE_PROPERTIES), separator)
     if acks not in ("all", "1", "0"):
         raise LakelogError(f"--acks {acks!r}: use all, 1 or 0")
-    failed = sent = 0
+    server = _server(url)
+    failures: list[tuple[int, str, str]] = []
+    bad_line: LakelogError | None = None
+    sent = 0
     started = time.monotonic()
+
+    def settle(futures: list[Any]) -> None:
+        for f in futures:
+            exc = f.exception()
+            if isinstance(exc, LakelogClientError):
+                failures.append((exc.error_code, exc.error, exc.message))
+            elif exc is not None:
+                failures.append((0, type(exc).__name__, str(exc)))
+
+    wait_ms = max(_options.retry_timeout_ms, 1)
     try:
-        with Producer(url, acks=acks) as producer:  # type: ignore[arg-type]
-            producer.partitions_for(topic)
-            futures = []
-            for line in sys.stdin:
-                line = line.rstrip("\n")
-                key: str | None = None
-                if separator is not None:
-                    key, sep, line = line.partition(separator)
-                    if not sep:
-                        key, line = None, key
-                futures.append(producer.send(topic, line, key=key))
+        with Producer(server.url, acks=acks, api_key=server.key.key,  # type: ignore[arg-type]
+                      delivery_timeout_ms=wait_ms, max_block_ms=wait_ms) as producer:
+            producer.partitions_for(name)
+            futures: list[Any] = []
+            for number, line in enumerate(sys.stdin, 1):
+                try:
+                    key, value = parser.parse(line.rstrip("\n"), number)
+                except LakelogError as exc:
+                    bad_line = exc  # as kafka-console-producer: stop at the line
+                    break
+                futures.append(producer.send(name, value, key=key))
                 sent += 1
                 if sent % PROGRESS_EVERY == 0:
                     typer.echo(f"{sent:,} records sent ({sent / (time.monotonic() - started):,.0f}"
                                "/s)", err=True)
                 if len(futures) >= 10_000:
-                    failed += sum(1 for f in futures if f.exception() is not None)
+                    settle(futures)
                     futures = []
-            failed += sum(1 for f in futures if f.exception() is not None)
+            settle(futures)
     except LakelogClientError as exc:
-        raise LakelogError(f"{topic}: {exc.message}") from None
-    typer.echo(f"{sent - failed:,} records produced to {topic}"
-               + (f", {failed:,} failed" if failed else ""), err=True)
-    if failed:
+        raise _client_error(exc, server, f"{name}: ") from None
+    typer.echo(f"{sent - len(failures):,} records produced to {name}"
+               + (f", {len(failures):,} failed:" if failures else ""), err=True)
+    for line in failure_summary(failures):
+        typer.echo(line, err=True)
+    if bad_line is not None:
+        raise bad_line
+    if failures:
         raise typer.Exit(1)
 
 
 @app.command()
 def consume(
-    topic: Annotated[str, typer.Argument(help="The topic.")],
+    topic_arg: TopicArg = None,
+    topic: TopicOpt = None,
     group: Annotated[str | None, typer.Option(
         help="Read as a member of this consumer group (commits its offsets).")] = None,
     from_beginning: Annotated[bool, typer.Option(
         "--from-beginning", help="Start at the log start (else at the end), when there "
                                  "is no committed offset.")] = False,
-    max_records: Annotated[int | None, typer.Option("--max", help="Stop after N records.")] = None,
+    max_records: Annotated[int | None, typer.Option(
+        "--max", "--max-messages", min=1, help="Stop after N records.")] = None,
     timeout_ms: Annotated[int | None, typer.Option(
         help="Stop after this long without a record.")] = None,
-    print_key: Annotated[bool, typer.Option("--print-key", help="Print KEY<TAB>VALUE.")] = False,
+    print_key: Annotated[bool, typer.Option(
+        "--print-key", help="Print KEY<TAB>VALUE (the same as --property print.key=true).")
+    ] = False,
+    prop: Annotated[list[str] | None, typer.Option(
+        "--property", help="print.key, print.value, print.timestamp, print.partition, "
+                           "print.offset (true|false) and key.separator=SEP (default TAB), "
+                           "as kafka-console-consumer takes them (repeatable).")] = None,
     url: Url = DEFAULT_URL,
 ) -> None:
     """Print records as lines (like kafka-console-consumer); without --group it reads every
-    partition directly and commits nothing."""
+    partition directly and commits nothing. A topic that does not exist is an error."""
+    from dataclasses import replace
+
+    from lakelog.client import LakelogClientError
+    from lakelog.console import CONSUME_PROPERTIES, RecordFormat, parse_properties
+
+    name = _topic(topic_arg, topic, "consume")
+    fmt = RecordFormat.of(parse_properties(prop or (), CONSUME_PROPERTIES), print_key)
+    server = _server(url)
+    partitions = int(_call("GET", server.url, f"/topics/{name}")["partitions_count"])
+    if fmt.timestamp:
+        configs = _call("GET", server.url, f"/topics/{name}/configs")["data"]
+        if any(c["name"] == "message.timestamp.type" and c["value"] == "LogAppendTime"
+               for c in configs):
+            fmt = replace(fmt, timestamp_type="LogAppendTime")
     count = 0
     idle_since = time.monotonic()
-    for key, value in _records(url, topic, group, from_beginning, max_records):
-        if key is None and value is None:  # an empty poll
-            if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
+    try:
+        for r in _records(server, name, partitions, group, from_beginning, max_records):
+            if r is None:  # an empty poll
+                if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
+                    break
+                continue
+            idle_since = time.monotonic()
+            typer.echo(fmt.line(r))
+            count += 1
+            if max_records is not None and count >= max_records:
                 break
-            continue
-        idle_since = time.monotonic()
-        typer.echo(f"{key}\t{value}" if print_key else str(value))
-        count += 1
-        if max_records is not None and count >= max_records:
-            break
+    except LakelogClientError as exc:
+        raise _client_error(exc, server, f"{name}: ") from None
+    except KeyboardInterrupt:
+        typer.echo(f"{count:,} records consumed", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"{count:,} records consumed", err=True)
 
 
-def _records(url: str, topic: str, group: str | None, from_beginning: bool,
-             limit: int | None) -> Iterator[tuple[Any, Any]]:
-    """(key, value) pairs, with (None, None) after each empty poll; stops the group
-    consumer (commit + leave) when the caller stops. A group member polls no more than
-    ``limit`` records, so what it commits is what was printed."""
+def _records(server: _Server, topic: str, partitions: int, group: str | None,
+             from_beginning: bool, limit: int | None) -> Iterator[ConsoleRecord | None]:
+    """The topic's records, with None after each empty poll; stops the group consumer
+    (commit + leave) when the caller stops. A group member polls no more than ``limit``
+    records, so what it commits is what was printed."""
+    from datetime import datetime
+
     from lakelog.client import Consumer, CorruptRecordError
+    from lakelog.console import ConsoleRecord
 
     if group is not None:
-        consumer = Consumer(url, group, [topic], format="STRING",
-                            auto_offset_reset="earliest" if from_beginning else "latest")
+        consumer = Consumer(server.url, group, [topic], format="STRING", api_key=server.key.key,
+                            auto_offset_reset="earliest" if from_beginning else "latest",
+                            default_api_timeout_ms=max(_options.retry_timeout_ms, 1))
         left = limit
         try:
             while left is None or left > 0:
@@ -649,30 +792,33 @@ def _records(url: str, topic: str, group: str | None, from_beginning: bool,
                     raise LakelogError(f"{exc.message} (once this consumer has stopped: "
                                        f"lakelog groups skip-corrupt {group})") from None
                 for r in records:
-                    yield r.key, r.value
+                    yield ConsoleRecord(r.partition, r.offset,
+                                        round(r.timestamp.timestamp() * 1000), r.key, r.value)
                 if left is not None:
                     left -= len(records)
                 if not records:
-                    yield None, None
+                    yield None
         finally:
             consumer.close()
         return
-    count = _call("GET", url, f"/topics/{topic}")["partitions_count"]
     spec = "earliest" if from_beginning else "latest"
-    positions = {p: _call("GET", url, f"/topics/{topic}/partitions/{p}/offsets?spec={spec}")
-                 ["offset"] for p in range(count)}
+    positions = {p: _call("GET", server.url, f"/topics/{topic}/partitions/{p}/offsets?spec="
+                          f"{spec}")["offset"] for p in range(partitions)}
     while True:
         got = False
-        for p in range(count):
-            body = _call("GET", url, f"/topics/{topic}/partitions/{p}/records?offset="
+        for p in range(partitions):
+            body = _call("GET", server.url, f"/topics/{topic}/partitions/{p}/records?offset="
                          f"{positions[p]}&format=STRING&max_records=1000")
-            for r in body["records"]:
+            for rec in body["records"]:
                 got = True
-                yield (r["key"] or {}).get("data"), (r["value"] or {}).get("data")
+                yield ConsoleRecord(
+                    p, rec["offset"],
+                    round(datetime.fromisoformat(rec["timestamp"]).timestamp() * 1000),
+                    (rec["key"] or {}).get("data"), (rec["value"] or {}).get("data"))
             positions[p] = body["next_offset"]
         if not got:
             time.sleep(0.2)
-            yield None, None
+            yield None
 
 
 @app.command("delete-records")
@@ -714,8 +860,18 @@ def sql(
 
 def main() -> None:
     """Entry point of the console script: domain errors become one line on stderr, exit 1."""
+    import httpx
+
+    from lakelog.client import LakelogClientError
+
     try:
         app()
     except LakelogError as exc:
         print(f"lakelog: error: {exc.message}", file=sys.stderr)
+        sys.exit(1)
+    except LakelogClientError as exc:
+        print(f"lakelog: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except httpx.HTTPError as exc:  # a failure no command turned into words: still one line
+        print(f"lakelog: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import logging
 import os
+import sys
+import tempfile
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from log_tables.errors import LakelogError
@@ -39,22 +44,50 @@ def format_table(columns: list[str], rows: list[list[Any]]) -> Iterator[str]:
         yield " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
 
 
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+@contextlib.contextmanager
+def _spark_log() -> Iterator[Path]:
+    """While the Spark JVM starts, stderr is a log file: the JVM keeps it for its life, so
+    its start-up warnings and Java stack traces go there, not between the result lines.
+    The caller removes it unless something failed."""
+    fd, name = tempfile.mkstemp(prefix="lakelog-sql-", suffix=".log")
+    path = Path(name)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
             master: str | None, as_json: bool, max_rows: int) -> Iterator[str]:
     """Lines of output: a table with a row count, or one JSON object per row."""
     from pyspark.errors import PySparkException
+    from pyspark.logger import PySparkLogger
 
     from log_tables.spark_read import register_views
     from log_tables.spark_session import lakelog_session
 
-    spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
+    with _spark_log() as log_path:
+        spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
+    # PySpark logs a failed query's Java stack trace as one long JSON line on stderr
+    # before raising: the error below says what matters, on one line.
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     register_views(spark)
     try:
         df = spark.sql(query)
         rows = df.limit(max_rows + 1).collect()
     except PySparkException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LakelogError(f"SQL failed: {first}") from None
+        raise LakelogError(f"SQL failed: {first} (Spark's log: {log_path})") from None
+    log_path.unlink(missing_ok=True)  # the JVM may still write to it; nobody needs it
     more = len(rows) > max_rows
     rows = rows[:max_rows]
     if as_json:

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,10 @@ def test_jobs_tier_and_sql(tmp_path: Path) -> None:
     bad = subprocess.run([LAKELOG, "sql", "SELECT * FROM no_such_view"], env=env,
                          capture_output=True, text=True, timeout=180)
     assert bad.returncode == 1
-    assert "no_such_view" in bad.stderr.splitlines()[-1]
+    # One line: no Java stack trace, no Spark start-up noise (that is in Spark's log).
+    assert len(bad.stderr.splitlines()) == 1, bad.stderr[-3000:]
+    assert bad.stderr.startswith("lakelog: error: SQL failed: [TABLE_OR_VIEW_NOT_FOUND]")
+    assert "no_such_view" in bad.stderr and "Spark's log: " in bad.stderr
 
 
 @pytest.mark.slow
@@ -154,7 +158,9 @@ def test_groups_describe_reset_delete_and_lag_in_sql(tmp_path: Path) -> None:
             ["billing", "orders", "0", "4", "10", "6", "-"],
             ["billing", "orders", "1", "-", "10", "10", "-"]]
         dry = run("groups", "reset-offsets", "billing", "--to-earliest")
-        assert dry.stdout.split() == ["orders-0", "0", "orders-1", "0"] and "dry run" in dry.stderr
+        assert [line.split() for line in dry.stdout.splitlines()] == [  # Kafka's table
+            ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], ["billing", "orders", "0", "0"],
+            ["billing", "orders", "1", "0"]] and "dry run" in dry.stderr
         assert _describe(run("groups", "describe", "billing").stdout)[0]["CURRENT-OFFSET"] == "4"
         run("groups", "reset-offsets", "billing", "--to-offset", "7", "--execute")
         bad = run("groups", "reset-offsets", "billing", check=False)
@@ -292,3 +298,208 @@ def test_keys_and_acls_from_the_command_line(tmp_path: Path) -> None:
         assert bad.returncode == 1 and "exactly one of" in bad.stderr
     finally:
         server.stop()
+
+
+def _cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a CLI run: no key, url or profile from the developer's own."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LAKELOG_API_KEY", "LAKELOG_URL", "LAKELOG_DATA_DIR")}
+    return {**env, "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+            "LAKELOG_DATA_DIR": str(tmp_path / "no-data-dir"), **extra}
+
+
+def _lakelog(env: dict[str, str], *args: str, stdin: str | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LAKELOG, *args], capture_output=True, text=True, env=env,
+                          input=stdin, timeout=timeout)
+
+
+def test_kafka_spellings_of_produce_and_consume(tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data").start()
+    env = _cli_env(tmp_path)
+    where = ["--bootstrap-server", f"127.0.0.1:{server.port}"]  # host:port, as Kafka's
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        out = _lakelog(env, *args, *where, stdin=stdin)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    try:
+        run("topics", "create", "t", "--partitions", "2")
+        produced = run("produce", "--topic", "t", "--property", "parse.key=true",
+                       "--property", "key.separator=,", stdin="k1,v1\nk2,v,2\nk3,\n")
+        assert "3 records produced to t" in produced.stderr
+        out = run("consume", "--topic", "t", "--from-beginning", "--max-messages", "3",
+                  "--property", "print.key=true", "--property", "key.separator=:")
+        assert sorted(out.stdout.splitlines()) == ["k1:v1", "k2:v,2", "k3:"]
+        out = run("consume", "t", "--from-beginning", "--max-messages", "3", "--property",
+                  "print.partition=true", "--property", "print.offset=true", "--property",
+                  "print.timestamp=true")
+        cells = [line.split("\t") for line in out.stdout.splitlines()]
+        assert sorted(c[3] for c in cells) == ["", "v,2", "v1"]
+        assert all(c[0].startswith("CreateTime:") and int(c[0].split(":")[1]) > 1.7e12
+                   and c[1] in ("Partition:0", "Partition:1") and c[2].startswith("Offset:")
+                   for c in cells), cells
+        # As kafka-console-producer: a line without the separator is an error; the lines
+        # before it are produced, the ones after it are not.
+        bad = _lakelog(env, "produce", "t", *where, "--property", "parse.key=true",
+                       "--property", "key.separator=,", stdin="k4,v4\nno separator\nk5,v5\n")
+        assert bad.returncode == 1
+        assert bad.stderr.splitlines()[-1] == (
+            "lakelog: error: line 2 has no key separator ',': 'no separator' (each line is "
+            "KEY,VALUE)")
+        assert "1 records produced to t" in bad.stderr
+        values = run("consume", "t", "--from-beginning", "--timeout-ms", "2000").stdout
+        assert sorted(values.splitlines()) == ["", "v,2", "v1", "v4"]
+        unknown = _lakelog(env, "consume", "t", *where, "--property", "print.nothing=true")
+        assert unknown.returncode == 1 and len(unknown.stderr.splitlines()) == 1
+        assert "print.nothing: not supported here" in unknown.stderr
+        both = _lakelog(env, "consume", "t", "--topic", "u", *where)
+        assert both.returncode == 1 and "give one" in both.stderr
+    finally:
+        server.stop()
+
+
+def test_consuming_a_topic_that_does_not_exist_is_an_error(server: Any, tmp_path: Path) -> None:
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+    for args in (["consume", "nope", "--timeout-ms", "1000"],
+                 ["consume", "--topic", "nope", "--group", "g", "--timeout-ms", "1000"]):
+        out = _lakelog(env, *args)
+        assert out.returncode == 1, (args, out.stderr)
+        assert out.stderr == "lakelog: error: 404: topic 'nope' does not exist\n", out.stderr
+
+
+def test_produce_says_why_records_failed_and_the_rest_are_stored(
+        server: Any, tmp_path: Path) -> None:
+    """A record over max.message.bytes fails with its reason, counted per error code;
+    the lines around it are stored (before, every line after it failed too, as
+    out_of_order_sequence, and the CLI printed only a count)."""
+    from tests.lakelog.helpers import make_topic, values
+
+    make_topic(server, "t", 1, **{"max.message.bytes": "4096"})
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+    lines = [("x" * 5000 if i in (3, 7, 8) else f"line {i}") for i in range(20)]
+    out = _lakelog(env, "produce", "t", stdin="".join(line + "\n" for line in lines))
+    assert out.returncode == 1
+    report = out.stderr.splitlines()
+    assert report[0] == "17 records produced to t, 3 failed:", out.stderr
+    assert report[1].startswith("  3 x record_too_large (41301): record ")
+    assert "max.message.bytes=4096" in report[1] and len(report) == 2
+    assert values(server, "t", 0) == [line for line in lines if not line.startswith("x")]
+
+
+def test_with_the_server_down_a_command_fails_in_one_line(tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data").start()
+    with server.client() as c:
+        c.post("/topics", json={"topic_name": "t"}).raise_for_status()
+    server.kill()
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url, LAKELOG_RETRY_TIMEOUT_MS="1500")
+    for args in (["produce", "t"], ["consume", "t"], ["consume", "t", "--group", "g"],
+                 ["topics", "list"], ["groups", "describe", "g"]):
+        out = _lakelog(env, *args, stdin="x\n")
+        assert out.returncode == 1, (args, out.stderr)
+        assert len(out.stderr.splitlines()) == 1, (args, out.stderr)
+        assert out.stderr.startswith("lakelog: error: "), (args, out.stderr)
+        assert server.url in out.stderr and "--retry-timeout-ms=1500" in out.stderr
+        assert "Connection refused" in out.stderr, (args, out.stderr)
+
+
+def test_produce_rides_through_a_server_restart(tmp_path: Path) -> None:
+    """The server is down when `lakelog produce` starts and comes back two seconds
+    later: the command waits for it (within --retry-timeout-ms) and succeeds."""
+    from tests.lakelog.helpers import values
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data").start()
+    with server.client() as c:
+        c.post("/topics", json={"topic_name": "t"}).raise_for_status()
+    server.kill()
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+    proc = subprocess.Popen([LAKELOG, "produce", "t"], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 2:  # injected outage of two seconds
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        server.start()
+        _, err = proc.communicate("".join(f"r{i}\n" for i in range(100)), timeout=120)
+        assert proc.returncode == 0, err
+        assert err == "100 records produced to t\n"
+        assert values(server, "t", 0) == [f"r{i}" for i in range(100)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.kill()
+
+
+def test_a_401_says_where_the_cli_looked_and_a_profile_gives_url_and_key(
+        tmp_path: Path) -> None:
+    from tests.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "data", env={"LAKELOG_AUTH": "api-key"}).start()
+    admin = (server.data_dir / "security" / "admin.key").read_text().strip()
+    env = _cli_env(tmp_path)
+    profile = tmp_path / "xdg" / "lakelog" / "config.toml"
+    try:
+        out = _lakelog(env, "topics", "list", "--url", server.url)
+        assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+        message = out.stderr
+        assert message.startswith("lakelog: error: 401: "), message
+        for place in ("--api-key", "LAKELOG_API_KEY", f"{profile} (no such file)",
+                      f"{tmp_path / 'no-data-dir' / 'security' / 'admin.key'} (no such file"):
+            assert place in message, (place, message)
+        assert "LAKELOG_DATA_DIR" in message
+        # A profile: url and key; the command needs neither flag nor variable.
+        profile.parent.mkdir(parents=True)
+        profile.write_text(f'url = "{server.url}"\napi_key = "{admin}"\n')
+        out = _lakelog(env, "topics", "create", "t")
+        assert out.returncode == 0, out.stderr
+        assert _lakelog(env, "topics", "list").stdout.split() == ["t", "partitions=1"]
+        # Precedence: LAKELOG_API_KEY over the profile, --api-key over LAKELOG_API_KEY.
+        wrong = {**env, "LAKELOG_API_KEY": "llk_0000000000000000:wrong"}
+        out = _lakelog(wrong, "topics", "list")
+        assert out.returncode == 1
+        assert "the API key from LAKELOG_API_KEY was refused" in out.stderr
+        assert _lakelog(wrong, "--api-key", admin, "topics", "list").returncode == 0
+        # The profile's key goes only to the profile's server.
+        other = f"http://localhost:{server.port}"
+        out = _lakelog(env, "topics", "list", "--url", other)
+        assert out.returncode == 1 and f"its key is for {server.url}" in out.stderr
+        profile.write_text('url = "http://127.0.0.1:1"\napi-key = "x"\n')
+        out = _lakelog(env, "topics", "list")
+        assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+        assert f"the profile {profile} has unknown key(s) api-key" in out.stderr
+    finally:
+        server.stop()
+
+
+def test_help_shows_what_a_user_types() -> None:
+    import typer.main
+    from typer.testing import CliRunner
+
+    from lakelog.cli import app
+
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+
+    def walk(cmd: Any, path: list[str]) -> list[list[str]]:
+        subs = getattr(cmd, "commands", {})
+        return [path] + [p for name, sub in subs.items() for p in walk(sub, [*path, name])]
+
+    for path in walk(root, []):
+        out = runner.invoke(app, [*path, "--help"], terminal_width=200).output
+        assert not re.search(r"<(str|bool|int|list|float|path)", out, re.I), (path, out)
+        assert not re.search(r"\{[a-z_]+\}", out), (path, out)
+    consume = runner.invoke(app, ["consume", "--help"], terminal_width=200).output
+    assert re.search(r"Usage: .*consume \[OPTIONS\] \[TOPIC\]", consume), consume
+    assert re.search(r"--from-beginning\s+Start at", consume), consume  # a flag: no value
+    assert re.search(r"--max,--max-messages\s+N\s", consume), consume
+    assert re.search(r"--group\s+GROUP\s", consume) and re.search(r"--property\s+NAME=VALUE",
+                                                                   consume)
+    reset = runner.invoke(app, ["groups", "reset-offsets", "--help"], terminal_width=200).output
+    assert re.search(r"reset-offsets \[OPTIONS\] GROUP", reset), reset

@@ -23,14 +23,6 @@ from lakelog.client import Consumer, Producer, TopicPartition
 from tests.server import ServerProcess
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> ServerProcess:
-    proc = ServerProcess(tmp_path / "data").start()
-    yield proc  # type: ignore[misc]
-    if proc.proc is not None and proc.proc.poll() is None:
-        proc.kill()
-
-
 def _topic(server: ServerProcess, name: str, partitions: int) -> None:
     with server.client() as c:
         r = c.post("/topics", json={"topic_name": name, "partitions_count": partitions})

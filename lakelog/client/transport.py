@@ -1,0 +1,33 @@
+"""HTTP clients to one server: credentials and TLS."""
+
+from __future__ import annotations
+
+import ssl
+
+import httpx
+
+from lakelog.profile import find_api_key
+
+CLUSTER = "/v3/clusters/lakelog"
+
+
+def default_api_key(url: str) -> str | None:
+    """``LAKELOG_API_KEY``, else the profile's key (for its url), else (for a server on this
+    machine only, so that a local admin key is never sent elsewhere) the admin key file of
+    the local data directory."""
+    return find_api_key(url).key
+
+
+def tls_verify(verify: str | bool | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """httpx's ``verify`` from a CA bundle path, a context or a bool."""
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+
+
+def http_auth(api_key: str | None) -> httpx.BasicAuth | None:
+    """HTTP Basic credentials from ``<key id>:<secret>`` (None: send none)."""
+    if api_key is None:
+        return None
+    key_id, sep, secret = api_key.partition(":")
+    if not sep:
+        raise ValueError("an API key is '<key id>:<secret>'")
+    return httpx.BasicAuth(key_id, secret)

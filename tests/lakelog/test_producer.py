@@ -1,0 +1,186 @@
+"""The Producer against a real server: a refused record fails alone and the records
+behind it go on (as Kafka's producer recovers its sequences); a request refused whole
+leaves the sequences where they were; and an idempotent producer rides through a real
+SIGKILL of the server with every acknowledged record stored exactly once."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from lakelog.client import LakelogClientError, LakelogTimeoutError, Producer, RecordMetadata
+from tests.lakelog.helpers import make_topic, values
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+LONG_LINGER_MS = 60_000  # records go out only on flush(): one request for all of them
+
+
+def _outcomes(futures: list[concurrent.futures.Future[RecordMetadata]]
+              ) -> list[RecordMetadata | LakelogClientError]:
+    out: list[RecordMetadata | LakelogClientError] = []
+    for f in futures:
+        exc = f.exception(timeout=60)
+        assert exc is None or isinstance(exc, LakelogClientError), repr(exc)
+        out.append(f.result() if exc is None else exc)
+    return out
+
+
+def test_a_refused_record_fails_alone_and_the_records_behind_it_go_on(
+        server: ServerProcess) -> None:
+    """Two partitions in one request; partition 0 has two records over max.message.bytes,
+    partition 1 one. Each refused record fails with its own error; every other record is
+    stored once, in send order; a later request to the same partitions succeeds."""
+    make_topic(server, "t", 2, **{"max.message.bytes": "4096"})
+    big = {(0, 3), (0, 11), (1, 7)}
+    with Producer(server.url, linger_ms=LONG_LINGER_MS) as producer:
+        sent = [(p, i, f"p{p}-{i}" + ("x" * 10_000 if (p, i) in big else ""))
+                for i in range(20) for p in (0, 1)]
+        futures = [producer.send("t", value, partition=p) for p, _, value in sent]
+        producer.flush()
+        outcomes = _outcomes(futures)
+        later = [producer.send("t", f"later-{p}", partition=p) for p in (0, 1)]
+        producer.flush()
+        later_outcomes = _outcomes(later)
+    for (p, i, _), outcome in zip(sent, outcomes, strict=True):
+        if (p, i) in big:
+            assert isinstance(outcome, LakelogClientError)
+            assert (outcome.status, outcome.error) == (413, "record_too_large"), outcome
+            assert "max.message.bytes" in outcome.message
+        else:
+            assert isinstance(outcome, RecordMetadata), ((p, i), outcome)
+    assert all(isinstance(o, RecordMetadata) for o in later_outcomes), later_outcomes
+    for p in (0, 1):
+        expected = [v for q, i, v in sent if q == p and (q, i) not in big] + [f"later-{p}"]
+        assert values(server, "t", p) == expected
+        acked = [o.offset for (q, _, _), o in zip(sent, outcomes, strict=True)
+                 if q == p and isinstance(o, RecordMetadata)]
+        assert acked == list(range(len(expected) - 1))  # offsets answered = offsets stored
+
+
+def test_a_keyless_record_to_a_compacted_topic_fails_alone(server: ServerProcess) -> None:
+    make_topic(server, "state", 1, **{"cleanup.policy": "compact"})
+    with Producer(server.url, linger_ms=LONG_LINGER_MS) as producer:
+        keys = [f"k{i}" if i != 4 else None for i in range(10)]
+        futures = [producer.send("state", f"v{i}", key=k, partition=0)
+                   for i, k in enumerate(keys)]
+        producer.flush()
+        outcomes = _outcomes(futures)
+        later = producer.send("state", "v-later", key="k-later", partition=0)
+        producer.flush()
+        assert later.result(timeout=60).offset == 9
+    refused = outcomes[4]
+    assert isinstance(refused, LakelogClientError) and refused.error == "invalid_record"
+    assert "no key" in refused.message
+    assert values(server, "state", 0) == [f"v{i}" for i in range(10) if i != 4] + ["v-later"]
+
+
+def test_a_request_refused_whole_leaves_the_sequences_where_they_were(
+        server: ServerProcess) -> None:
+    """Records to a topic that does not exist (an explicit partition: no metadata asked)
+    are refused whole (404); once the topic exists, the same producer's records are
+    stored (before, the producer had moved its sequences on and every later request
+    was refused as out of order)."""
+    with Producer(server.url, linger_ms=LONG_LINGER_MS) as producer:
+        early = [producer.send("late", f"early-{i}", partition=0) for i in range(3)]
+        producer.flush()
+        assert all(isinstance(o, LakelogClientError) and o.status == 404
+                   for o in _outcomes(early))
+        make_topic(server, "late", 1)
+        futures = [producer.send("late", f"v{i}", partition=0) for i in range(5)]
+        producer.flush()
+        assert [o.offset for o in _outcomes(futures) if isinstance(o, RecordMetadata)] == \
+            list(range(5))
+    assert values(server, "late", 0) == [f"v{i}" for i in range(5)]
+
+
+def test_an_idempotent_producer_rides_through_a_server_sigkill_without_duplicates(
+        tmp_path: Path) -> None:
+    """A producer sends without pause; the server is SIGKILLed mid-stream, stays down
+    longer than the old client's fixed retries lasted (~11 s), and starts again on the
+    same data directory and port. No record fails, and every acknowledged record is in
+    the log exactly once, at the offset it was acknowledged with."""
+    server = ServerProcess(tmp_path / "data").start()
+    make_topic(server, "t", 3)
+    acked: dict[str, RecordMetadata] = {}
+    failed: list[BaseException] = []
+    stop = threading.Event()
+    kill_at = threading.Event()
+
+    def produce(producer: Producer) -> None:
+        i = 0
+        pending: list[tuple[str, concurrent.futures.Future[RecordMetadata]]] = []
+        while not stop.is_set():
+            value = f"v{i}"
+            pending.append((value, producer.send("t", value, key=f"k{i % 50}")))
+            i += 1
+            if len(pending) >= 200:
+                for v, f in pending:
+                    try:
+                        acked[v] = f.result(timeout=180)
+                    except Exception as exc:
+                        failed.append(exc)
+                pending = []
+                if len(acked) >= 3000:
+                    kill_at.set()
+        for v, f in pending:
+            try:
+                acked[v] = f.result(timeout=180)
+            except Exception as exc:
+                failed.append(exc)
+
+    try:
+        with Producer(server.url, linger_ms=2, delivery_timeout_ms=120_000) as producer:
+            thread = threading.Thread(target=produce, args=(producer,))
+            thread.start()
+            assert kill_at.wait(120), "the producer did not get going"
+            before = len(acked)
+            server.kill()  # SIGKILL, mid-stream: requests are in flight
+            # Injected outage: longer than the old client's ~11 s of fixed retries.
+            down_until = time.monotonic() + 13
+            while time.monotonic() < down_until:
+                time.sleep(0.5)
+            server.start()
+            deadline = time.monotonic() + 120
+            while len(acked) < before + 3000:
+                assert time.monotonic() < deadline and not failed, (len(acked), failed[:3])
+                time.sleep(0.1)
+            stop.set()
+            thread.join(180)
+        assert not failed, failed[:3]
+        stored: dict[int, list[str | None]] = {p: values(server, "t", p) for p in range(3)}
+        counts = Counter(v for vs in stored.values() for v in vs)
+        assert not [v for v, n in counts.items() if n > 1], "duplicates in the log"
+        for value, md in acked.items():
+            assert stored[md.partition][md.offset] == value, (value, md)
+        per_partition: dict[int, int] = defaultdict(int)
+        for md in acked.values():
+            per_partition[md.partition] += 1
+        print(f"{len(acked)} acknowledged ({before} before the kill), stored "
+              f"{sum(len(v) for v in stored.values())}")
+    finally:
+        stop.set()
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()
+
+
+def test_with_the_server_down_a_record_fails_with_a_lakelog_error_at_its_deadline(
+        tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    make_topic(server, "t", 1)
+    with Producer(server.url, delivery_timeout_ms=1500, max_block_ms=1500,
+                  request_timeout_ms=1000) as producer:
+        assert producer.send("t", "up").result(timeout=60).offset == 0
+        server.kill()
+        future = producer.send("t", "down")
+        exc = future.exception(timeout=60)
+        assert isinstance(exc, LakelogTimeoutError), repr(exc)
+        assert server.url in str(exc) and "delivery_timeout_ms=1500" in str(exc)
+        assert "records:batch" in str(exc)
+        with pytest.raises(LakelogTimeoutError, match="max_block_ms=1500"):
+            producer.send("other-topic", "x")  # metadata for a new topic: nobody answers
