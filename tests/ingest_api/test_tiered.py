@@ -5,6 +5,7 @@ removal all run at once."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pyspark.sql import SparkSession
 from compaction_jobs.tier import TierJob
 from log_tables.layout import Layout
 from log_tables.spark_read import read_topic
-from tests.ingest_api.helpers import fetch_all, string
+from tests.ingest_api.helpers import fetch_all, live_stages, string
 from tests.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -155,8 +156,27 @@ def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
 
 
 def _children(pid: int) -> list[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(c) for c in children]
+    out: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except FileNotFoundError:  # it ended meanwhile
+        pass
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    out = []
+    for child in _children(pid):
+        out += [child, *_descendants(child)]
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _alive(pid: int) -> bool:
@@ -190,3 +210,63 @@ def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -
     while _alive(jobs[0]):
         assert time.monotonic() < deadline, f"job process {jobs[0]} outlived the server"
         time.sleep(0.1)
+
+
+def test_a_killed_server_takes_its_job_process_and_spark_jvm_along_mid_job(
+        tmp_path: Path) -> None:
+    """The server is SIGKILLed while its job process runs a tiering job in Spark. The
+    JVM is first paused (SIGSTOP), a stand-in for a long Spark job (the issue saw the
+    job process run on 26-46 s): the job cannot finish by itself, so only leaving at
+    once ends it. Real processes and real signals; nothing is hooked."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "500", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100",
+        "LAKELOG_SPARK_MASTER": "local[1]"}).start()
+    assert server.proc is not None
+    table = server.data_dir / "warehouse" / "topics" / "busy"
+    stop = threading.Event()
+    tree: list[int] = []
+
+    def producer() -> None:
+        with server.client() as client:
+            n = 0
+            while not stop.is_set():
+                try:
+                    _produce(client, "busy", n % 2, [f"v{n}-{i}" for i in range(200)])
+                except (httpx.TransportError, AssertionError):
+                    return  # the server was killed
+                n += 1
+                stop.wait(0.02)
+
+    thread = threading.Thread(target=producer)
+    try:
+        with server.client() as client:
+            _create(client, "busy", 2, segment_bytes="16384")
+        thread.start()
+        # Wait for a tiering run with Spark at work: a live stage directory, and PySpark's
+        # daemon (started by the JVM for the first Python task) in the job process's tree.
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, f"no tiering job seen running: {server.log()}"
+            tree = _descendants(server.proc.pid)
+            if live_stages(table) and any(b"pyspark.daemon" in _cmdline(p) for p in tree):
+                break
+            time.sleep(0.005)
+        jobs = [p for p in tree if b"compaction_jobs.scheduler" in _cmdline(p)]
+        jvms = [p for p in tree if b"java" in _cmdline(p).split(b"\0")[0]]
+        assert len(jobs) == 1 and len(jvms) == 1, [_cmdline(p)[:80] for p in tree]
+        os.kill(jvms[0], signal.SIGSTOP)
+        server.kill()
+        stop.set()
+        deadline = time.monotonic() + 30
+        while left := [p for p in tree if _alive(p)]:
+            assert time.monotonic() < deadline, (
+                f"outlived the server: {[_cmdline(p)[:80] for p in left]}")
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()
+        for pid in tree:  # whatever the fix failed to end (SIGKILL ends a stopped one too)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        thread.join(30)
