@@ -37,7 +37,7 @@ def local_retention(config: TopicConfig) -> tuple[int, int]:
 
 
 class TieredStorage:
-    """Delta-tier lookups for one data directory's topics (refreshed at most once a second)."""
+    """Delta-tier lookups for one data directory's topics (see ``ColdTables`` for how fresh)."""
 
     def __init__(self, manager: LogManager, layout: Layout, max_age_s: float = 1.0) -> None:
         self.manager = manager

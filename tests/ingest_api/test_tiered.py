@@ -16,7 +16,10 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
+from compaction_jobs import job
 from compaction_jobs.tier import TierJob
+from log_tables.cold_table import open_table, snapshot
+from log_tables.hot_reader import recovery_point
 from log_tables.layout import Layout
 from log_tables.spark_read import read_topic
 from tests.ingest_api.helpers import fetch_all, live_stages, string
@@ -270,3 +273,48 @@ def test_a_killed_server_takes_its_job_process_and_spark_jvm_along_mid_job(
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         thread.join(30)
+
+
+def test_partitions_show_what_another_process_just_tiered(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    """A tiering job outside the server (as ``lakelog jobs tier`` is) commits; the very
+    next GET .../partitions shows its tiered offsets. (The server cached the Delta
+    table's state for a second, so right after a run it answered the old offsets.)
+    The step hook only picks the moments to ask: just before the commit, so that the
+    server has read the table, and right after it."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_ROLL_CHECK_INTERVAL_MS": "60000"}).start()  # only this test reads the table
+    layout = Layout.of(server.data_dir)
+    seen: dict[str, list[int]] = {}
+    try:
+        with server.client() as client:
+            _create(client, "fresh", 2, segment_bytes="4096")
+            for p in (0, 1):
+                for i in range(3):  # each batch fills most of a segment: the next one rolls it
+                    _produce(client, "fresh", p, [f"{p}-{i}-{n}-" + "x" * 20 for n in range(60)])
+            deadline = time.monotonic() + 60
+            while min(recovery_point(layout.partition_dir("fresh", p)) for p in (0, 1)) == 0:
+                assert time.monotonic() < deadline, "the rolled segments were never synced"
+                time.sleep(0.05)
+
+            def offsets() -> list[int]:
+                r = client.get("/topics/fresh/partitions")
+                assert r.status_code == 200, r.text
+                return [d["tiered_offset"] for d in r.json()["data"]]
+
+            def ask(step: str) -> None:
+                if step in ("staged", "committed"):
+                    seen[step] = offsets()
+
+            job.step_hook = ask
+            try:
+                report = TierJob(layout).run(spark)
+            finally:
+                job.step_hook = None
+        dt = open_table(layout.table_uri("fresh"))
+        assert dt is not None
+        in_delta = [st.tiered_offset for st in snapshot(dt, 2)]
+        assert report.records > 0 and seen["staged"] == [0, 0]
+        assert seen["committed"] == in_delta, seen
+    finally:
+        server.stop()
