@@ -132,6 +132,11 @@ def jobs_tier(
     warehouse: Warehouse = None,
     topic: Annotated[list[str] | None, typer.Option(help="Only this topic (repeatable).")] = None,
     master: Master = None,
+    roll: Annotated[bool, typer.Option(
+        "--roll", help="First have the server (--url) seal every partition's records so far, "
+                       "so that all of them are tiered now.")] = False,
+    url: Annotated[str, typer.Option(help="The server, for --roll [LAKELOG_URL].",
+                                     envvar="LAKELOG_URL")] = "http://127.0.0.1:8080",
 ) -> None:
     """Roll sealed hot segments into the topics' Delta tables, exactly once."""
     from compaction_jobs.tier import TierJob
@@ -139,12 +144,23 @@ def jobs_tier(
     from log_tables.spark_session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
+    ends: dict[tuple[str, int], int] = {}  # what the server sealed: all of it must be tiered
+    for t in (topic or [m.name for m in layout.topics()]) if roll else ():
+        for part in _call("POST", url, f"/topics/{t}/segments:roll")["partitions"]:
+            ends[(t, part["partition_id"])] = part["end_offset"]
     report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True)).run(
         lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
                                 app_name="lakelog-tier"))
     typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition range(s)"
                + (f", {report.conflicts} partition(s) already tiered by another job"
                   if report.conflicts else ""))
+    if roll:
+        from compaction_jobs.tier import untiered
+
+        if late := untiered(layout, ends):
+            raise LakelogError(f"not all in Delta after the roll: {', '.join(late)}")
+        typer.echo(f"Delta holds every record produced before the roll "
+                   f"({len(ends)} partition(s))", err=True)
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "

@@ -318,3 +318,35 @@ def test_partitions_show_what_another_process_just_tiered(spark: SparkSession,
         assert seen["committed"] == in_delta, seen
     finally:
         server.stop()
+
+
+def test_produced_records_reach_delta_within_the_target_lag(tmp_path: Path) -> None:
+    """A topic with the default segment.ms (10 minutes) and delta.target.lag.ms of 2 s:
+    the server rolls each partition once its records have waited 1 s, syncs the
+    segment (acks=1 leaves that to the group commit) and its tiering job runs on the
+    roll; the scheduled tiering (every 10 minutes here) never comes into it. Twice, so
+    the second round shows the rolls go on once the first segments are tiered."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "600000", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "200",
+        "LAKELOG_SPARK_MASTER": "local[1]"}).start()
+    layout = Layout.of(server.data_dir)
+    try:
+        with server.client() as client:
+            _create(client, "tour", 2, delta_target_lag_ms="2000")
+            for round_ in range(2):
+                sent = time.monotonic()
+                for p in (0, 1):
+                    _produce(client, "tour", p, [f"r{round_}-{i}" for i in range(500)])
+                want = [_partition(client, "tour", p)["high_watermark"] for p in (0, 1)]
+                # Spark starts in the job process on the first roll: seconds to tens of
+                # seconds on a loaded machine, so a generous deadline.
+                deadline = time.monotonic() + 240
+                while [_partition(client, "tour", p)["tiered_offset"] for p in (0, 1)] != want:
+                    assert time.monotonic() < deadline, server.log()
+                    time.sleep(0.2)
+                print(f"round {round_}: in Delta {time.monotonic() - sent:.1f} s after produce")
+        dt = open_table(layout.table_uri("tour"))
+        assert dt is not None
+        assert [sum(f.num_records for f in st.files) for st in snapshot(dt, 2)] == [1000, 1000]
+    finally:
+        server.stop(timeout_s=90)
