@@ -20,6 +20,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -58,15 +60,17 @@ def die_with_parent(sig: int) -> bool:
     return True
 
 
-def preexec_die_with_parent(sig: int) -> Callable[[], None]:
-    """A ``subprocess.Popen(preexec_fn=...)`` that sets ``sig`` as the child's parent-death
-    signal before it execs (kept across exec). The library is loaded here, in the
-    parent: the child only makes the one call."""
-    prctl = _PRCTL
-    arg = ctypes.c_ulong(sig)
+def main(argv: list[str]) -> None:
+    """``python -m log_tables.parent_death PARENT_PID SIGNAL PROGRAM ARG...``: exec
+    PROGRAM with SIGNAL as its parent-death signal (it is kept across exec), unless
+    PARENT_PID is gone already. A trampoline, so that the parent needs no
+    ``preexec_fn`` (unsafe in a process with threads)."""
+    parent_pid, sig, program = int(argv[0]), signal.Signals[argv[1]], argv[2:]
+    die_with_parent(sig)
+    if os.getppid() != parent_pid:
+        sys.exit(f"parent {parent_pid} is gone; not starting {program[0]}")
+    os.execv(program[0], program)
 
-    def preexec() -> None:
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, arg, 0, 0, 0)
 
-    return preexec
+if __name__ == "__main__":
+    main(sys.argv[1:])
