@@ -144,6 +144,10 @@ def jobs_tier(
     from log_tables.spark_session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
+    if roll:  # the server's admin key, if one is needed, is in this data directory
+        import os
+
+        os.environ["LAKELOG_DATA_DIR"] = str(data_dir)
     ends: dict[tuple[str, int], int] = {}  # what the server sealed: all of it must be tiered
     for t in (topic or [m.name for m in layout.topics()]) if roll else ():
         for part in _call("POST", url, f"/topics/{t}/segments:roll")["partitions"]:
