@@ -3,8 +3,23 @@ on their own intervals, one after another, in a child process of the server
 (``JobProcess``), so that produce never waits for them and never shares a GIL
 with them. Tiering also runs right after a segment is sealed: the server writes
 a byte to the child's stdin. The child runs at nice 10 (the Spark JVM and its
-Python workers inherit it) and leaves when its stdin closes, which is also what
-happens when the server dies, however it dies.
+Python workers inherit it).
+
+The child and everything it starts end with the server, however the server ends:
+
+- a clean stop: the server writes ``STOP`` and closes the pipe; the child lets
+  the running job finish (at most ``STOP_WAIT_S``), stops Spark and exits, and
+  the server SIGKILLs the child's process group if it takes longer;
+- the server dies (SIGKILL, a crash): the pipe closes without ``STOP``, the
+  kernel sends the child ``PARENT_DEATH_SIGNAL`` (``PR_SET_PDEATHSIG``, Linux),
+  and the child also sees its parent pid change (checked every second): any of
+  the three makes it SIGKILL its own process group, itself and its JVM
+  included, at once. Every job is safe to kill at any step. (PySpark's daemon
+  leads a group of its own; it leaves, with its workers, when the JVM's pipe
+  to it closes.)
+
+The child leads a process group of its own, so a Ctrl-C in the server's
+terminal reaches the server alone, which then stops the child cleanly.
 
 The jobs only need the data directory and the warehouse: everything they change
 is committed to Delta, and the server's hot tier follows the log start they
@@ -20,18 +35,21 @@ import contextlib
 import json
 import logging
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from compaction_jobs.compact import CompactJob
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
 from compaction_jobs.vacuum import VacuumJob
+from log_tables import parent_death
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
 from log_tables.partition_log import PartitionLog
@@ -46,6 +64,10 @@ STOP_WAIT_S = 60.0
 """How long a stop waits for a running job to finish before the job process is killed
 (every job is safe to kill at any step; the next run finishes or undoes its work)."""
 ROLLED = b"r"
+STOP = b"s"
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+"""What the kernel sends the job process when the server dies (``PR_SET_PDEATHSIG``)."""
+PARENT_CHECK_S = 1.0
 
 
 class Intervals(NamedTuple):
@@ -137,11 +159,16 @@ class JobScheduler:
                     log.exception("%s job failed (it is retried at the next interval)", name)
                 self.runs += 1
 
-    def stop(self) -> None:
+    def stop(self, between_waits: Callable[[], None] = lambda: None) -> None:
+        """Let the running job finish (at most ``STOP_WAIT_S``), then stop Spark;
+        ``between_waits`` runs about every second meanwhile."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(STOP_WAIT_S)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while self._thread is not None and self._thread.is_alive() and \
+                time.monotonic() < deadline:
+            self._thread.join(PARENT_CHECK_S)
+            between_waits()
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
@@ -149,7 +176,12 @@ class JobScheduler:
 
 class JobProcess:
     """The server's side of the scheduler: starts ``python -m compaction_jobs.scheduler``
-    with the layout and intervals, tells it when a segment rolls, and stops it."""
+    with the layout and intervals, tells it when a segment rolls, and stops it.
+
+    ``start`` must run on a thread that lives as long as the server (the main thread
+    of ``lakelog serve``): the parent-death signal fires when the forking thread ends.
+    (The child checks its parent pid when the signal comes, so an early one is ignored.)
+    """
 
     def __init__(self, layout: Layout, intervals: Intervals, spark_master: str,
                  log_level: str = "info") -> None:
@@ -158,6 +190,10 @@ class JobProcess:
         self.spark_master = spark_master
         self.log_level = log_level
         self._proc: subprocess.Popen[bytes] | None = None
+        self._pipe: int | None = None
+        """The write end of the child's stdin."""
+        self._pipe_lock = threading.Lock()
+        """Held to write and to close: a roll never writes to a closed (maybe reused) fd."""
 
     @property
     def enabled(self) -> bool:
@@ -167,47 +203,99 @@ class JobProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def start(self, manager: LogManager) -> None:
+    def start(self, manager: LogManager | None = None) -> None:
         spec = {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
                 "spark_master": self.spark_master, "intervals": self.intervals._asdict(),
-                "log_level": self.log_level.upper()}
+                "log_level": self.log_level.upper(), "parent_pid": os.getpid()}
+        # A process group of its own: the child can take its JVM with it in one kill,
+        # and a Ctrl-C meant for the server does not reach it.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "compaction_jobs.scheduler", json.dumps(spec)],
-            stdin=subprocess.PIPE)
-        os.set_blocking(self._stdin().fileno(), False)
-        manager.roll_listeners.append(self._on_roll)
+            stdin=subprocess.PIPE, process_group=0)
+        assert self._proc.stdin is not None
+        self._pipe = self._proc.stdin.fileno()
+        os.set_blocking(self._pipe, False)
+        if manager is not None:
+            manager.roll_listeners.append(self._on_roll)
         log.info("job process %d started (tier/retention/compact/upkeep every %s ms)",
                  self._proc.pid, "/".join(str(ms) for ms in self.intervals[:4]))
 
-    def _stdin(self) -> IO[bytes]:
-        assert self._proc is not None and self._proc.stdin is not None
-        return self._proc.stdin
-
     def _on_roll(self, plog: PartitionLog, sealed: LogSegment) -> None:
-        # Never blocks the appender: a full pipe already holds a wake-up.
-        with contextlib.suppress(BlockingIOError, BrokenPipeError, ValueError):
-            self._stdin().write(ROLLED)
-            self._stdin().flush()
+        # Never blocks the appender: a full pipe already holds a wake-up. One os.write of
+        # one byte is atomic, whichever thread rolled.
+        with self._pipe_lock, contextlib.suppress(OSError):  # full, or the child is gone
+            if self._pipe is not None:
+                os.write(self._pipe, ROLLED)
 
     def stop(self) -> None:
+        """Ask the child to stop after its running job; SIGKILL its process group (the
+        child, its JVM) if it is not gone within ``STOP_WAIT_S``."""
         if self._proc is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            self._stdin().close()
+        proc = self._proc
+        # A pipe too full for one more byte means the child does not read it: closing it
+        # without STOP makes the child leave at once, which is then the right thing.
+        with self._pipe_lock:
+            if self._pipe is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._pipe, STOP)
+            self._pipe = None
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
         try:
-            self._proc.wait(STOP_WAIT_S)
+            proc.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            log.warning("job process %d still busy after %.0f s: killed (its job is undone or "
-                        "finished by the next run)", self._proc.pid, STOP_WAIT_S)
-            self._proc.kill()
-            self._proc.wait()
+            log.warning("job process %d still busy after %.0f s: killed with its Spark JVM "
+                        "(its job is undone or finished by the next run)", proc.pid, STOP_WAIT_S)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         self._proc = None
 
 
+def _leave_now(reason: str) -> NoReturn:
+    """SIGKILL this process's group: the job process, its Spark JVM, whatever they run."""
+    # os.write, not logging: this may run in a signal handler, maybe while a log call
+    # on the same thread holds the logging lock.
+    with contextlib.suppress(OSError):
+        os.write(2, f"WARNING:  [jobs] {reason}: the job process {os.getpid()} leaves now, "
+                    "with its Spark JVM\n".encode())
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os._exit(1)
+
+
+def _watch_parent(parent_pid: int | None) -> Callable[[], None]:
+    """Make this process leave (with its group) when its parent goes; returns the
+    check to run now and then (it compares the parent pid, portably)."""
+    if os.getpgrp() != os.getpid():  # run by hand rather than by JobProcess
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+
+    def check() -> None:
+        if parent_pid is not None and os.getppid() != parent_pid:
+            _leave_now(f"the server (pid {parent_pid}) is gone")
+
+    def on_signal(signum: int, frame: object) -> None:
+        if signum == PARENT_DEATH_SIGNAL:
+            check()  # sent too when only the forking thread ended: then the parent lives
+        else:
+            _leave_now(f"signal {signal.Signals(signum).name}")
+
+    for sig in (PARENT_DEATH_SIGNAL, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    parent_death.die_with_parent(PARENT_DEATH_SIGNAL)
+    check()  # the parent may have died before the signal was set
+    return check
+
+
 def main(argv: list[str]) -> None:
-    """The job process: run the scheduler until stdin closes; each byte read means "a
+    """The job process: run the scheduler until the server says STOP, or leave at once
+    (with its process group) when the server is gone; each other byte read means "a
     segment rolled"."""
     spec = json.loads(argv[0])
+    check_parent = _watch_parent(spec.get("parent_pid"))
     # Jobs yield the CPU to produce and fetch: SCHED_IDLE where Linux has it (the server's
     # threads preempt the jobs' at once), nice 10 as well; the Spark JVM and workers inherit both.
     with contextlib.suppress(OSError):
@@ -219,10 +307,20 @@ def main(argv: list[str]) -> None:
     scheduler = JobScheduler(Layout(spec["data_dir"], spec["warehouse"]),
                              Intervals(**spec["intervals"]), spec["spark_master"])
     scheduler.start()
-    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
-    while stdin.read(64):
+    stdin = sys.stdin.fileno()
+    while True:
+        # A timeout, so that the parent pid is checked even where no signal comes.
+        readable, _, _ = select.select([stdin], [], [], PARENT_CHECK_S)
+        check_parent()
+        if not readable:
+            continue
+        chunk = os.read(stdin, 64)
+        if STOP in chunk:
+            break
+        if not chunk:
+            _leave_now("the server's pipe closed without a stop")
         scheduler.segment_rolled()
-    scheduler.stop()
+    scheduler.stop(check_parent)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from log_tables.cold_table import (
     file_stats,
     is_local,
     local_path,
+    open_table,
     snapshot,
     tier_app_id,
     to_table_rows,
@@ -193,6 +194,23 @@ def balance(works: list[SegmentWork], slots: int) -> list[list[SegmentWork]]:
         groups[i].append(w)
         loads[i] += w.end - w.start
     return groups
+
+
+def untiered(layout: Layout, ends: dict[tuple[str, int], int]) -> list[str]:
+    """The partitions whose Delta table does not cover every offset below the given end
+    (records deleted before they were tiered count as covered), as
+    ``topic-partition: tiered up to T of E``."""
+    late = []
+    for topic in sorted({t for t, _ in ends}):
+        dt = open_table(layout.table_uri(topic))
+        count = 1 + max(p for t, p in ends if t == topic)
+        states = snapshot(dt, count) if dt is not None else None
+        for (t, p), end in sorted(ends.items()):
+            st = states[p] if states is not None else None
+            covered = max(st.tiered_offset, st.start_offset) if st is not None else 0
+            if t == topic and covered < end:
+                late.append(f"{t}-{p}: tiered up to {covered} of {end}")
+    return late
 
 
 class _TopicPlan(NamedTuple):

@@ -136,13 +136,18 @@ def create_app(settings: ApiSettings | None = None,
 
 async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSettings) -> None:
     """Roll segments older than segment.ms even when nothing is produced (they become
-    tierable), and drop hot segments that are tiered and past local retention."""
+    tierable) and those whose records wait for Delta longer than half their topic's
+    delta.target.lag.ms, and drop hot segments that are tiered and past local retention."""
     while True:
         await asyncio.sleep(settings.roll_check_interval_ms / 1000)
         try:
             await asyncio.to_thread(manager.roll_due_segments)
         except Exception:
             log.exception("rolling quiet segments failed")
+        try:
+            await asyncio.to_thread(tiered.roll_for_target_lag)
+        except Exception:
+            log.exception("rolling segments for delta.target.lag.ms failed")
         try:
             await asyncio.to_thread(tiered.retire, manager.clock.now_ms())
         except Exception:

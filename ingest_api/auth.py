@@ -49,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     _rule("PATCH", _B + rf"/topics/{_NAME}", "topic", "alter"),
     _rule("PUT DELETE", _B + rf"/topics/{_NAME}/configs/[^/]+", "topic", "alter"),
     _rule("POST", _B + rf"/topics/{_NAME}/configs:alter", "topic", "alter"),
+    _rule("POST", _B + rf"/topics/{_NAME}/segments:roll", "topic", "alter"),
     _rule("GET", _B + r"/topics/-/partitions/-/reassignment", None),  # always empty
     _rule("GET", _B + rf"/topics/{_NAME}(/configs(/[^/]+)?|/partitions(/[^/]+(/replicas(/[^/]+)?"
           r"|/reassignment)?)?)?", "topic", "describe"),

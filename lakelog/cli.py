@@ -159,6 +159,10 @@ def jobs_tier(
     skip_damaged: Annotated[bool, typer.Option(
         "--skip-damaged", help="Tier around damaged hot batches: their records are lost "
                                "(see docs/reliability.md).")] = False,
+    roll: Annotated[bool, typer.Option(
+        "--roll", help="First have the server (--url) seal every partition's records so far, "
+                       "so that all of them are tiered now.")] = False,
+    url: Url = DEFAULT_URL,
 ) -> None:
     """Roll sealed hot segments into the topics' Delta tables, exactly once."""
     from compaction_jobs.tier import TierJob
@@ -166,6 +170,14 @@ def jobs_tier(
     from log_tables.spark_session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
+    if roll:  # the server's admin key, if one is needed, is in this data directory
+        import os
+
+        os.environ["LAKELOG_DATA_DIR"] = str(data_dir)
+    ends: dict[tuple[str, int], int] = {}  # what the server sealed: all of it must be tiered
+    for t in (topic or [m.name for m in layout.topics()]) if roll else ():
+        for part in _call("POST", url, f"/topics/{t}/segments:roll")["partitions"]:
+            ends[(t, part["partition_id"])] = part["end_offset"]
     report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
                      skip_damaged=skip_damaged).run(
         lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
@@ -175,6 +187,13 @@ def jobs_tier(
                   if report.conflicts else ""))
     if report.damaged:  # each was printed above; a scheduler sees the exit status
         raise typer.Exit(1)
+    if roll:
+        from compaction_jobs.tier import untiered
+
+        if late := untiered(layout, ends):
+            raise LakelogError(f"not all in Delta after the roll: {', '.join(late)}")
+        typer.echo(f"Delta holds every record produced before the roll "
+                   f"({len(ends)} partition(s))", err=True)
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "

@@ -15,11 +15,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
 
 import httpx
+
+from log_tables import parent_death
 
 
 def free_port() -> int:
@@ -43,6 +46,7 @@ class LocalServer:
         settings.setdefault("auth", "none")
         self.settings = {f"LAKELOG_{k.upper()}": str(v) for k, v in settings.items()}
         self.proc: subprocess.Popen[bytes] | None = None
+        self._stopped = threading.Event()
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
 
     @property
@@ -52,14 +56,12 @@ class LocalServer:
     def start(self, timeout_s: float = 60) -> LocalServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         lakelog = Path(sys.executable).parent / "lakelog"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(lakelog), "serve", "--data-dir", str(self.data_dir), "--port",
-                 str(self.port), "--log-level", "warning"],
-                env={**os.environ, **self.settings}, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = self._spawn([str(lakelog), "serve", "--data-dir", str(self.data_dir),
+                                 "--port", str(self.port), "--log-level", "warning"])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self._end_process()
                 raise RuntimeError(f"lakelog serve exited with {self.proc.returncode}; "
                                    f"see {self.log_path}")
             try:
@@ -68,11 +70,43 @@ class LocalServer:
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
+        self._end_process()  # not left running behind the error
         raise RuntimeError(f"lakelog serve did not answer within {timeout_s:.0f} s; "
                            f"see {self.log_path}")
 
-    def stop(self) -> None:
-        """SIGTERM (a clean shutdown), then remove a temporary data directory."""
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start the server so that it stops (SIGTERM, a clean shutdown) when this Python
+        process dies, a notebook kernel restarted for one: it would otherwise hold its
+        port and data directory for good. Linux's parent-death signal does that, set by
+        a trampoline that then execs the server; it fires when the *thread* that forked
+        the child ends, so the fork happens on a thread of its own that lives until
+        ``stop``."""
+        if parent_death.supported():
+            argv = [sys.executable, "-m", "log_tables.parent_death", str(os.getpid()),
+                    signal.SIGTERM.name, *argv]
+        started: list[subprocess.Popen[bytes] | BaseException] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            try:
+                with self.log_path.open("ab") as log:
+                    started.append(subprocess.Popen(argv, env={**os.environ, **self.settings},
+                                                    stdout=log, stderr=subprocess.STDOUT))
+            except BaseException as exc:  # raised to start()'s caller below
+                started.append(exc)
+            ready.set()
+            self._stopped.wait()
+
+        self._stopped.clear()
+        threading.Thread(target=run, name=f"lakelog-local-server-{self.port}",
+                         daemon=True).start()
+        ready.wait()
+        if isinstance(started[0], BaseException):
+            raise started[0]
+        return started[0]
+
+    def _end_process(self) -> None:
+        """SIGTERM (a clean shutdown; SIGKILL after 90 s) and let the spawning thread go."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -80,6 +114,11 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._stopped.set()
+
+    def stop(self) -> None:
+        """SIGTERM (a clean shutdown), then remove a temporary data directory."""
+        self._end_process()
         self.proc = None
         if self._owned:
             shutil.rmtree(self.data_dir.parent, ignore_errors=True)

@@ -78,6 +78,14 @@ def _long(low: int, high: int = _LONG_MAX) -> Callable[[str, str], int]:
     return parse
 
 
+def _off_or_positive(name: str, raw: str) -> int:
+    value = _long(-1)(name, raw)
+    if value == 0:
+        raise InvalidConfigError(name, raw, "must be -1 (off) or a positive number of "
+                                            "milliseconds")
+    return value
+
+
 def _ratio(name: str, raw: str) -> float:
     try:
         value = float(str(raw).strip())
@@ -142,6 +150,11 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("compression.type", "producer", _choice(COMPRESSION_TYPES),
               "Kafka's codec names, accepted and kept for Kafka tools; lakelog stores hot "
               "batches as uncompressed Arrow and Delta files as Snappy Parquet whatever it says."),
+    ConfigDef("delta.target.lag.ms", 60_000, _off_or_positive,
+              "How soon a produced record should be in the topic's Delta table: the server "
+              "rolls a partition's active segment once its first record is half this old "
+              "(and the older segments are tiered), and the tiering job runs on each roll; "
+              "-1: only segment.ms and segment.bytes roll."),
 )
 CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
@@ -165,6 +178,7 @@ class TopicConfig:
     local_retention_ms: int = 3600 * 1000
     local_retention_bytes: int = -2
     compression_type: str = "producer"
+    delta_target_lag_ms: int = 60_000
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, object]) -> TopicConfig:

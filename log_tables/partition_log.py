@@ -402,7 +402,10 @@ class PartitionLog:
                                        base_sequence=base_sequence)
             batch = assign(prepared, self._next_offset)
             self._maybe_roll_for(batch)
-            self._segments[-1].append(batch)
+            active = self._segments[-1]
+            if active.size == 0:
+                active.first_append_ms = self.clock.now_ms()
+            active.append(batch)
             self._next_offset = batch.header.next_offset
             if producer_id >= 0:
                 self.producers.update(producer_id, producer_epoch, base_sequence,
@@ -433,12 +436,27 @@ class PartitionLog:
                 return self._roll_locked()
         return None
 
+    def roll_if_older(self, age_ms: int) -> LogSegment | None:
+        """Roll the active segment if it holds records and the first of them was appended
+        ``age_ms`` ago or more (0: whenever it holds records); returns the sealed one.
+
+        As with a roll during an append, the sealed segment's sync is left to the
+        ``flush_scheduler``: the recovery point and the roll listeners (the tiering
+        job) follow once it is done, so no tiering job takes it before it is durable.
+        """
+        with self._lock:
+            active = self._segments[-1]
+            if active.size and self.clock.now_ms() - active.first_append_ms >= age_ms:
+                return self._roll_locked(background=True)
+        return None
+
     def _roll_locked(self, background: bool = False) -> LogSegment | None:
         """Steps: 1. seal (fsync) the active segment; 2. create the next one;
         3. checkpoint recovery_point = its base (also fsyncs the new directory entries).
 
-        ``background`` (a roll during an append, with a ``flush_scheduler``): step 1
-        does not sync, and step 3 waits for the scheduled ``flush``.
+        ``background`` (a roll during an append or ``roll_if_older``, with a
+        ``flush_scheduler``): step 1 does not sync, and step 3 waits for the scheduled
+        ``flush``.
         """
         old = self._segments[-1]
         if old.size == 0 or self._closed:

@@ -65,6 +65,9 @@ class LogSegment:
         self.time_index = TimeIndex(directory / (stem + TIMEINDEX_SUFFIX), base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
+        self.first_append_ms = created_ms
+        """When its first batch was appended (set by the partition log; for a segment
+        opened from disk, when it was opened)."""
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1

@@ -37,7 +37,7 @@ def local_retention(config: TopicConfig) -> tuple[int, int]:
 
 
 class TieredStorage:
-    """Delta-tier lookups for one data directory's topics (refreshed at most once a second)."""
+    """Delta-tier lookups for one data directory's topics (see ``ColdTables`` for how fresh)."""
 
     def __init__(self, manager: LogManager, layout: Layout, max_age_s: float = 1.0) -> None:
         self.manager = manager
@@ -145,6 +145,52 @@ class TieredStorage:
                 deleted += self._retire_partition(plog, cold.tiered_offset, now_ms, keep_ms,
                                                   keep_bytes)
         return deleted
+
+    def roll_for_target_lag(self) -> int:
+        """Roll the active segments whose first record has waited half its topic's
+        ``delta.target.lag.ms``; returns how many rolled.
+
+        Each roll wakes the tiering job once the sealed segment is synced, so records
+        reach Delta within the target while the jobs keep up (the other half is for
+        the sync and the tiering run). A partition whose older sealed segments are not
+        tiered yet is left alone: with tiering stopped or failing, it would otherwise
+        pile up a small segment per half target, and the next tiering run takes the
+        active segment's records a moment later anyway.
+        """
+        rolled = 0
+        for meta in self.manager.registry.list():
+            target_ms = meta.config.delta_target_lag_ms
+            if target_ms < 0:
+                continue
+            wait_ms = target_ms // 2
+            try:
+                due = [(p, plog) for p, plog in enumerate(self.manager.partitions(meta.name))
+                       if plog.active_segment.size and
+                       plog.clock.now_ms() - plog.active_segment.first_append_ms >= wait_ms]
+                states = self.tables.state(meta.name, meta.partitions, meta.topic_id) \
+                    if due else None
+                for p, plog in due:
+                    cold = states[p] if states is not None else None
+                    tiered = max(cold.tiered_offset, cold.start_offset) if cold else 0
+                    if max(tiered, plog.log_start_offset) < plog.active_segment.base_offset:
+                        continue  # sealed segments still wait for the tiering job
+                    if plog.roll_if_older(wait_ms) is not None:
+                        rolled += 1
+            except Exception:  # a deleted topic, an unreadable table: the others go on
+                log.exception("rolling %s for delta.target.lag.ms failed", meta.name)
+        return rolled
+
+    def seal(self, topic: str) -> list[tuple[int, bool, int]]:
+        """Make every record of ``topic`` so far tierable now: roll each active segment
+        that holds records and sync every sealed segment. Per partition: (partition,
+        rolled, end offset): every record below the end is in a sealed, durable segment."""
+        out = []
+        for p, plog in enumerate(self.manager.partitions(topic)):
+            sealed = plog.roll_if_older(0)
+            end = plog.active_segment.base_offset
+            plog.flush(end)  # the sync a roll leaves to the group commit, done (or awaited) here
+            out.append((p, sealed is not None, end))
+        return out
 
     @staticmethod
     def follow_log_start(plog: PartitionLog, cold: PartitionState) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import ssl
@@ -85,17 +86,37 @@ class ServerProcess:
 
     def kill_all(self) -> None:
         """SIGKILL the server and every process it started (its job process, that one's
-        Spark JVM and workers) at once: the server runs in a process group of its own."""
+        Spark JVM) at once: the server runs in a process group of its own, and so does
+        its job process (PySpark's daemon, in a group of its own too, leaves with the JVM)."""
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        groups = [self.proc.pid, *_children(self.proc.pid)]
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         self.proc.wait(30)
         deadline = time.monotonic() + 30
-        while _group_alive(self.proc.pid):
+        while any(_group_alive(g) for g in groups):
             assert time.monotonic() < deadline, "processes of the killed server linger"
             time.sleep(0.02)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url + CLUSTER, timeout=30, verify=self.verify, **kwargs)
+
+
+def _children(pid: int) -> list[int]:
+    """The server's child processes that lead a process group (its job process)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return [c for c in out if _pgid(c) == c]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _group_alive(pgid: int) -> bool:

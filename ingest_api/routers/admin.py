@@ -1,4 +1,5 @@
-"""Operator endpoints: Kafka's DeleteRecords, and what the jobs did (``_job_runs``)."""
+"""Operator endpoints: Kafka's DeleteRecords, sealing segments for a tiering run, and
+what the jobs did (``_job_runs``)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,21 @@ async def delete_records(cluster_id: str, topic_name: Annotated[str, Path(max_le
     starts = await asyncio.to_thread(st.tiered.delete_records, topic_name, targets)
     return json_response({"topic_name": topic_name, "partitions": [
         {"partition_id": p, "low_watermark": starts[p]} for p in sorted(starts)]})
+
+
+@router.post("/v3/clusters/{cluster_id}/topics/{topic_name}/segments:roll")
+async def roll_segments(cluster_id: str, topic_name: Annotated[str, Path(max_length=249)],
+                        request: Request) -> Response:
+    """Seal every partition's records so far for a tiering job run now (``lakelog jobs
+    tier --roll``): each active segment that holds records is rolled, every sealed
+    segment synced; ``end_offset``: every record below it is in a sealed, durable
+    segment, which the tiering job takes."""
+    check_cluster(cluster_id)
+    st = state(request)
+    st.manager.require_topic(topic_name)
+    sealed = await asyncio.to_thread(st.tiered.seal, topic_name)
+    return json_response({"topic_name": topic_name, "partitions": [
+        {"partition_id": p, "rolled": rolled, "end_offset": end} for p, rolled, end in sealed]})
 
 
 @router.get("/v3/clusters/{cluster_id}/jobs/runs")

@@ -5,9 +5,12 @@ import json
 import socket
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from log_tables.cold_table import STAGE_DIR
 
 
 def b64(data: bytes) -> str:
@@ -77,3 +80,31 @@ def stream_produce(port: int, path: str, chunks: Iterable[bytes], timeout_s: flo
             body = body[size + 2:]
         body = bytes(decoded)
     return status, [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def locked_inodes() -> set[int]:
+    """Inodes of files with a flock held, from /proc/locks (read only: taking a lock to
+    probe one could make a starting job fail to take its own)."""
+    inodes = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "FLOCK" in fields:
+            inodes.add(int(fields[fields.index("FLOCK") + 4].rsplit(":", 1)[1]))
+    return inodes
+
+
+def live_stages(table: Path) -> dict[str, list[str]]:
+    """The stage directories of a table whose job is running (its lock is held): job id →
+    the files in it. Those of killed jobs stay until a later job cleans them."""
+    stage = table / STAGE_DIR
+    if not stage.is_dir():
+        return {}
+    locked = locked_inodes()
+    out = {}
+    for job in stage.iterdir():
+        try:
+            if (job / ".lock").stat().st_ino in locked:
+                out[job.name] = sorted(f.name for f in job.iterdir() if f.is_file())
+        except FileNotFoundError:  # the job finished while we looked
+            continue
+    return out

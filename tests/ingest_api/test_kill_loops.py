@@ -39,7 +39,7 @@ from log_tables.cold_table import STAGE_DIR
 from log_tables.layout import Layout
 from log_tables.spark_read import read_topic
 from tests.compaction_jobs.helpers import table_files
-from tests.ingest_api.helpers import fetch_all, string
+from tests.ingest_api.helpers import fetch_all, live_stages, string
 from tests.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -141,40 +141,12 @@ class Committer(threading.Thread):
             time.sleep(0.01)
 
 
-def _locked_inodes() -> set[int]:
-    """Inodes of files with a flock held, from /proc/locks (read only: taking a lock to
-    probe one could make a starting job fail to take its own)."""
-    inodes = set()
-    for line in Path("/proc/locks").read_text().splitlines():
-        fields = line.split()
-        if "FLOCK" in fields:
-            inodes.add(int(fields[fields.index("FLOCK") + 4].rsplit(":", 1)[1]))
-    return inodes
-
-
-def _live_stages(table: Path) -> dict[str, list[str]]:
-    """The stage directories of a table whose job is running (its lock is held): job id →
-    the files in it. Those of killed jobs stay until a later job cleans them."""
-    stage = table / STAGE_DIR
-    if not stage.is_dir():
-        return {}
-    locked = _locked_inodes()
-    out = {}
-    for job in stage.iterdir():
-        try:
-            if (job / ".lock").stat().st_ino in locked:
-                out[job.name] = sorted(f.name for f in job.iterdir() if f.is_file())
-        except FileNotFoundError:  # the job finished while we looked
-            continue
-    return out
-
-
 def _in_flight(tables: dict[str, Path]) -> tuple[str, str]:
     """Which job a kill interrupts and at which step, from its live stage directories:
     tiering stages the sealed segments of every topic under one job id; compaction has
     only the compacted topic's. Step: Spark still writing (nothing staged yet), files
     staged, or files moved into the table (the manifest is written) and not committed."""
-    live = {topic: _live_stages(path) for topic, path in tables.items()}
+    live = {topic: live_stages(path) for topic, path in tables.items()}
     names = [f for jobs in live.values() for files in jobs.values() for f in files]
     if live["events"] or any(re.fullmatch(r"p\d+-\d{20}-\d{20}\.parquet", f) for f in names):
         job = "tier"

@@ -5,6 +5,7 @@ removal all run at once."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -15,10 +16,13 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
+from compaction_jobs import job
 from compaction_jobs.tier import TierJob
+from log_tables.cold_table import open_table, snapshot
+from log_tables.hot_reader import recovery_point
 from log_tables.layout import Layout
 from log_tables.spark_read import read_topic
-from tests.ingest_api.helpers import fetch_all, string
+from tests.ingest_api.helpers import fetch_all, live_stages, string
 from tests.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -169,8 +173,27 @@ def test_read_topic_while_producing_tiering_and_retiring(spark: SparkSession,
 
 
 def _children(pid: int) -> list[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(c) for c in children]
+    out: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except FileNotFoundError:  # it ended meanwhile
+        pass
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    out = []
+    for child in _children(pid):
+        out += [child, *_descendants(child)]
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _alive(pid: int) -> bool:
@@ -204,3 +227,140 @@ def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -
     while _alive(jobs[0]):
         assert time.monotonic() < deadline, f"job process {jobs[0]} outlived the server"
         time.sleep(0.1)
+
+
+def test_a_killed_server_takes_its_job_process_and_spark_jvm_along_mid_job(
+        tmp_path: Path) -> None:
+    """The server is SIGKILLed while its job process runs a tiering job in Spark. The
+    JVM is first paused (SIGSTOP), a stand-in for a long Spark job (the issue saw the
+    job process run on 26-46 s): the job cannot finish by itself, so only leaving at
+    once ends it. Real processes and real signals; nothing is hooked."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "500", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100",
+        "LAKELOG_SPARK_MASTER": "local[1]"}).start()
+    assert server.proc is not None
+    table = server.data_dir / "warehouse" / "topics" / "busy"
+    stop = threading.Event()
+    tree: list[int] = []
+
+    def producer() -> None:
+        with server.client() as client:
+            n = 0
+            while not stop.is_set():
+                try:
+                    _produce(client, "busy", n % 2, [f"v{n}-{i}" for i in range(200)])
+                except (httpx.TransportError, AssertionError):
+                    return  # the server was killed
+                n += 1
+                stop.wait(0.02)
+
+    thread = threading.Thread(target=producer)
+    try:
+        with server.client() as client:
+            _create(client, "busy", 2, segment_bytes="16384")
+        thread.start()
+        # Wait for a tiering run with Spark at work: a live stage directory, and PySpark's
+        # daemon (started by the JVM for the first Python task) in the job process's tree.
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, f"no tiering job seen running: {server.log()}"
+            tree = _descendants(server.proc.pid)
+            if live_stages(table) and any(b"pyspark.daemon" in _cmdline(p) for p in tree):
+                break
+            time.sleep(0.005)
+        jobs = [p for p in tree if b"compaction_jobs.scheduler" in _cmdline(p)]
+        jvms = [p for p in tree if b"java" in _cmdline(p).split(b"\0")[0]]
+        assert len(jobs) == 1 and len(jvms) == 1, [_cmdline(p)[:80] for p in tree]
+        os.kill(jvms[0], signal.SIGSTOP)
+        server.kill()
+        stop.set()
+        deadline = time.monotonic() + 30
+        while left := [p for p in tree if _alive(p)]:
+            assert time.monotonic() < deadline, (
+                f"outlived the server: {[_cmdline(p)[:80] for p in left]}")
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()
+        for pid in tree:  # whatever the fix failed to end (SIGKILL ends a stopped one too)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        thread.join(30)
+
+
+def test_partitions_show_what_another_process_just_tiered(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    """A tiering job outside the server (as ``lakelog jobs tier`` is) commits; the very
+    next GET .../partitions shows its tiered offsets. (The server cached the Delta
+    table's state for a second, so right after a run it answered the old offsets.)
+    The step hook only picks the moments to ask: just before the commit, so that the
+    server has read the table, and right after it."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_ROLL_CHECK_INTERVAL_MS": "60000"}).start()  # only this test reads the table
+    layout = Layout.of(server.data_dir)
+    seen: dict[str, list[int]] = {}
+    try:
+        with server.client() as client:
+            _create(client, "fresh", 2, segment_bytes="4096")
+            for p in (0, 1):
+                for i in range(3):  # each batch fills most of a segment: the next one rolls it
+                    _produce(client, "fresh", p, [f"{p}-{i}-{n}-" + "x" * 20 for n in range(60)])
+            deadline = time.monotonic() + 60
+            while min(recovery_point(layout.partition_dir("fresh", p)) for p in (0, 1)) == 0:
+                assert time.monotonic() < deadline, "the rolled segments were never synced"
+                time.sleep(0.05)
+
+            def offsets() -> list[int]:
+                r = client.get("/topics/fresh/partitions")
+                assert r.status_code == 200, r.text
+                return [d["tiered_offset"] for d in r.json()["data"]]
+
+            def ask(step: str) -> None:
+                if step in ("staged", "committed"):
+                    seen[step] = offsets()
+
+            job.step_hook = ask
+            try:
+                report = TierJob(layout).run(spark)
+            finally:
+                job.step_hook = None
+        dt = open_table(layout.table_uri("fresh"))
+        assert dt is not None
+        in_delta = [st.tiered_offset for st in snapshot(dt, 2)]
+        assert report.records > 0 and seen["staged"] == [0, 0]
+        assert seen["committed"] == in_delta, seen
+    finally:
+        server.stop()
+
+
+def test_produced_records_reach_delta_within_the_target_lag(tmp_path: Path) -> None:
+    """A topic with the default segment.ms (10 minutes) and delta.target.lag.ms of 2 s:
+    the server rolls each partition once its records have waited 1 s, syncs the
+    segment (acks=1 leaves that to the group commit) and its tiering job runs on the
+    roll; the scheduled tiering (every 10 minutes here) never comes into it. Twice, so
+    the second round shows the rolls go on once the first segments are tiered."""
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "600000", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "200",
+        "LAKELOG_SPARK_MASTER": "local[1]"}).start()
+    layout = Layout.of(server.data_dir)
+    try:
+        with server.client() as client:
+            _create(client, "tour", 2, delta_target_lag_ms="2000")
+            for round_ in range(2):
+                sent = time.monotonic()
+                for p in (0, 1):
+                    _produce(client, "tour", p, [f"r{round_}-{i}" for i in range(500)])
+                want = [_partition(client, "tour", p)["high_watermark"] for p in (0, 1)]
+                # Spark starts in the job process on the first roll: seconds to tens of
+                # seconds on a loaded machine, so a generous deadline.
+                deadline = time.monotonic() + 240
+                while [_partition(client, "tour", p)["tiered_offset"] for p in (0, 1)] != want:
+                    assert time.monotonic() < deadline, server.log()
+                    time.sleep(0.2)
+                print(f"round {round_}: in Delta {time.monotonic() - sent:.1f} s after produce")
+        dt = open_table(layout.table_uri("tour"))
+        assert dt is not None
+        assert [sum(f.num_records for f in st.files) for st in snapshot(dt, 2)] == [1000, 1000]
+    finally:
+        server.stop(timeout_s=90)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import Schema
+from deltalake import DeltaTable, Schema
 from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
@@ -122,3 +122,53 @@ def test_a_torn_newest_log_entry_is_set_aside_and_older_damage_is_an_error(
     with pytest.raises(DeltaError):
         open_table(uri)
     assert (log_dir / f"{1:020d}.json").exists()
+
+
+def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads refresh the cached state of one table after a commit. The patched
+    ``table_topic_id`` (called between updating the handle and choosing the states)
+    only holds each thread at that point, to make the one interleaving that left the
+    older state cached for good (the second thread found the handle already updated,
+    took it for "no new commit" and stored the states it had cached before)."""
+    import threading
+
+    from log_tables import cold_table
+    from log_tables.cold_table import ColdTables
+
+    layout = Layout.of(tmp_path / "data")
+    _mark_tiered(layout, "t", "id-1", 0, 5)
+    tables = ColdTables(layout.warehouse, max_age_s=3600)
+    states = tables.state("t", 1, "id-1")
+    assert states is not None and states[0].tiered_offset == 5
+    _mark_tiered(layout, "t", "id-1", 0, 9)  # another process commits
+    states = tables.state("t", 1, "id-1")  # seen at once, not after max_age_s
+    assert states is not None and states[0].tiered_offset == 9
+    _mark_tiered(layout, "t", "id-1", 0, 12)
+
+    arrived = {"a": threading.Event(), "b": threading.Event()}
+    go = {"a": threading.Event(), "b": threading.Event()}
+    real = cold_table.table_topic_id
+
+    def held(dt: DeltaTable) -> str | None:
+        me = threading.current_thread().name
+        if me in arrived:
+            arrived[me].set()
+            assert go[me].wait(30)
+        return real(dt)
+
+    monkeypatch.setattr(cold_table, "table_topic_id", held)
+    threads = {name: threading.Thread(target=tables.state, args=("t", 1, "id-1"),
+                                      kwargs={"refresh": True}, name=name) for name in "ab"}
+    threads["a"].start()
+    assert arrived["a"].wait(30)
+    threads["b"].start()
+    arrived["b"].wait(1)  # with one refresh at a time, b waits for a instead
+    go["a"].set()
+    threads["a"].join(30)
+    assert arrived["b"].wait(30)
+    go["b"].set()
+    threads["b"].join(30)
+    monkeypatch.setattr(cold_table, "table_topic_id", real)
+    states = tables.state("t", 1, "id-1")
+    assert states is not None and states[0].tiered_offset == 12
