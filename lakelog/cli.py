@@ -145,6 +145,12 @@ Warehouse = Annotated[str | None, typer.Option(help="Delta warehouse [LAKELOG_WA
 Master = Annotated[str | None, typer.Option("--master", help="Spark master (default local[*]).",
                                             envvar="LAKELOG_SPARK_MASTER")]
 
+Url = Annotated[str | None, typer.Option(
+    "--url", "--bootstrap-server", envvar="LAKELOG_URL", show_envvar=False, show_default=False,
+    help="The server: http(s)://host:port, or host:port as Kafka's --bootstrap-server takes "
+         "it [LAKELOG_URL; else url in the profile; else http://127.0.0.1:8080].")]
+DEFAULT_URL = None
+
 jobs_app = typer.Typer(help="Run lakelog's PySpark jobs once (from cron, Airflow or spark-submit).",
                        no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
@@ -294,12 +300,6 @@ def jobs_all(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = No
     _run_jobs(["tier", "retention", "compact", "optimize", "vacuum"], data_dir, warehouse, topic,
               master, dry_run, target_bytes, retention_hours)
 
-
-Url = Annotated[str | None, typer.Option(
-    "--url", "--bootstrap-server", envvar="LAKELOG_URL", show_envvar=False, show_default=False,
-    help="The server: http(s)://host:port, or host:port as Kafka's --bootstrap-server takes "
-         "it [LAKELOG_URL; else url in the profile; else http://127.0.0.1:8080].")]
-DEFAULT_URL = None
 
 
 class _Server(NamedTuple):
