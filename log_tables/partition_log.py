@@ -260,12 +260,12 @@ class PartitionLog:
 
     def _write_producer_snapshot(self) -> None:
         """Persist producer state as of the log end; keep the newest two snapshots."""
-        offset = self._next_offset
+        path = self._snapshot_path(self._next_offset)
         try:
-            atomic_write(self._snapshot_path(offset), json.dumps(self.producers.to_json()).encode())
+            atomic_write(path, json.dumps(self.producers.to_json()).encode())
         except OSError as exc:
-            raise StorageError(f"{self.name}: cannot write producer snapshot: {exc.strerror}",
-                               exc.errno) from None
+            raise StorageError(f"{self.name}: cannot write producer snapshot {path}: "
+                               f"{exc.strerror}", exc.errno) from None
         for old in self._snapshots()[:-2]:
             self._snapshot_path(old).unlink(missing_ok=True)
 
@@ -345,7 +345,8 @@ class PartitionLog:
         try:
             atomic_write(self.directory / CHECKPOINT_FILE, json.dumps(body).encode())
         except OSError as exc:
-            raise StorageError(f"{self.name}: cannot write checkpoint: {exc.strerror}",
+            raise StorageError(f"{self.name}: cannot write checkpoint "
+                               f"{self.directory / CHECKPOINT_FILE}: {exc.strerror}",
                                exc.errno) from None
 
     # -- appending ---------------------------------------------------------------
@@ -469,7 +470,8 @@ class PartitionLog:
             new = LogSegment.create(self.directory, old.next_offset,
                                     self.config.index_interval_bytes, self.clock.now_ms())
         except OSError as exc:
-            raise StorageError(f"{self.name}: cannot roll segment: {exc.strerror}", exc.errno) from None
+            raise StorageError(f"{self.name}: cannot roll segment {old.path} in {self.directory}: "
+                               f"{exc.strerror}", exc.errno) from None
         self._segments = (*self._segments, new)
         self._write_producer_snapshot()
         if defer:
@@ -542,7 +544,8 @@ class PartitionLog:
             try:
                 active.flush_log()
             except OSError as exc:
-                raise StorageError(f"{self.name}: fsync failed: {exc.strerror}", exc.errno) from None
+                raise StorageError(f"{self.name}: fsync failed on {active.path}: {exc.strerror}",
+                                   exc.errno) from None
             if sealed:
                 with self._lock:
                     self._unsynced = tuple(s for s in self._unsynced if s not in sealed)
