@@ -32,6 +32,7 @@ from typing import Any, Literal
 import httpx
 
 from lakelog.client.errors import LakelogClientError, LakelogTimeoutError, error_from, raise_for
+from lakelog.client.http import api_client
 from lakelog.client.retry import (
     RETRIABLE_STATUS,
     Attempts,
@@ -41,7 +42,6 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.structs import Record, TopicPartition
-from lakelog.client.transport import CLUSTER, default_api_key, http_auth, tls_verify
 
 log = logging.getLogger("lakelog.client")
 
@@ -75,11 +75,9 @@ class Consumer:
         if default_api_timeout_ms <= 0:
             raise ValueError("default_api_timeout_ms must be above 0")
         self.default_api_timeout_ms = default_api_timeout_ms
-        base = self.url + CLUSTER + f"/consumer-groups/{group}"
-        auth, tls = http_auth(api_key or default_api_key(url)), tls_verify(verify)
-        timeout = self.policy.request_timeout_ms / 1000
-        self._http = httpx.Client(base_url=base, timeout=timeout, auth=auth, verify=tls)
-        self._hb_http = httpx.Client(base_url=base, timeout=timeout, auth=auth, verify=tls)
+        path, timeout = f"/consumer-groups/{group}", self.policy.request_timeout_ms / 1000
+        self._http = api_client(url, path, api_key, verify, timeout)
+        self._hb_http = api_client(url, path, api_key, verify, timeout)
         self.group = group
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit

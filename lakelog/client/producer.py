@@ -52,6 +52,7 @@ from lakelog.client.errors import (
     error_from,
     raise_for,
 )
+from lakelog.client.http import api_client
 from lakelog.client.retry import (
     MAX_RETRIES,
     Attempts,
@@ -63,7 +64,6 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.structs import RecordMetadata, TopicPartition
-from lakelog.client.transport import CLUSTER, default_api_key, http_auth, tls_verify
 from log_tables.partitioner import murmur2
 
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
@@ -127,10 +127,7 @@ class Producer:
         self.url = url.rstrip("/")
         self.policy = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms,
                                   resolve_request_timeout_ms(request_timeout_ms, timeout_s, 30_000))
-        self._http = httpx.Client(base_url=self.url + CLUSTER,
-                                  timeout=self.policy.request_timeout_ms / 1000,
-                                  auth=http_auth(api_key or default_api_key(url)),
-                                  verify=tls_verify(verify))
+        self._http = api_client(url, "", api_key, verify, self.policy.request_timeout_ms / 1000)
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
