@@ -21,19 +21,21 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from lakelog.client.errors import error_from
 from lakelog.client.http import api_client
 from lakelog.client.retry import Attempts, RetryPolicy, call
 
 Json = dict[str, Any]
-Configs = Mapping[str, str] | Iterable[tuple[str, str]]
-"""Topic configs: a mapping, or (name, value) pairs in the order given."""
+K = TypeVar("K")
+V = TypeVar("V")
+Pairs = Mapping[K, V] | Iterable[tuple[K, V]]
+"""A mapping, or (key, value) pairs in the order given (as the CLI's repeated options)."""
 
 
-def _pairs(configs: Configs | None) -> Iterable[tuple[str, str]]:
-    return configs.items() if isinstance(configs, Mapping) else configs or ()
+def _pairs(pairs: Pairs[K, V] | None) -> Iterable[tuple[K, V]]:
+    return pairs.items() if isinstance(pairs, Mapping) else pairs or ()
 
 
 class AdminClient:
@@ -70,7 +72,7 @@ class AdminClient:
 
     # -- topics ------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, configs: Configs | None = None) -> Json:
+    def create_topic(self, name: str, partitions: int = 1, configs: Pairs[str, str] | None = None) -> Json:
         return dict(self.request("POST", "/topics", {
             "topic_name": name, "partitions_count": partitions,
             "configs": [{"name": k, "value": v} for k, v in _pairs(configs)]}, ok=(201,)))
@@ -93,7 +95,7 @@ class AdminClient:
         """Raise the partition count to ``count`` (never lower)."""
         return dict(self.request("PATCH", f"/topics/{topic}", {"partitions_count": count}))
 
-    def alter_configs(self, topic: str, set_configs: Configs | None = None,
+    def alter_configs(self, topic: str, set_configs: Pairs[str, str] | None = None,
                       delete_configs: Iterable[str] = ()) -> None:
         """Set configs and reset others to their defaults, in one call."""
         changes = [{"name": k, "value": v, "operation": "SET"} for k, v in _pairs(set_configs)]
@@ -108,11 +110,11 @@ class AdminClient:
         return int(self.request(
             "GET", f"/topics/{topic}/partitions/{partition}/offsets?spec={spec}")["offset"])
 
-    def delete_records(self, topic: str, before: Mapping[int, int]) -> list[Json]:
+    def delete_records(self, topic: str, before: Pairs[int, int]) -> list[Json]:
         """Kafka's DeleteRecords: each partition's log start moves to its offset (-1: the
         end); the answer has each ``low_watermark``."""
         return list(self.request("POST", f"/topics/{topic}/records:delete", {
-            "partitions": [{"partition_id": p, "offset": o} for p, o in before.items()]}
+            "partitions": [{"partition_id": p, "offset": o} for p, o in _pairs(before)]}
         )["partitions"])
 
     def roll_segments(self, topic: str) -> list[Json]:
