@@ -15,17 +15,17 @@
 
 The client is split by role, as aiokafka's: value types in ``structs.py``, errors in
 ``errors.py``, credentials, TLS and the httpx client in ``http.py``, retries in
-``retry.py``, and one module per role. The producer (``producer.py``) batches per
-partition, partitions keyed records with Kafka's murmur2 and is idempotent by default;
-after a refused record the records behind it go on. The consumer (``consumer.py``) is a
-member of a group (server-side assignment, cooperative revocation). The admin client
-(``admin.py``) makes the calls of ``lakelog topics|groups|acls|keys``: topics, groups,
-ACLs, API keys, deleted records and segment rolls. All ride through a server restart
-with Kafka's retry settings (``retry.py``) and raise a ``LakelogClientError``
-(``errors.py``): the server's error answer, or ``LakelogTimeoutError`` when the deadline
-passed. A poll that reaches records stored in a damaged batch raises
-``CorruptRecordError`` (which names them and ``next_offset``); ``seek`` past them to go
-on.
+``retry.py``, and one module per role. The producer (``producer.py``, with
+``batches.py``) batches per partition, partitions keyed records with Kafka's murmur2 and
+is idempotent by default; after a refused record the records behind it go on. The
+consumer (``consumer.py``, on ``membership.py``) is a member of a group (server-side
+assignment, cooperative revocation). The admin client (``admin.py``) makes the calls of
+``lakelog topics|groups|acls|keys``: topics, groups, ACLs, API keys, deleted records and
+segment rolls. All ride through a server restart with Kafka's retry settings
+(``retry.py``) and raise a ``LakelogClientError`` (``errors.py``): the server's error
+answer, or ``LakelogTimeoutError`` when the deadline passed. A poll that reaches records
+stored in a damaged batch raises ``CorruptRecordError`` (which names them and
+``next_offset``); ``seek`` past them to go on.
 
 Credentials: ``api_key="<key id>:<secret>"``, else the ``LAKELOG_API_KEY`` variable,
 else the profile (``~/.config/lakelog/config.toml``, for its url), else the admin key a

@@ -20,10 +20,9 @@ def test_admin_client_manages_topics_records_and_groups(server: ServerProcess) -
                    if not c.get("is_default", False)}
         assert changed == {"cleanup.policy": "compact"}
         assert admin.describe_topic("orders")["partitions_count"] == 3
-        with Producer(server.url) as producer:
-            for i in range(5):
-                producer.send("orders", f"v{i}", partition=0)
-            producer.flush()
+        with Producer(server.url) as producer:  # compacted now: records need keys
+            sent = [producer.send("orders", f"v{i}", key=f"k{i}", partition=0) for i in range(5)]
+            assert [f.result(timeout=60).offset for f in sent] == [0, 1, 2, 3, 4]
         assert admin.list_offsets("orders", 0, "latest") == 5
         [low] = admin.delete_records("orders", {0: 2})
         assert (low["partition_id"], low["low_watermark"]) == (0, 2)
@@ -39,8 +38,10 @@ def test_admin_client_manages_topics_records_and_groups(server: ServerProcess) -
         assert [(o["partition_id"], o["offset"]) for o in admin.list_group_offsets("billing")] \
             == [(0, 3)]
         reset = admin.reset_group_offsets("billing", {"to": "earliest", "dry_run": False})
-        assert [o["offset"] for o in reset["offsets"]] == [2]
-        assert admin.describe_group("billing")["offsets"][0]["lag"] == 3
+        assert {(o["partition_id"], o["offset"]) for o in reset["offsets"]} == \
+            {(0, 2), (1, 0), (2, 0)}  # every partition of the topic, at its log start
+        lag = {o["partition_id"]: o["lag"] for o in admin.describe_group("billing")["offsets"]}
+        assert lag[0] == 3
         admin.delete_group("billing")
         assert admin.list_groups() == []
 
