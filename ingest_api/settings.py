@@ -3,7 +3,6 @@ it holds, and the consumer groups it hosts (``consumer_groups.settings``)."""
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +10,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from consumer_groups.settings import GroupSettings
+from ingest_api.addresses import is_loopback
 from log_tables.cold_table import is_local
 from log_tables.layout import Layout
 
@@ -99,12 +99,3 @@ class ApiSettings(GroupSettings):
     def layout(self) -> Layout:
         return Layout.of(self.data_dir, self.warehouse)
 
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and 127.0.0.0/8 / ::1 addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from compaction_jobs.settings import JobSettings
@@ -29,3 +32,13 @@ def test_every_owner_reads_the_same_lakelog_variables(monkeypatch: pytest.Monkey
     assert Settings().max_group_members == 9 and Settings().port == 8181
     with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
         Settings(tls_cert="c.pem")  # the server's checks hold in the composition
+
+
+def test_the_client_loads_no_server_settings() -> None:
+    """The client asks ``ingest_api.addresses`` whether a host is this machine; it used to
+    import ``ingest_api.settings`` for it, and with it deltalake and pydantic-settings."""
+    code = ("import sys, lakelog.client; print(sorted(m for m in ('ingest_api.settings', "
+            "'lakelog.settings', 'deltalake', 'pydantic_settings') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
