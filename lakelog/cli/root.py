@@ -13,6 +13,8 @@ from lakelog.cli.help import LakelogGroup
 from log_tables.errors import LakelogError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from lakelog.client import AdminClient
     from lakelog.profile import ApiKey
 
@@ -126,7 +128,7 @@ def admin(url: str | None) -> AdminClient:
 
     class CliAdmin(AdminClient):
         def request(self, method: str, path: str, body: object | None = None,
-                    ok: Any = (200,)) -> Any:
+                    ok: Iterable[int] = (200,)) -> Any:
             try:
                 return super().request(method, path, body, ok)
             except LakelogClientError as exc:
