@@ -1,22 +1,25 @@
-"""Settings of the HTTP service (``LAKELOG_*`` environment variables)."""
+"""Settings of the server (``LAKELOG_*`` environment variables): HTTP, security, the data
+it holds, and the consumer groups it hosts (``consumer_groups.settings``)."""
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from consumer_groups.settings import GroupSettings
+from ingest_api.addresses import is_loopback
 from log_tables.cold_table import is_local
 from log_tables.layout import Layout
 
 MiB = 1 << 20
 
 
-class ApiSettings(BaseSettings):
-    """Every bound and default of the server; all are validated at start."""
+class ApiSettings(GroupSettings):
+    """Every bound and default of the server; all are validated at start. (``lakelog serve``
+    adds the job schedule: ``lakelog.settings.Settings``.)"""
 
     model_config = SettingsConfigDict(env_prefix="LAKELOG_", extra="forbid")
 
@@ -56,32 +59,9 @@ class ApiSettings(BaseSettings):
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
     warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
                                                     "unset: the data directory's warehouse/.")
-    tier_interval_ms: int = Field(5000, ge=0,
-                                  description="How often the tiering job runs in the server "
-                                              "(also right after a roll); 0: never (run "
-                                              "`lakelog jobs tier` from a scheduler instead).")
-    retention_interval_ms: int = Field(30_000, ge=0,
-                                       description="How often retention.ms / retention.bytes "
-                                                   "are applied; 0: never.")
-    compact_interval_ms: int = Field(15_000, ge=0,
-                                     description="How often compacted topics are checked for "
-                                                 "dirty partitions; 0: never.")
-    upkeep_interval_ms: int = Field(600_000, ge=0,
-                                    description="How often small files are merged (optimize) "
-                                                "and removed files vacuumed; 0: never.")
     vacuum_retention_hours: int = Field(24, ge=0,
                                         description="How long files removed by a commit stay "
                                                     "for readers of older snapshots.")
-    spark_master: str = Field("local[2]", description="Spark master of the server's jobs "
-                                                    "(`lakelog jobs` defaults to local[*]).")
-    offsets_commit_wait_ms: float = Field(5.0, ge=0, le=1000,
-                                          description="How long an offset commit waits for "
-                                                      "others to share its Delta append.")
-    offsets_retention_minutes: int = Field(7 * 24 * 60, ge=1,
-                                           description="Committed offsets of a group without "
-                                                       "members expire after this.")
-    max_consumer_groups: int = Field(10_000, ge=1, description="Active consumer groups at most.")
-    max_group_members: int = Field(1_000, ge=1, description="Members of one group at most.")
     auth: Literal["api-key", "none"] = Field(
         "api-key", description="api-key: every request needs an API key (HTTP Basic or Bearer) "
                                "and ACLs apply; the first start makes an admin key in "
@@ -119,12 +99,3 @@ class ApiSettings(BaseSettings):
     def layout(self) -> Layout:
         return Layout.of(self.data_dir, self.warehouse)
 
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and 127.0.0.0/8 / ::1 addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import httpx
 
-from ingest_api.settings import is_loopback
+from ingest_api.addresses import is_loopback
 from log_tables.errors import LakelogError
 
 DEFAULT_URL = "http://127.0.0.1:8080"

@@ -1,7 +1,7 @@
 """The README's configuration reference, generated from the code so it cannot drift.
 
-The server settings come from :class:`ingest_api.settings.ApiSettings` (each field's
-default and description), the topic configs from
+The settings come from :class:`lakelog.settings.Settings`, which composes the packages'
+own (each field's default and description, grouped by owner), the topic configs from
 :data:`log_tables.config.CONFIG_DEFS`. ``python -m lakelog.reference`` rewrites the
 tables between the ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``
 markers of README.md; ``--check`` only says whether they are current (exit 1 if not),
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ingest_api.settings import ApiSettings
+from lakelog.settings import Settings
 from log_tables.config import CONFIG_DEFS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -50,7 +50,8 @@ def _cell(text: str) -> str:
 
 def settings_table() -> str:
     rows = ["| environment variable | default | meaning |", "|---|---|---|"]
-    for name, field in ApiSettings.model_fields.items():
+    for name in Settings.names():
+        field = Settings.model_fields[name]
         rows.append(f"| `LAKELOG_{name.upper()}` | {_human(name, field.default)} | "
                     f"{_cell(field.description or '')} |")
     return "\n".join(rows)

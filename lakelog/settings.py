@@ -1,13 +1,29 @@
-"""lakelog's settings: the packages' own settings composed into one typed object."""
+"""lakelog's settings: the packages' own settings composed into one typed object.
+
+Each package owns its settings class, all read from ``LAKELOG_*`` variables:
+``ingest_api.settings.ApiSettings`` (HTTP, security, the data directory, warehouse and
+vacuum retention; it composes ``consumer_groups.settings.GroupSettings``, the groups the
+server hosts) and ``compaction_jobs.settings.JobSettings`` (the jobs' schedule and Spark
+master). ``lakelog serve`` reads them all; the README's reference is generated from
+``Settings`` (``lakelog.reference``).
+"""
 
 from __future__ import annotations
 
+from compaction_jobs.settings import JobSettings
+from consumer_groups.settings import GroupSettings
 from ingest_api.settings import ApiSettings
 
 
-class Settings(ApiSettings):
+class Settings(ApiSettings, JobSettings):
     """Everything an operator can set (defaults < ``LAKELOG_*`` variables < CLI flags)."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Every setting by owner: the server's, the groups', the jobs'."""
+        server = [n for n in ApiSettings.model_fields if n not in GroupSettings.model_fields]
+        return server + list(GroupSettings.model_fields) + list(JobSettings.model_fields)
 
     def describe(self) -> dict[str, str]:
         """The settings as printed at start (no secrets exist yet; they would be masked here)."""
-        return {name: str(value) for name, value in self.model_dump().items()}
+        return {name: str(getattr(self, name)) for name in self.names()}

@@ -1,4 +1,5 @@
-"""A Python client for lakelog's HTTP API (httpx): ``Producer`` and ``Consumer``.
+"""A Python client for lakelog's HTTP API (httpx): ``Producer``, ``Consumer`` and
+``AdminClient``.
 
     from lakelog.client import Consumer, Producer
 
@@ -12,14 +13,19 @@
             print(record.partition, record.offset, record.value)
         consumer.commit()
 
-The producer (``producer.py``) batches per partition, partitions keyed records with
-Kafka's murmur2 and is idempotent by default; after a refused record the records behind
-it go on. The consumer (``consumer.py``) is a member of a group (server-side
-assignment, cooperative revocation). Both ride through a server restart with Kafka's
-retry settings (``retry.py``) and raise a ``LakelogClientError`` (``errors.py``): the
-server's error answer, or ``LakelogTimeoutError`` when the deadline passed. A poll
-that reaches records stored in a damaged batch raises ``CorruptRecordError`` (which
-names them and ``next_offset``); ``seek`` past them to go on.
+The client is split by role, as aiokafka's: value types in ``structs.py``, errors in
+``errors.py``, credentials, TLS and the httpx client in ``http.py``, retries in
+``retry.py``, and one module per role. The producer (``producer.py``, with
+``batches.py``) batches per partition, partitions keyed records with Kafka's murmur2 and
+is idempotent by default; after a refused record the records behind it go on. The
+consumer (``consumer.py``, on ``membership.py``) is a member of a group (server-side
+assignment, cooperative revocation). The admin client (``admin.py``) makes the calls of
+``lakelog topics|groups|acls|keys``: topics, groups, ACLs, API keys, deleted records and
+segment rolls. All ride through a server restart with Kafka's retry settings
+(``retry.py``) and raise a ``LakelogClientError`` (``errors.py``): the server's error
+answer, or ``LakelogTimeoutError`` when the deadline passed. A poll that reaches records
+stored in a damaged batch raises ``CorruptRecordError`` (which names them and
+``next_offset``); ``seek`` past them to go on.
 
 Credentials: ``api_key="<key id>:<secret>"``, else the ``LAKELOG_API_KEY`` variable,
 else the profile (``~/.config/lakelog/config.toml``, for its url), else the admin key a
@@ -28,6 +34,7 @@ default). For HTTPS with a private CA, pass ``verify="ca.pem"`` (or set
 ``SSL_CERT_FILE``).
 """
 
+from lakelog.client.admin import AdminClient
 from lakelog.client.consumer import Consumer
 from lakelog.client.errors import (
     CorruptRecordError,
@@ -35,14 +42,15 @@ from lakelog.client.errors import (
     LakelogConnectionError,
     LakelogTimeoutError,
 )
+from lakelog.client.http import CLUSTER, default_api_key, http_auth, tls_verify
 from lakelog.client.producer import Producer
 from lakelog.client.retry import RETRIABLE_STATUS
 from lakelog.client.structs import Record, RecordMetadata, TopicPartition
-from lakelog.client.transport import CLUSTER, default_api_key, http_auth, tls_verify
 
 __all__ = [
     "CLUSTER",
     "RETRIABLE_STATUS",
+    "AdminClient",
     "Consumer",
     "CorruptRecordError",
     "LakelogClientError",

@@ -25,11 +25,13 @@ failure, as Kafka's producer (its TransactionManager) does it:
    explains, ``unknown_producer_id``), the producer takes a new epoch and starts every
    partition at sequence 0 again (Kafka's epoch bump): a record whose outcome is
    unknown fails, the others are sent again under the new epoch.
+
+How records go on the wire, and what an answer does to each (2 and 4), is in
+``batches.py``; this module queues, sends and retries.
 """
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import itertools
 import ssl
@@ -37,13 +39,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
 import httpx
 
+from lakelog.client.batches import (
+    PRODUCE_RETRIABLE_STATUS,
+    Outcome,
+    Pending,
+    fail,
+    key_bytes,
+    settle,
+    to_entry,
+)
 from lakelog.client.errors import (
     LakelogClientError,
     LakelogConnectionError,
@@ -52,6 +61,7 @@ from lakelog.client.errors import (
     error_from,
     raise_for,
 )
+from lakelog.client.http import api_client
 from lakelog.client.retry import (
     MAX_RETRIES,
     Attempts,
@@ -63,42 +73,10 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.structs import RecordMetadata, TopicPartition
-from lakelog.client.transport import CLUSTER, default_api_key, http_auth, tls_verify
 from log_tables.partitioner import murmur2
 
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
 SEQUENCE_SPACE = 2**31
-# Answers that say "not done, try again" for a produce (5xx: the server may have
-# appended; an idempotent retry is answered with the original offsets).
-PRODUCE_RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504, 507})
-MAX_RESETS = 3  # times one record is sent again under a new epoch before it fails
-
-
-def _envelope(data: bytes | str | None) -> dict[str, Any] | None:
-    if data is None:
-        return None
-    if isinstance(data, str):
-        return {"type": "STRING", "data": data}
-    return {"type": "BINARY", "data": base64.b64encode(data).decode()}
-
-
-def _key_bytes(key: bytes | str) -> bytes:
-    return key.encode() if isinstance(key, str) else key
-
-
-@dataclass(slots=True)
-class _Pending:
-    entry: dict[str, Any]
-    size: int
-    future: concurrent.futures.Future[RecordMetadata]
-    enqueued_at: float
-    resets: int = 0
-
-
-def _fail(pendings: Iterable[_Pending], exc: BaseException) -> None:
-    for p in pendings:
-        if not p.future.done():
-            p.future.set_exception(exc)
 
 
 class Producer:
@@ -127,10 +105,7 @@ class Producer:
         self.url = url.rstrip("/")
         self.policy = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms,
                                   resolve_request_timeout_ms(request_timeout_ms, timeout_s, 30_000))
-        self._http = httpx.Client(base_url=self.url + CLUSTER,
-                                  timeout=self.policy.request_timeout_ms / 1000,
-                                  auth=http_auth(api_key or default_api_key(url)),
-                                  verify=tls_verify(verify))
+        self._http = api_client(url, "", api_key, verify, self.policy.request_timeout_ms / 1000)
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
@@ -142,10 +117,10 @@ class Producer:
         self.max_block_ms = max_block_ms
         self._partitions: dict[str, int] = {}
         self._round_robin = itertools.count()
-        self._queues: dict[TopicPartition, deque[_Pending]] = {}
+        self._queues: dict[TopicPartition, deque[Pending]] = {}
         self._first_at: dict[TopicPartition, float] = {}
         self._buffered = 0
-        self._in_flight: list[_Pending] = []
+        self._in_flight: list[Pending] = []
         self._cond = threading.Condition()
         self._closed = False
         self._flush_requested = 0
@@ -179,15 +154,9 @@ class Producer:
         are waiting (then ``LakelogTimeoutError``)."""
         if partition is None:
             n = self.partitions_for(topic)
-            partition = ((murmur2(_key_bytes(key)) & 0x7FFFFFFF) % n if key is not None
+            partition = ((murmur2(key_bytes(key)) & 0x7FFFFFFF) % n if key is not None
                          else next(self._round_robin) % n)
-        entry: dict[str, Any] = {"partition_id": partition, "key": _envelope(key),
-                                 "value": _envelope(value)}
-        hs = [{"name": name, "value": base64.b64encode(v).decode()} for name, v in headers]
-        if hs:
-            entry["headers"] = hs
-        if timestamp_ms is not None:
-            entry["timestamp"] = timestamp_ms
+        record = to_entry(partition, key, value, headers, timestamp_ms)
         size = len(value or b"") + len(key or b"")
         future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
         tp = TopicPartition(topic, partition)
@@ -206,7 +175,7 @@ class Producer:
             now = time.monotonic()
             if not queue:
                 self._first_at[tp] = now
-            queue.append(_Pending(entry, size, future, now))
+            queue.append(Pending(record, size, future, now))
             self._buffered += 1
             self._cond.notify_all()
         return future
@@ -246,7 +215,7 @@ class Producer:
                     return
                 # One request per topic: up to batch_records of each ready partition.
                 topic = ready[0].topic
-                taken: list[tuple[TopicPartition, list[_Pending]]] = []
+                taken: list[tuple[TopicPartition, list[Pending]]] = []
                 count = 0
                 for tp in ready:
                     if tp.topic != topic or count >= MAX_BATCH_ENTRIES:
@@ -264,7 +233,7 @@ class Producer:
             try:
                 self._send(topic, taken)
             except Exception as exc:  # never leave a future waiting forever
-                _fail(self._in_flight, exc)
+                fail(self._in_flight, exc)
             with self._cond:
                 self._in_flight = []
 
@@ -288,13 +257,13 @@ class Producer:
         self._sequences.clear()
         return self._producer
 
-    def _send(self, topic: str, taken: list[tuple[TopicPartition, list[_Pending]]]) -> None:
+    def _send(self, topic: str, taken: list[tuple[TopicPartition, list[Pending]]]) -> None:
         now = time.monotonic()
         delivery_s = self.delivery_timeout_ms / 1000
-        live: list[tuple[TopicPartition, list[_Pending]]] = []
+        live: list[tuple[TopicPartition, list[Pending]]] = []
         for tp, batch in taken:
             expired = [p for p in batch if now >= p.enqueued_at + delivery_s]
-            _fail(expired, LakelogTimeoutError(
+            fail(expired, LakelogTimeoutError(
                 f"a record for {tp.topic}-{tp.partition} waited in the producer longer than "
                 f"delivery_timeout_ms={self.delivery_timeout_ms:g} (the requests before it "
                 f"to {self.url} were being retried); it was never sent"))
@@ -309,7 +278,7 @@ class Producer:
         try:
             ident = self._producer_id(attempts) if self.idempotent else None
         except LakelogClientError as exc:
-            _fail(every, exc)
+            fail(every, exc)
             return
         entries: list[dict[str, Any]] = []
         firsts: dict[TopicPartition, int] = {}
@@ -332,7 +301,7 @@ class Producer:
             except httpx.TransportError as exc:
                 sent = not never_sent(exc)
                 if permanent(exc) or (sent and not self.idempotent):
-                    _fail(every, LakelogConnectionError(
+                    fail(every, LakelogConnectionError(
                         f"{attempts.what} at {self.url}: {describe(exc)}" + (
                             "; whether the records were appended is unknown (a producer "
                             "with idempotent=False does not send them again)" if sent else "")))
@@ -341,7 +310,7 @@ class Producer:
                 maybe_appended |= sent
                 if attempts.again(exc):
                     continue
-                _fail(every, attempts.gave_up())
+                fail(every, attempts.gave_up())
                 self._after_failure(firsts, maybe_appended)
                 return
             if r.status_code in PRODUCE_RETRIABLE_STATUS:
@@ -351,11 +320,11 @@ class Producer:
                     if attempts.again(error):
                         continue
                     error = attempts.gave_up()
-                _fail(every, error)
+                fail(every, error)
                 self._after_failure(firsts, maybe_appended or r.status_code != 429)
                 return
             if r.status_code >= 400:  # refused whole: this attempt appended nothing
-                _fail(every, error_from(r))
+                fail(every, error_from(r))
                 self._after_failure(firsts, maybe_appended)
                 return
             answer = r.json()
@@ -363,7 +332,7 @@ class Producer:
                      if f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS]
             if retry and self.idempotent and attempts.again(entry_error(retry[0])):
                 continue
-            self._complete(topic, answer, live, entries)
+            self._complete(settle(topic, answer, live, entries, self.idempotent, self.url))
             return
 
     def _after_failure(self, firsts: dict[TopicPartition, int], maybe_appended: bool) -> None:
@@ -376,63 +345,16 @@ class Producer:
         else:
             self._sequences.update(firsts)
 
-    def _complete(self, topic: str, answer: dict[str, Any],
-                  live: list[tuple[TopicPartition, list[_Pending]]],
-                  entries: list[dict[str, Any]]) -> None:
-        by_id: dict[str, _Pending] = {}
-        for (_, batch), ids in zip(live, _ids_by_partition(live), strict=True):
-            by_id.update(zip(ids, batch, strict=True))
-        for s in answer["successes"]:
-            ts = s.get("timestamp")
-            by_id[s["id"]].future.set_result(RecordMetadata(
-                topic, s["partition_id"], s["offset"],
-                datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.now()))
-        failures: dict[str, dict[str, Any]] = {f["id"]: f for f in answer["failures"]}
-        unanswered = [p for i, p in by_id.items() if i not in failures and not p.future.done()]
-        if unanswered:  # not the server's contract: fail them rather than wait forever
-            self._new_epoch = True
-            _fail(unanswered, LakelogClientError(
-                0, "no_answer", f"the answer from {self.url} had no result for this record"))
-        if not failures:
-            return
-        if not self.idempotent:
-            for i, f in failures.items():
-                _fail([by_id[i]], entry_error(f))
-            return
-        seqs = {e["id"]: e["sequence"] for e in entries}
-        for (tp, batch), ids in zip(live, _ids_by_partition(live), strict=True):
-            failed = [(i, p) for i, p in zip(ids, batch, strict=True) if i in failures]
-            if not failed:
-                continue
-            first = ids.index(failed[0][0])
-            if any(i not in failures for i in ids[first:]):
-                self._new_epoch = True  # appended past a gap: not the server's contract
-            self._sequences[tp] = seqs[failed[0][0]]
-            gap = False  # a record before these was refused for its own sake
-            again: list[_Pending] = []
-            for i, p in failed:
-                f = failures[i]
-                name = f.get("error")
-                if name == "out_of_order_sequence" and gap:
-                    again.append(p)  # refused only because of the gap
-                elif name in ("out_of_order_sequence", "unknown_producer_id"):
-                    self._new_epoch = True  # the sequences disagree with the server's
-                    if name == "unknown_producer_id":
-                        self._producer = None
-                    p.resets += 1
-                    if p.resets <= MAX_RESETS:
-                        again.append(p)
-                    else:
-                        _fail([p], entry_error(f))
-                elif f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS:
-                    self._new_epoch = True  # retries spent; whether it was appended is unknown
-                    _fail([p], entry_error(f))
-                else:
-                    _fail([p], entry_error(f))
-                    gap = True
+    def _complete(self, outcome: Outcome) -> None:
+        """Take what a request's answer changed (``batches.settle``)."""
+        self._new_epoch |= outcome.new_epoch
+        if outcome.forget_producer:
+            self._producer = None
+        self._sequences.update(outcome.sequences)
+        for tp, again in outcome.again:
             self._requeue(tp, again)
 
-    def _requeue(self, tp: TopicPartition, pendings: list[_Pending]) -> None:
+    def _requeue(self, tp: TopicPartition, pendings: list[Pending]) -> None:
         """Put records back at the front of their partition's queue, in order."""
         if not pendings:
             return
@@ -458,12 +380,3 @@ class Producer:
                  tb: TracebackType | None) -> None:
         self.close()
 
-
-def _ids_by_partition(live: list[tuple[TopicPartition, list[_Pending]]]) -> list[list[str]]:
-    """The entry ids ``_send`` gave each partition's records (numbered in order)."""
-    out = []
-    n = 0
-    for _, batch in live:
-        out.append([str(n + k) for k in range(len(batch))])
-        n += len(batch)
-    return out

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from ingest_api.settings import ApiSettings
 from lakelog import reference
+from lakelog.settings import Settings
 from log_tables.config import CONFIG_DEFS
 
 
 def test_readme_configuration_reference_is_current() -> None:
     text = reference.README.read_text()
     assert reference.render(text) == text, "run `python -m lakelog.reference` to refresh it"
-    for name in ApiSettings.model_fields:
+    for name in Settings.model_fields:
         assert f"| `LAKELOG_{name.upper()}` |" in text
     for d in CONFIG_DEFS:
         assert f"| `{d.name}` |" in text

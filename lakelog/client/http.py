@@ -1,4 +1,4 @@
-"""HTTP clients to one server: credentials and TLS."""
+"""HTTP to one server: credentials, TLS and the client every role of the client uses."""
 
 from __future__ import annotations
 
@@ -31,3 +31,12 @@ def http_auth(api_key: str | None) -> httpx.BasicAuth | None:
     if not sep:
         raise ValueError("an API key is '<key id>:<secret>'")
     return httpx.BasicAuth(key_id, secret)
+
+
+def api_client(url: str, path: str, api_key: str | None, verify: str | bool | ssl.SSLContext,
+               timeout_s: float) -> httpx.Client:
+    """An httpx client for the API below ``url + CLUSTER + path``: the key (else the default
+    one for ``url``), TLS verification and a timeout per request."""
+    return httpx.Client(base_url=url.rstrip("/") + CLUSTER + path, timeout=timeout_s,
+                        auth=http_auth(api_key or default_api_key(url)),
+                        verify=tls_verify(verify))

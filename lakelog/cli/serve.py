@@ -1,0 +1,73 @@
+"""``lakelog serve``: the server on a data directory, with the jobs scheduled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lakelog.cli.root import app
+from log_tables.errors import LakelogError
+
+
+@app.command()
+def serve(
+    data_dir: Annotated[Path | None, typer.Option(help="Data directory [LAKELOG_DATA_DIR].")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address [LAKELOG_HOST].")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port [LAKELOG_PORT].")] = None,
+    log_level: Annotated[str | None, typer.Option(help="Log level [LAKELOG_LOG_LEVEL].")] = None,
+    warehouse: Annotated[str | None, typer.Option(
+        help="Delta warehouse path or URI [LAKELOG_WAREHOUSE].")] = None,
+    tier_interval_ms: Annotated[int | None, typer.Option(
+        help="Tiering job interval; 0 disables [LAKELOG_TIER_INTERVAL_MS].")] = None,
+    spark_master: Annotated[str | None, typer.Option(
+        "--master", help="Spark master for jobs [LAKELOG_SPARK_MASTER].")] = None,
+    auth: Annotated[str | None, typer.Option(
+        help="api-key (default) or none (loopback only) [LAKELOG_AUTH].")] = None,
+    allow_insecure_non_loopback: Annotated[bool | None, typer.Option(
+        "--allow-insecure-non-loopback", help="Let --auth none listen beyond loopback "
+        "[LAKELOG_ALLOW_INSECURE_NON_LOOPBACK].")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="TLS certificate (PEM); with --tls-key, serve HTTPS [LAKELOG_TLS_CERT].")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="TLS private key (PEM) [LAKELOG_TLS_KEY].")] = None,
+) -> None:
+    """Run the HTTP server (uvicorn) on the data directory, with the jobs scheduled;
+    SIGTERM/SIGINT stop it cleanly."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from compaction_jobs.scheduler import Intervals, JobProcess
+    from ingest_api.app import create_app
+    from lakelog.settings import Settings
+
+    flags: dict[str, Any] = {k: v for k, v in {
+        "data_dir": data_dir, "host": host, "port": port, "log_level": log_level,
+        "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
+        "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
+        "allow_insecure_non_loopback": allow_insecure_non_loopback}.items() if v is not None}
+    try:
+        settings = Settings(**flags)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise LakelogError(f"invalid settings: {where + ': ' if where else ''}"
+                           f"{first['msg'].removeprefix('Value error, ')}") from None
+    typer.echo("lakelog settings:", err=True)
+    for name, value in settings.describe().items():
+        typer.echo(f"  {name} = {value}", err=True)
+    scheduler = JobProcess(settings.layout, Intervals(
+        settings.tier_interval_ms, settings.retention_interval_ms, settings.compact_interval_ms,
+        settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
+        settings.log_level)
+    services = [scheduler] if scheduler.enabled else []
+    from ingest_api.http_protocol import bounded_protocol
+
+    http = bounded_protocol(settings.max_request_head_bytes,
+                            settings.request_head_timeout_ms / 1000,
+                            settings.request_body_idle_timeout_ms / 1000)
+    uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
+                log_level=settings.log_level, loop="uvloop", http=http,
+                limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
+                access_log=False, ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)

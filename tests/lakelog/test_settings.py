@@ -1,0 +1,44 @@
+"""Settings by owner: each package's class, composed by ``lakelog.settings.Settings``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from compaction_jobs.settings import JobSettings
+from consumer_groups.settings import GroupSettings
+from ingest_api.settings import ApiSettings
+from lakelog.settings import Settings
+
+
+def test_each_setting_has_one_owner_and_the_composition_has_them_all() -> None:
+    server = set(ApiSettings.model_fields) - set(GroupSettings.model_fields)
+    groups, jobs = set(GroupSettings.model_fields), set(JobSettings.model_fields)
+    assert not server & jobs and not groups & jobs
+    assert "tier_interval_ms" in jobs and "max_group_members" in groups and "port" in server
+    assert set(Settings.model_fields) == server | groups | jobs
+    assert sorted(Settings.names()) == sorted(Settings.model_fields)
+    assert list(Settings().describe()) == Settings.names()
+
+
+def test_every_owner_reads_the_same_lakelog_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKELOG_TIER_INTERVAL_MS", "7")
+    monkeypatch.setenv("LAKELOG_MAX_GROUP_MEMBERS", "9")
+    monkeypatch.setenv("LAKELOG_PORT", "8181")
+    assert JobSettings().tier_interval_ms == Settings().tier_interval_ms == 7
+    assert GroupSettings().max_group_members == ApiSettings().max_group_members == 9
+    assert Settings().max_group_members == 9 and Settings().port == 8181
+    with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
+        Settings(tls_cert="c.pem")  # the server's checks hold in the composition
+
+
+def test_the_client_loads_no_server_settings() -> None:
+    """The client asks ``ingest_api.addresses`` whether a host is this machine; it used to
+    import ``ingest_api.settings`` for it, and with it deltalake and pydantic-settings."""
+    code = ("import sys, lakelog.client; print(sorted(m for m in ('ingest_api.settings', "
+            "'lakelog.settings', 'deltalake', 'pydantic_settings') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
