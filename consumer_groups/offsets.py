@@ -30,7 +30,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from log_tables.cold_table import is_local, load_table, local_path
+from log_tables.cold.table import is_local, load_table, local_path
 from log_tables.errors import QueueFullError, StorageError
 
 log = logging.getLogger(__name__)

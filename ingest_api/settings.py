@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from log_tables.cold_table import is_local
+from log_tables.cold.table import is_local
 from log_tables.layout import Layout
 
 MiB = 1 << 20

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from log_tables.cold_table import is_local, local_path, table_uri
+from log_tables.cold.table import is_local, local_path, table_uri
 from log_tables.registry import TopicMetadata, TopicRegistry
 
 WAREHOUSE_DIR = "warehouse"

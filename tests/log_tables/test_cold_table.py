@@ -12,7 +12,7 @@ from deltalake import DeltaTable, Schema
 from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
-from log_tables.cold_table import (
+from log_tables.cold.table import (
     TABLE_SCHEMA,
     create_table,
     file_stats,
@@ -21,10 +21,10 @@ from log_tables.cold_table import (
     tier_app_id,
     to_table_rows,
 )
+from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
 from log_tables.records import build_batch
-from log_tables.tiered_storage import TieredStorage
 
 
 def test_rows_round_trip_keeps_offsets_timestamps_and_timestamp_types() -> None:
@@ -104,7 +104,7 @@ def test_a_torn_newest_log_entry_is_set_aside_and_older_damage_is_an_error(
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
 
-    from log_tables.cold_table import open_table
+    from log_tables.cold.table import open_table
 
     uri = str(tmp_path / "t")
     for i in range(3):
@@ -133,8 +133,8 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
     took it for "no new commit" and stored the states it had cached before)."""
     import threading
 
-    from log_tables import cold_table
-    from log_tables.cold_table import ColdTables
+    from log_tables.cold import table as cold_table
+    from log_tables.cold.table import ColdTables
 
     layout = Layout.of(tmp_path / "data")
     _mark_tiered(layout, "t", "id-1", 0, 5)

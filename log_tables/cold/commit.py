@@ -18,7 +18,7 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from log_tables.cold_table import (
+from log_tables.cold.table import (
     PARTITION_COLUMNS,
     TABLE_SCHEMA,
     ColdFile,

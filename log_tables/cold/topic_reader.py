@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log_tables.cold_table import (
+from log_tables.cold.table import (
     PartitionState,
     log_start,
     open_table,
@@ -25,7 +25,7 @@ from log_tables.cold_table import (
     to_table_rows,
 )
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot_reader import PartitionReader, list_segments
+from log_tables.hot.hot_reader import PartitionReader, list_segments
 from log_tables.layout import Layout
 
 log = logging.getLogger(__name__)

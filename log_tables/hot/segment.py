@@ -17,11 +17,11 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from log_tables.batch import HEADER_SIZE, BatchScanner, EncodedBatch, ScannedBatch, ScanStop
-from log_tables.damage import Damage, locate
 from log_tables.errors import CorruptIndexError, CorruptRecordError, StorageError
-from log_tables.offset_index import OffsetIndex
-from log_tables.time_index import TimeIndex
+from log_tables.hot.batch import HEADER_SIZE, BatchScanner, EncodedBatch, ScannedBatch, ScanStop
+from log_tables.hot.damage import Damage, locate
+from log_tables.hot.offset_index import OffsetIndex
+from log_tables.hot.time_index import TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

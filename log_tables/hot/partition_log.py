@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from log_tables.batch import NO_PRODUCER_ID, EncodedBatch, ScannedBatch, assign, prepare
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.config import TopicConfig
 from log_tables.errors import (
@@ -46,9 +45,9 @@ from log_tables.errors import (
     StorageError,
 )
 from log_tables.files import atomic_write, fsync_dir
-from log_tables.producer_state import ProducerStateManager, seq_add
-from log_tables.records import MAX_TIMESTAMP_MS, RECORD_SCHEMA, Record, batch_records
-from log_tables.segment import (
+from log_tables.hot.batch import NO_PRODUCER_ID, EncodedBatch, ScannedBatch, assign, prepare
+from log_tables.hot.producer_state import ProducerStateManager, seq_add
+from log_tables.hot.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -57,6 +56,7 @@ from log_tables.segment import (
     parse_stem,
     records_from,
 )
+from log_tables.records import MAX_TIMESTAMP_MS, RECORD_SCHEMA, Record, batch_records
 
 log = logging.getLogger(__name__)
 
