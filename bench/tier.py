@@ -32,9 +32,9 @@ import pyarrow.parquet as pq
 from bench.produce import wait_up
 from bench.report import print_table, write_json
 from compaction_jobs.tier import TierJob
-from log_tables.cold.table import ROW_GROUP_ROWS, delta_path, local_path, to_table_rows
+from log_tables.cold.rows import ROW_GROUP_ROWS, to_table_rows
 from log_tables.hot.log_manager import LogManager
-from log_tables.layout import Layout
+from log_tables.layout import Layout, delta_path, local_path
 from log_tables.records import RECORD_SCHEMA, null_headers
 from log_tables.spark.read import read_topic
 from log_tables.spark.session import attach, lakelog_session

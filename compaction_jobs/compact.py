@@ -51,17 +51,14 @@ from compaction_jobs.job import Job, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.cold.rows import TIMESTAMP_TYPE, file_stats, parquet_file_stats, write_rows
 from log_tables.cold.table import (
-    TIMESTAMP_TYPE,
     ColdFile,
     PartitionState,
     cleaned_app_id,
-    file_stats,
     files_app_id,
-    parquet_file_stats,
     read_files,
     snapshot,
-    write_rows,
 )
 from log_tables.config import TopicConfig
 from log_tables.layout import Layout

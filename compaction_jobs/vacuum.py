@@ -23,8 +23,7 @@ from compaction_jobs.job import Job, JobReport
 from log_tables.cold import job_runs
 from log_tables.cold.commit import open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.cold.table import delta_path
-from log_tables.layout import Layout
+from log_tables.layout import Layout, delta_path
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:

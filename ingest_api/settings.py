@@ -9,8 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from log_tables.cold.table import is_local
-from log_tables.layout import Layout
+from log_tables.layout import Layout, is_local
 
 MiB = 1 << 20
 

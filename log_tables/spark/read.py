@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from log_tables.cold.job_runs import SPARK_DDL as JOB_RUNS_DDL
 from log_tables.cold.job_runs import job_runs_uri
-from log_tables.cold.table import PartitionState, delta_path, open_table, table_topic_id
+from log_tables.cold.table import PartitionState, open_table, table_topic_id
 from log_tables.cold.topic_reader import (
     SPARK_DDL,
     cold_states,
@@ -28,7 +28,7 @@ from log_tables.cold.topic_reader import (
     partition_bounds,
 )
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
-from log_tables.layout import Layout
+from log_tables.layout import Layout, delta_path
 from log_tables.spark.session import session_layout
 
 if TYPE_CHECKING:

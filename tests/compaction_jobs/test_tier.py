@@ -15,9 +15,9 @@ from pyspark.sql import SparkSession
 from compaction_jobs import job, tier
 from compaction_jobs.tier import TierJob
 from log_tables.cold import job_runs
-from log_tables.cold.table import STAGE_DIR, local_path, open_table, snapshot
+from log_tables.cold.table import STAGE_DIR, open_table, snapshot
 from log_tables.hot.log_manager import LogManager
-from log_tables.layout import Layout
+from log_tables.layout import Layout, local_path
 from log_tables.spark.read import read_topic
 from tests.compaction_jobs.helpers import check_rows, produce, table_files
 from tests.log_tables.test_damage import batches_of, flip

@@ -13,7 +13,8 @@ from deltalake import Schema
 from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
-from log_tables.cold.table import TABLE_SCHEMA, create_table, open_table, tier_app_id
+from log_tables.cold.rows import TABLE_SCHEMA
+from log_tables.cold.table import create_table, open_table, tier_app_id
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.config import TopicConfig
 from log_tables.errors import InvalidConfigError
