@@ -17,8 +17,9 @@ from log_tables.cold.topic_reader import first_at_or_after
 from log_tables.config import TopicConfig
 from log_tables.errors import OffsetOutOfRangeError
 from log_tables.hot.log_manager import LogManager
-from log_tables.hot.partition_log import LogBatch, PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from log_tables.layout import Layout, is_local, local_path
+from log_tables.records import LogBatch
 
 log = logging.getLogger(__name__)
 

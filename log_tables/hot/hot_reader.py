@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from log_tables.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot.batch import BatchScanner, ScannedBatch, ScanStop
+from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner, ScannedBatch, ScanStop
 from log_tables.hot.damage import Damage, locate
 from log_tables.hot.offset_index import OffsetIndex
-from log_tables.hot.partition_log import CHECKPOINT_FILE, MAX_BATCH_BYTES, LogBatch
+from log_tables.hot.recovery import CHECKPOINT_FILE
 from log_tables.hot.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -32,6 +32,7 @@ from log_tables.hot.segment import (
     records_from,
 )
 from log_tables.hot.time_index import TimeIndex
+from log_tables.records import LogBatch
 
 
 class SegmentFile(NamedTuple):
