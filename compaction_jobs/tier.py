@@ -51,7 +51,7 @@ from log_tables.cold.table import STAGE_DIR, open_table, snapshot, tier_app_id
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot.damage import Damage
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
-from log_tables.hot.segment import records_from
+from log_tables.hot.segment_reads import records_from
 from log_tables.layout import Layout, is_local, local_path
 
 if TYPE_CHECKING:

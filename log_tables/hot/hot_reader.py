@@ -24,13 +24,8 @@ from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner, ScannedBatch, Sc
 from log_tables.hot.damage import Damage, locate
 from log_tables.hot.offset_index import OffsetIndex
 from log_tables.hot.recovery import CHECKPOINT_FILE
-from log_tables.hot.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    parse_stem,
-    records_from,
-)
+from log_tables.hot.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem
+from log_tables.hot.segment_reads import records_from
 from log_tables.hot.time_index import TimeIndex
 from log_tables.records import LogBatch
 

@@ -25,7 +25,8 @@ from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError, Storage
 from log_tables.hot.batch import MAX_BATCH_BYTES, EncodedBatch
 from log_tables.hot.producer_state import ProducerStateManager
 from log_tables.hot.recovery import write_checkpoint, write_producer_snapshot
-from log_tables.hot.segment import LogSegment, records_from
+from log_tables.hot.segment import LogSegment
+from log_tables.hot.segment_reads import records_from
 from log_tables.records import FetchResult, LogBatch
 
 log = logging.getLogger(__name__)
