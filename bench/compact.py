@@ -32,11 +32,12 @@ from bench.report import print_table, write_json
 from compaction_jobs.compact import CompactJob
 from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
-from log_tables.cold_table import FILE_SCHEMA, local_path, open_table, snapshot
-from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
+from log_tables.cold.rows import FILE_SCHEMA
+from log_tables.cold.table import open_table, snapshot
+from log_tables.hot.log_manager import LogManager
+from log_tables.layout import Layout, local_path
 from log_tables.records import RECORD_SCHEMA, null_headers
-from log_tables.spark_session import lakelog_session
+from log_tables.spark.session import lakelog_session
 
 PARTITIONS, PER_BATCH, SEGMENT_RECORDS = 2, 1000, 50_000
 DAY_MS = 24 * 3600 * 1000

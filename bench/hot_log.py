@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.report import print_table, write_json
 from log_tables.config import TopicConfig
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import build_batch
 
 KEY_BYTES = 16

@@ -32,12 +32,12 @@ import pyarrow.parquet as pq
 from bench.produce import wait_up
 from bench.report import print_table, write_json
 from compaction_jobs.tier import TierJob
-from log_tables.cold_table import ROW_GROUP_ROWS, delta_path, local_path, to_table_rows
-from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
+from log_tables.cold.rows import ROW_GROUP_ROWS, to_table_rows
+from log_tables.hot.log_manager import LogManager
+from log_tables.layout import Layout, delta_path, local_path
 from log_tables.records import RECORD_SCHEMA, null_headers
-from log_tables.spark_read import read_topic
-from log_tables.spark_session import attach, lakelog_session
+from log_tables.spark.read import read_topic
+from log_tables.spark.session import attach, lakelog_session
 
 TOPIC, PARTITIONS, PER_BATCH = "bench", 8, 1000
 BIN = Path(sys.executable).parent
@@ -93,7 +93,7 @@ def tier_seconds(spark: Any, layout: Layout) -> tuple[float, int]:
 
 
 def scan_seconds(spark: Any, layout: Layout) -> tuple[float, float]:
-    from log_tables.cold_table import open_table
+    from log_tables.cold.table import open_table
 
     dt = open_table(layout.table_uri(TOPIC))
     assert dt is not None

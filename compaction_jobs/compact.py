@@ -49,24 +49,21 @@ from deltalake.transaction import AddAction
 
 from compaction_jobs.job import Job, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
-from log_tables.cold_commit import PartitionChange, commit_changes, open_topic_table
-from log_tables.cold_table import (
-    TIMESTAMP_TYPE,
+from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.cold.rows import TIMESTAMP_TYPE, file_stats, parquet_file_stats, write_rows
+from log_tables.cold.table import (
     ColdFile,
     PartitionState,
     cleaned_app_id,
-    file_stats,
     files_app_id,
-    parquet_file_stats,
     read_files,
     snapshot,
-    write_rows,
 )
 from log_tables.config import TopicConfig
-from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
-from log_tables.spark_read import FILE_DDL
+from log_tables.spark.read import FILE_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

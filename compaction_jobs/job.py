@@ -10,11 +10,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from compaction_jobs.staging import new_job_id
-from log_tables import job_runs
-from log_tables.cold_table import is_local
+from log_tables.cold import job_runs
+from log_tables.cold.job_runs import DRY_RUN, FAILED, JobRun
 from log_tables.errors import StorageError
-from log_tables.job_runs import DRY_RUN, FAILED, JobRun
-from log_tables.layout import Layout
+from log_tables.layout import Layout, is_local
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:

@@ -23,19 +23,11 @@ from deltalake.transaction import AddAction
 
 from compaction_jobs.job import Job, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
-from log_tables.cold_commit import PartitionChange, commit_changes, open_topic_table
-from log_tables.cold_table import (
-    STAGE_DIR,
-    ColdFile,
-    file_stats,
-    files_app_id,
-    local_path,
-    read_files,
-    snapshot,
-    write_rows,
-)
-from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.layout import Layout
+from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.cold.rows import file_stats, write_rows
+from log_tables.cold.table import STAGE_DIR, ColdFile, files_app_id, read_files, snapshot
+from log_tables.layout import Layout, local_path
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:

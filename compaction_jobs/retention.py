@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from compaction_jobs.job import Job
-from log_tables.cold_commit import commit_changes, open_topic_table, start_change
-from log_tables.cold_table import ColdFile, PartitionState, snapshot
+from log_tables.cold.commit import commit_changes, open_topic_table, start_change
+from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.cold.table import ColdFile, PartitionState, snapshot
 from log_tables.config import TopicConfig
-from log_tables.hot_reader import list_segments, segment_max_timestamp
-from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.hot.hot_reader import list_segments, segment_max_timestamp
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:

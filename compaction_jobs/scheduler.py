@@ -50,10 +50,10 @@ from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
 from compaction_jobs.vacuum import VacuumJob
 from log_tables import parent_death
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import PartitionLog
+from log_tables.hot.segment import LogSegment
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import PartitionLog
-from log_tables.segment import LogSegment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -118,7 +118,7 @@ class JobScheduler:
 
     def _session(self) -> SparkSession:
         if self._spark is None:
-            from log_tables.spark_session import lakelog_session
+            from log_tables.spark.session import lakelog_session
 
             started = time.monotonic()
             self._spark = lakelog_session(self.layout.data_dir, self.layout.warehouse,

@@ -21,8 +21,9 @@ from collections.abc import Mapping
 
 from deltalake import DeltaTable
 
-from log_tables.cold_commit import relative_path
-from log_tables.cold_table import STAGE_DIR, local_path
+from log_tables.cold.commit import relative_path
+from log_tables.cold.table import STAGE_DIR
+from log_tables.layout import local_path
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"

@@ -44,24 +44,15 @@ from deltalake.transaction import AddAction
 
 from compaction_jobs.job import step
 from compaction_jobs.staging import StageDir, clean_orphans, new_job_id
-from log_tables import job_runs
-from log_tables.cold_commit import PartitionChange, commit_changes, open_topic_table
-from log_tables.cold_table import (
-    STAGE_DIR,
-    file_stats,
-    is_local,
-    local_path,
-    open_table,
-    snapshot,
-    tier_app_id,
-    to_table_rows,
-    write_rows,
-)
-from log_tables.damage import Damage
+from log_tables.cold import job_runs
+from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from log_tables.cold.rows import file_stats, to_table_rows, write_rows
+from log_tables.cold.table import STAGE_DIR, open_table, snapshot, tier_app_id
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
-from log_tables.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
-from log_tables.layout import Layout
-from log_tables.segment import records_from
+from log_tables.hot.damage import Damage
+from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
+from log_tables.hot.segment_reads import records_from
+from log_tables.layout import Layout, is_local, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

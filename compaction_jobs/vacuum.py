@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING
 from deltalake import DeltaTable
 
 from compaction_jobs.job import Job, JobReport
-from log_tables import job_runs
-from log_tables.cold_commit import open_topic_table
-from log_tables.cold_table import delta_path
-from log_tables.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.layout import Layout
+from log_tables.cold import job_runs
+from log_tables.cold.commit import open_topic_table
+from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
+from log_tables.layout import Layout, delta_path
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:

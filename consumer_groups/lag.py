@@ -20,9 +20,9 @@ from typing import NamedTuple
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.offsets import Committed
+from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
-from log_tables.log_manager import LogManager
-from log_tables.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 
 
 class Bounds(NamedTuple):

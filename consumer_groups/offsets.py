@@ -30,8 +30,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from log_tables.cold_table import is_local, load_table, local_path
+from log_tables.cold.table import load_table
 from log_tables.errors import QueueFullError, StorageError
+from log_tables.layout import is_local, local_path
 
 log = logging.getLogger(__name__)
 

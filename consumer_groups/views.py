@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from consumer_groups.offsets import SPARK_DDL, offsets_uri
 from consumer_groups.subscriptions import read_subscriptions
-from log_tables.cold_table import delta_path, open_table
+from log_tables.cold.table import open_table
+from log_tables.layout import delta_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -30,9 +30,9 @@ from ingest_api.routers import groups as groups_router
 from ingest_api.security import SecurityStore
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
+from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownTopicError
-from log_tables.log_manager import LogManager
-from log_tables.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 SESSION_CHECK_S = 0.1

@@ -13,10 +13,10 @@ import pyarrow as pa
 
 from ingest_api.metrics import Metrics
 from ingest_api.notifier import AppendNotifier
+from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import FetchResult, LogBatch
-from log_tables.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
+from log_tables.records import FetchResult, LogBatch
 
 Format = Literal["BINARY", "STRING", "JSON"]
 _encoder = msgspec.json.Encoder()

@@ -27,7 +27,7 @@ from log_tables.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from log_tables.log_manager import LogManager
+from log_tables.hot.log_manager import LogManager
 
 _encoder = msgspec.json.Encoder()
 

@@ -15,8 +15,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import all_group_lag, log_bounds
-from log_tables.log_manager import LogManager
-from log_tables.tiered_storage import TieredStorage
+from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 
 
 class Sources(NamedTuple):

@@ -41,14 +41,14 @@ from log_tables.errors import (
     RecordTooLargeError,
     UnknownPartitionError,
 )
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import AppendInfo, PartitionLog
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import AppendInfo, PartitionLog
+from log_tables.hot.producer_state import seq_add
 from log_tables.partitioner import (
     StickyPartitioner,
     partition_for_key,
     partitions_for_key_array,
 )
-from log_tables.producer_state import seq_add
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA, null_headers
 from log_tables.registry import TopicMetadata
 

@@ -11,8 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from consumer_groups.settings import GroupSettings
 from ingest_api.addresses import is_loopback
-from log_tables.cold_table import is_local
-from log_tables.layout import Layout
+from log_tables.layout import Layout, is_local
 
 MiB = 1 << 20
 

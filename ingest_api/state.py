@@ -16,8 +16,8 @@ from ingest_api.group_poll import GroupPoll
 from ingest_api.metrics import Metrics
 from ingest_api.produce import ProduceService
 from ingest_api.settings import ApiSettings
-from log_tables.log_manager import LogManager
-from log_tables.tiered_storage import TieredStorage
+from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 
 CLUSTER_ID = "lakelog"
 _encoder = msgspec.json.Encoder()

@@ -71,8 +71,8 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    from log_tables.spark_read import register_views
-    from log_tables.spark_session import lakelog_session
+    from log_tables.spark.read import register_views
+    from log_tables.spark.session import lakelog_session
 
     with _spark_log() as log_path:
         spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")

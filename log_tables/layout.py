@@ -5,11 +5,32 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import unquote
 
-from log_tables.cold_table import is_local, local_path, table_uri
 from log_tables.registry import TopicMetadata, TopicRegistry
 
 WAREHOUSE_DIR = "warehouse"
+TOPICS_DIR = "topics"
+
+
+def table_uri(warehouse: str, topic: str) -> str:
+    """Where a topic's Delta table lives."""
+    return f"{warehouse.rstrip('/')}/{TOPICS_DIR}/{topic}"
+
+
+
+def is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def delta_path(uri: str) -> str:
+    """A file or table URI as delta-rs returns it (percent-encoded: ``jobs%20running``) as
+    a path to open: local ones decoded."""
+    return unquote(local_path(uri)) if is_local(uri) else uri
 
 
 class Layout(NamedTuple):

@@ -123,3 +123,33 @@ def batch_records(base_offset: int, batch: pa.RecordBatch) -> list[Record]:
         Record(base_offset + i, timestamps[i], keys[i], values[i], headers[i])
         for i in range(len(batch))
     ]
+
+
+class LogBatch(NamedTuple):
+    """Records read from a log: offsets ``base_offset .. base_offset + len(records) - 1``."""
+
+    base_offset: int
+    records: pa.RecordBatch
+    log_append_time: bool
+    producer_id: int
+
+    def to_records(self) -> list[Record]:
+        return batch_records(self.base_offset, self.records)
+
+
+class FetchResult(NamedTuple):
+    """A read: batches in offset order and the bounds of the log at read time."""
+
+    batches: list[LogBatch]
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def next_offset(self) -> int | None:
+        if not self.batches:
+            return None
+        last = self.batches[-1]
+        return last.base_offset + int(last.records.num_rows)
+
+    def records(self) -> list[Record]:
+        return [r for b in self.batches for r in b.to_records()]

@@ -10,7 +10,7 @@ import pytest
 
 from log_tables.clock import ManualClock
 from log_tables.config import TopicConfig
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +42,7 @@ def open_log(tmp_path: Path, clock: ManualClock) -> Iterator[OpenLog]:
 @pytest.fixture(scope="session")
 def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local SparkSession for the whole run (it takes seconds to start)."""
-    from log_tables.spark_session import lakelog_session
+    from log_tables.spark.session import lakelog_session
 
     spark = lakelog_session(tmp_path_factory.mktemp("spark-default"), master="local[2]",
                             conf={"spark.driver.memory": "1g"})
@@ -53,6 +53,6 @@ def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSes
 @pytest.fixture
 def spark(spark_session: SparkSession, tmp_path: Path) -> SparkSession:
     """The session, attached to this test's data directory ``tmp_path/data``."""
-    from log_tables.spark_session import attach
+    from log_tables.spark.session import attach
 
     return attach(spark_session, tmp_path / "data")

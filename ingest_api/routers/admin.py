@@ -14,7 +14,7 @@ from ingest_api.body import decode, read_body
 from ingest_api.models import DeleteRecordsRequest
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import json_body, json_response, state
-from log_tables import job_runs
+from log_tables.cold import job_runs
 from log_tables.errors import UnknownPartitionError
 
 router = APIRouter(tags=["admin"])

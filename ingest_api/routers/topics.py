@@ -27,7 +27,7 @@ from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig
 from log_tables.errors import InvalidConfigError
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["topics"])

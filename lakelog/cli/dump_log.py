@@ -16,7 +16,7 @@ def dump_log(
     records: Annotated[bool, typer.Option("--records", help="Print every record too.")] = False,
 ) -> None:
     """Print the batches of hot segments (like kafka-dump-log): offsets, sizes, CRC validity."""
-    from log_tables.dump import dump
+    from log_tables.hot.dump import dump
 
     for line in dump(path, records):
         typer.echo(line)

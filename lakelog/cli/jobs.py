@@ -32,7 +32,7 @@ def jobs_tier(
     """Roll sealed hot segments into the topics' Delta tables, exactly once."""
     from compaction_jobs.tier import TierJob
     from log_tables.layout import Layout
-    from log_tables.spark_session import lakelog_session
+    from log_tables.spark.session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
     if roll:  # the server's admin key, if one is needed, is in this data directory
@@ -76,7 +76,7 @@ def _run_jobs(names: list[str], data_dir: Path, warehouse: str | None, topic: li
     from compaction_jobs.retention import RetentionJob
     from compaction_jobs.vacuum import VacuumJob
     from log_tables.layout import Layout
-    from log_tables.spark_session import lakelog_session
+    from log_tables.spark.session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
     session: list[Any] = []

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from log_tables.cold_table import delta_path, local_path, open_table
-from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
+from log_tables.cold.table import open_table
+from log_tables.hot.log_manager import LogManager
+from log_tables.layout import Layout, delta_path, local_path
 from log_tables.records import build_batch
 
 BASE_TS = 1_700_000_000_000

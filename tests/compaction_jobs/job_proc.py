@@ -16,7 +16,7 @@ from compaction_jobs.compact import CompactJob
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.tier import TierJob
 from log_tables.layout import Layout
-from log_tables.spark_session import lakelog_session
+from log_tables.spark.session import lakelog_session
 
 
 def main() -> None:

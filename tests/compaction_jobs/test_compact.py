@@ -14,13 +14,13 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs.compact import TASK_MAX_BYTES, CompactJob
 from compaction_jobs.tier import TierJob
-from log_tables import job_runs
-from log_tables.cold_table import open_table, snapshot
+from log_tables.cold import job_runs
+from log_tables.cold.table import open_table, snapshot
+from log_tables.cold.topic_reader import read_range
+from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
 from log_tables.records import build_batch
-from log_tables.spark_read import read_topic
-from log_tables.topic_reader import read_range
+from log_tables.spark.read import read_topic
 from tests.compaction_jobs.helpers import table_files
 
 pytestmark = pytest.mark.slow
@@ -225,7 +225,7 @@ def test_jobs_in_a_directory_whose_name_needs_escaping(spark: SparkSession, tmp_
                                                       ) -> None:
     """delta-rs hands back percent-encoded paths (``my%20data``): every job must decode them."""
     from compaction_jobs.retention import RetentionJob
-    from log_tables.spark_session import attach
+    from log_tables.spark.session import attach
 
     manager = LogManager(tmp_path / "my data")
     try:

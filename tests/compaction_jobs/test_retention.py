@@ -9,15 +9,15 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs.retention import RetentionJob, Unit, plan_partition
 from compaction_jobs.tier import TierJob
-from log_tables.cold_commit import delete_records
-from log_tables.cold_table import PartitionState, open_table, snapshot
+from log_tables.cold.commit import delete_records
+from log_tables.cold.table import PartitionState, open_table, snapshot
+from log_tables.cold.topic_reader import partition_bounds
 from log_tables.config import TopicConfig
-from log_tables.hot_reader import list_segments
+from log_tables.hot.hot_reader import list_segments
+from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
 from log_tables.records import build_batch
-from log_tables.spark_read import read_topic
-from log_tables.topic_reader import partition_bounds
+from log_tables.spark.read import read_topic
 
 T0 = 1_700_000_000_000
 HOUR_MS = 3600 * 1000

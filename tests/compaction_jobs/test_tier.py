@@ -14,11 +14,11 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs import job, tier
 from compaction_jobs.tier import TierJob
-from log_tables import job_runs
-from log_tables.cold_table import STAGE_DIR, local_path, open_table, snapshot
-from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
-from log_tables.spark_read import read_topic
+from log_tables.cold import job_runs
+from log_tables.cold.table import STAGE_DIR, open_table, snapshot
+from log_tables.hot.log_manager import LogManager
+from log_tables.layout import Layout, local_path
+from log_tables.spark.read import read_topic
 from tests.compaction_jobs.helpers import check_rows, produce, table_files
 from tests.log_tables.test_damage import batches_of, flip
 
@@ -232,7 +232,7 @@ def test_a_damaged_batch_stops_only_its_partition_and_skip_damaged_tiers_around_
 
 def test_table_of_an_earlier_topic_with_the_same_name_is_never_trusted(
         spark: SparkSession, data: LogManager) -> None:
-    from log_tables.tiered_storage import TieredStorage
+    from log_tables.cold.tiered_storage import TieredStorage
 
     _fill(data, partitions=1)
     layout = Layout.of(data.data_dir)

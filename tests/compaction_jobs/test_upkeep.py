@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.tier import TierJob
 from compaction_jobs.vacuum import VacuumJob
-from log_tables.cold_table import open_table, read_files, snapshot
+from log_tables.cold.table import open_table, read_files, snapshot
+from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
-from log_tables.spark_read import read_topic
+from log_tables.spark.read import read_topic
 from tests.compaction_jobs.helpers import check_rows, produce, table_files
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from log_tables.cold_table import STAGE_DIR
+from log_tables.cold.table import STAGE_DIR
 
 
 def b64(data: bytes) -> str:

@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs.tier import TierJob
 from lakelog.client import Consumer, CorruptRecordError, Record, TopicPartition
-from log_tables.cold_table import open_table, snapshot
+from log_tables.cold.table import open_table, snapshot
 from log_tables.layout import Layout
-from log_tables.spark_read import read_topic
+from log_tables.spark.read import read_topic
 from tests.ingest_api.helpers import fetch_all, string
 from tests.log_tables.test_damage import batches_of, flip
 from tests.server import ServerProcess

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from log_tables.hot_reader import PartitionReader
+from log_tables.hot.hot_reader import PartitionReader
 from tests.ingest_api.helpers import fetch_all, string
 from tests.server import ServerProcess
 

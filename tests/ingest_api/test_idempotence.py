@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ingest_api.produce import Run, _idempotent_runs, _next_in_run
-from log_tables.producer_state import MAX_SEQUENCE
+from log_tables.hot.producer_state import MAX_SEQUENCE
 from log_tables.records import build_batch
 from tests.ingest_api.helpers import fetch_all, string
 from tests.server import ServerProcess

@@ -35,9 +35,9 @@ from pyspark.sql import SparkSession
 from compaction_jobs.compact import CompactJob
 from compaction_jobs.staging import MANIFEST
 from compaction_jobs.tier import TierJob
-from log_tables.cold_table import STAGE_DIR
+from log_tables.cold.table import STAGE_DIR
 from log_tables.layout import Layout
-from log_tables.spark_read import read_topic
+from log_tables.spark.read import read_topic
 from tests.compaction_jobs.helpers import table_files
 from tests.ingest_api.helpers import fetch_all, live_stages, string
 from tests.server import ServerProcess

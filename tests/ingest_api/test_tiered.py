@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 
 from compaction_jobs import job
 from compaction_jobs.tier import TierJob
-from log_tables.cold_table import open_table, snapshot
-from log_tables.hot_reader import recovery_point
+from log_tables.cold.table import open_table, snapshot
+from log_tables.hot.hot_reader import recovery_point
 from log_tables.layout import Layout
-from log_tables.spark_read import read_topic
+from log_tables.spark.read import read_topic
 from tests.ingest_api.helpers import fetch_all, live_stages, string
 from tests.server import ServerProcess
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from tests.log_tables.helpers import append_n
 
 LAKELOG = Path(sys.executable).parent / "lakelog"
@@ -46,7 +46,7 @@ def test_dump_log_bad_path_is_one_line_on_stderr(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_jobs_tier_and_sql(tmp_path: Path) -> None:
-    from log_tables.log_manager import LogManager
+    from log_tables.hot.log_manager import LogManager
     from tests.compaction_jobs.helpers import produce
 
     manager = LogManager(tmp_path / "data")
@@ -80,7 +80,7 @@ def test_jobs_tier_and_sql(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_jobs_all_dry_run_then_for_real(tmp_path: Path) -> None:
-    from log_tables.log_manager import LogManager
+    from log_tables.hot.log_manager import LogManager
     from log_tables.records import build_batch
 
     manager = LogManager(tmp_path / "data")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import Record, build_batch
 
 

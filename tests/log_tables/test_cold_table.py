@@ -12,19 +12,12 @@ from deltalake import DeltaTable, Schema
 from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
-from log_tables.cold_table import (
-    TABLE_SCHEMA,
-    create_table,
-    file_stats,
-    from_table_rows,
-    open_table,
-    tier_app_id,
-    to_table_rows,
-)
+from log_tables.cold.rows import TABLE_SCHEMA, file_stats, from_table_rows, to_table_rows
+from log_tables.cold.table import create_table, open_table, tier_app_id
+from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
 from log_tables.records import build_batch
-from log_tables.tiered_storage import TieredStorage
 
 
 def test_rows_round_trip_keeps_offsets_timestamps_and_timestamp_types() -> None:
@@ -104,7 +97,7 @@ def test_a_torn_newest_log_entry_is_set_aside_and_older_damage_is_an_error(
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
 
-    from log_tables.cold_table import open_table
+    from log_tables.cold.table import open_table
 
     uri = str(tmp_path / "t")
     for i in range(3):
@@ -133,8 +126,8 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
     took it for "no new commit" and stored the states it had cached before)."""
     import threading
 
-    from log_tables import cold_table
-    from log_tables.cold_table import ColdTables
+    from log_tables.cold import cache
+    from log_tables.cold.cache import ColdTables
 
     layout = Layout.of(tmp_path / "data")
     _mark_tiered(layout, "t", "id-1", 0, 5)
@@ -148,7 +141,7 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
 
     arrived = {"a": threading.Event(), "b": threading.Event()}
     go = {"a": threading.Event(), "b": threading.Event()}
-    real = cold_table.table_topic_id
+    real = cache.table_topic_id
 
     def held(dt: DeltaTable) -> str | None:
         me = threading.current_thread().name
@@ -157,7 +150,7 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
             assert go[me].wait(30)
         return real(dt)
 
-    monkeypatch.setattr(cold_table, "table_topic_id", held)
+    monkeypatch.setattr(cache, "table_topic_id", held)
     threads = {name: threading.Thread(target=tables.state, args=("t", 1, "id-1"),
                                       kwargs={"refresh": True}, name=name) for name in "ab"}
     threads["a"].start()
@@ -169,6 +162,6 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
     assert arrived["b"].wait(30)
     go["b"].set()
     threads["b"].join(30)
-    monkeypatch.setattr(cold_table, "table_topic_id", real)
+    monkeypatch.setattr(cache, "table_topic_id", real)
     states = tables.state("t", 1, "id-1")
     assert states is not None and states[0].tiered_offset == 12

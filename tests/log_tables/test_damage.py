@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from log_tables.batch import BatchScanner
-from log_tables.dump import dump
 from log_tables.errors import CorruptRecordError
-from log_tables.hot_reader import PartitionReader, SegmentFile, segment_max_timestamp
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.batch import BatchScanner
+from log_tables.hot.dump import dump
+from log_tables.hot.hot_reader import PartitionReader, SegmentFile, segment_max_timestamp
+from log_tables.hot.partition_log import PartitionLog
+from log_tables.hot.segment import TIMEINDEX_SUFFIX
 from log_tables.records import Record
-from log_tables.segment import TIMEINDEX_SUFFIX
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets
 

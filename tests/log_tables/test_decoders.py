@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from ingest_api.body import decode
 from ingest_api.errors import ApiError
 from ingest_api.models import BatchRequest, ProduceRecord
-from log_tables.batch import BatchScanner, encode
 from log_tables.errors import CorruptIndexError, CorruptRecordError
-from log_tables.offset_index import OffsetIndex
+from log_tables.hot.batch import BatchScanner, encode
+from log_tables.hot.offset_index import OffsetIndex
 from log_tables.records import build_batch
 
 SETTINGS = settings(max_examples=200, deadline=None,

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from log_tables.errors import CorruptIndexError, IndexOrderError
-from log_tables.offset_index import OffsetIndex
-from log_tables.time_index import TimeIndex
+from log_tables.hot.offset_index import OffsetIndex
+from log_tables.hot.time_index import TimeIndex
 
 
 def make(tmp_path: Path, base: int = 45) -> OffsetIndex:

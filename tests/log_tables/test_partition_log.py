@@ -21,11 +21,11 @@ from log_tables.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from log_tables.group_commit import GroupCommit
-from log_tables.hot_reader import recovery_point
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import AppendInfo, PartitionLog
-from log_tables.producer_state import MAX_SEQUENCE
+from log_tables.hot.group_commit import GroupCommit
+from log_tables.hot.hot_reader import recovery_point
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import AppendInfo, PartitionLog
+from log_tables.hot.producer_state import MAX_SEQUENCE
 from log_tables.records import MAX_TIMESTAMP_MS, build_batch
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets, batch_for, read_all
@@ -434,7 +434,7 @@ def test_a_managed_log_syncs_rolled_segments_in_the_group_commit(tmp_path: Path)
 def test_log_matches_a_list_model(tmp_path_factory: pytest.TempPathFactory,
                                   ops: list[tuple]) -> None:  # type: ignore[type-arg]
     from log_tables.config import TopicConfig
-    from log_tables.partition_log import PartitionLog
+    from log_tables.hot.partition_log import PartitionLog
 
     directory = tmp_path_factory.mktemp("model")
     config = TopicConfig(segment_bytes=2_500, index_interval_bytes=300)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from log_tables.hot_reader import PartitionReader
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.hot_reader import PartitionReader
+from log_tables.hot.partition_log import PartitionLog
 from tests.log_tables.helpers import assert_records_match_offsets, read_all
 
 ROOT = Path(__file__).resolve().parents[2]

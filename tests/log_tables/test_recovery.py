@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from log_tables.batch import BatchScanner
 from log_tables.errors import CorruptRecordError
-from log_tables.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from log_tables.hot.batch import BatchScanner
+from log_tables.hot.partition_log import PartitionLog
+from log_tables.hot.recovery import CLEAN_SHUTDOWN_FILE
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n, assert_records_match_offsets, read_all
 

@@ -13,14 +13,15 @@ from deltalake import Schema
 from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
-from log_tables.cold_table import TABLE_SCHEMA, create_table, open_table, tier_app_id
+from log_tables.cold.rows import TABLE_SCHEMA
+from log_tables.cold.table import create_table, open_table, tier_app_id
+from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.config import TopicConfig
 from log_tables.errors import InvalidConfigError
-from log_tables.hot_reader import recovery_point
+from log_tables.hot.hot_reader import recovery_point
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import PartitionLog
 from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import PartitionLog
-from log_tables.tiered_storage import TieredStorage
 from tests.conftest import OpenLog
 from tests.log_tables.helpers import append_n
 

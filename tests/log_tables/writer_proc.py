@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from log_tables.config import TopicConfig
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 from tests.log_tables.helpers import batch_for
 
 

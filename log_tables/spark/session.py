@@ -50,7 +50,7 @@ def attach(spark: SparkSession, data_dir: str | os.PathLike[str] = "lakelog-data
            warehouse: str | None = None) -> SparkSession:
     """Point an existing session at a lakelog data directory and warehouse, and register
     the ``lakelog`` data source."""
-    from log_tables.spark_source import register_source
+    from log_tables.spark.source import register_source
 
     layout = Layout.of(data_dir, warehouse)
     for key, value in SESSION_CONF.items():
@@ -67,5 +67,5 @@ def session_layout(spark: SparkSession) -> Layout:
     data_dir = spark.conf.get(CONF_DATA_DIR, None)
     if data_dir is None:
         raise RuntimeError("this SparkSession is not attached to lakelog: call "
-                           "log_tables.spark_session.attach(spark, data_dir) first")
+                           "log_tables.spark.session.attach(spark, data_dir) first")
     return Layout(data_dir, spark.conf.get(CONF_WAREHOUSE, None) or Layout.of(data_dir).warehouse)

@@ -16,16 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log_tables.cold_table import (
-    PartitionState,
-    log_start,
-    open_table,
-    read_files,
-    snapshot,
-    to_table_rows,
-)
+from log_tables.cold.rows import to_table_rows
+from log_tables.cold.table import PartitionState, log_start, open_table, read_files, snapshot
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot_reader import PartitionReader, list_segments
+from log_tables.hot.hot_reader import PartitionReader, list_segments
 from log_tables.layout import Layout
 
 log = logging.getLogger(__name__)

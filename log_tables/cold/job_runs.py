@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from log_tables.cold_table import delta_path
+from log_tables.layout import delta_path
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from bisect import bisect_left
 from pathlib import Path
 
 from log_tables.errors import IndexOrderError
-from log_tables.index_file import IndexFile
+from log_tables.hot.index_file import IndexFile
 
 
 class TimeIndex(IndexFile):

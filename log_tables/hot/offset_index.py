@@ -11,7 +11,7 @@ from bisect import bisect_right
 from pathlib import Path
 
 from log_tables.errors import IndexOrderError
-from log_tables.index_file import IndexFile
+from log_tables.hot.index_file import IndexFile
 
 _U32 = 2**32
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.errors import DataDirLockedError, UnknownPartitionError, UnknownTopicError
-from log_tables.group_commit import GroupCommit
-from log_tables.partition_log import PartitionLog, partition_dir
-from log_tables.producer_ids import ProducerIdManager
+from log_tables.hot.group_commit import GroupCommit
+from log_tables.hot.partition_log import PartitionLog, partition_dir
+from log_tables.hot.producer_ids import ProducerIdManager
+from log_tables.hot.segment import LogSegment
 from log_tables.registry import TopicMetadata, TopicRegistry
-from log_tables.segment import LogSegment
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from log_tables.damage import Damage
 from log_tables.errors import LakelogError
-from log_tables.hot_reader import SegmentFile, list_segments, scan_segment
+from log_tables.hot.damage import Damage
+from log_tables.hot.hot_reader import SegmentFile, list_segments, scan_segment
+from log_tables.hot.segment import LOG_SUFFIX, parse_stem
 from log_tables.records import batch_records
-from log_tables.segment import LOG_SUFFIX, parse_stem
 
 
 def dump(path: Path, with_records: bool = False) -> Iterator[str]:

@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from log_tables.batch import BatchHeader
 from log_tables.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from log_tables.hot.batch import BatchHeader
 
 DEDUP_WINDOW_BATCHES = 5
 # A run stops growing here, so the window stays bounded (5 runs of at most this many).

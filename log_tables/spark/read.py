@@ -18,18 +18,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from log_tables.cold_table import PartitionState, delta_path, open_table, table_topic_id
-from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
-from log_tables.job_runs import SPARK_DDL as JOB_RUNS_DDL
-from log_tables.job_runs import job_runs_uri
-from log_tables.layout import Layout
-from log_tables.spark_session import session_layout
-from log_tables.topic_reader import (
+from log_tables.cold.job_runs import SPARK_DDL as JOB_RUNS_DDL
+from log_tables.cold.job_runs import job_runs_uri
+from log_tables.cold.table import PartitionState, open_table, table_topic_id
+from log_tables.cold.topic_reader import (
     SPARK_DDL,
     cold_states,
     offset_for_timestamp,
     partition_bounds,
 )
+from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
+from log_tables.layout import Layout, delta_path
+from log_tables.spark.session import session_layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

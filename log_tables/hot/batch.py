@@ -44,6 +44,9 @@ _CRC_START, _CRC_END = 16, 20
 ATTR_LOG_APPEND_TIME = 0x1
 NO_PRODUCER_ID = -1
 assert HEADER_SIZE == 56
+# Any batch is bounded by segment.bytes when written; scans accept up to i32 so
+# that lowering segment.bytes later never makes old batches look corrupt.
+MAX_BATCH_BYTES = 2**31 - 1
 
 
 class BatchHeader(NamedTuple):

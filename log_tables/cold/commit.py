@@ -18,13 +18,12 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from log_tables.cold_table import (
+from log_tables.cold.rows import TABLE_SCHEMA
+from log_tables.cold.table import (
     PARTITION_COLUMNS,
-    TABLE_SCHEMA,
     ColdFile,
     PartitionState,
     create_table,
-    delta_path,
     files_app_id,
     open_table,
     snapshot,
@@ -32,6 +31,7 @@ from log_tables.cold_table import (
     table_topic_id,
 )
 from log_tables.errors import StaleTableError, StorageError
+from log_tables.layout import delta_path
 
 MAX_COMMIT_ATTEMPTS = 8
 

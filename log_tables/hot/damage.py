@@ -30,7 +30,14 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from log_tables.batch import HEADER_SIZE, MAGIC, BatchScanner, ScanStop, check_header, decode_header
+from log_tables.hot.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchScanner,
+    ScanStop,
+    check_header,
+    decode_header,
+)
 
 _MAGIC_AT = 12  # the magic's position inside a header
 _MAGIC_BYTES = struct.pack("<I", MAGIC)

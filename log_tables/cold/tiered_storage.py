@@ -8,23 +8,18 @@ import shutil
 import time
 from pathlib import Path
 
-from log_tables import job_runs
-from log_tables.cold_commit import delete_records
-from log_tables.cold_table import (
-    ColdTables,
-    PartitionState,
-    from_table_rows,
-    is_local,
-    local_path,
-    log_start,
-    read_files,
-)
+from log_tables.cold import job_runs
+from log_tables.cold.cache import ColdTables
+from log_tables.cold.commit import delete_records
+from log_tables.cold.rows import from_table_rows
+from log_tables.cold.table import PartitionState, log_start, read_files
+from log_tables.cold.topic_reader import first_at_or_after
 from log_tables.config import TopicConfig
 from log_tables.errors import OffsetOutOfRangeError
-from log_tables.layout import Layout
-from log_tables.log_manager import LogManager
-from log_tables.partition_log import LogBatch, PartitionLog
-from log_tables.topic_reader import first_at_or_after
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import PartitionLog
+from log_tables.layout import Layout, is_local, local_path
+from log_tables.records import LogBatch
 
 log = logging.getLogger(__name__)
 

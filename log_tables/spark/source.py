@@ -31,14 +31,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from log_tables.errors import InvalidOptionError, UnknownTopicError
-from log_tables.layout import Layout
-from log_tables.topic_reader import (
+from log_tables.cold.topic_reader import (
     SPARK_DDL,
     cold_states,
     partition_bounds,
     read_range,
 )
+from log_tables.errors import InvalidOptionError, UnknownTopicError
+from log_tables.layout import Layout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,7 +67,7 @@ def _layout(options: Mapping[str, str], default: tuple[str, str] | None) -> Layo
     data_dir = options.get("datadir") or (default and default[0])
     if not data_dir:
         raise InvalidOptionError("format('lakelog') needs option dataDir (or a session from "
-                                 "log_tables.spark_session.lakelog_session / attach)")
+                                 "log_tables.spark.session.lakelog_session / attach)")
     warehouse = options.get("warehouse") or (default[1] if default else None)
     return Layout.of(data_dir, warehouse)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from log_tables.errors import LogClosedError, QueueFullError
-from log_tables.partition_log import PartitionLog
+from log_tables.hot.partition_log import PartitionLog
 
 
 class GroupCommit:

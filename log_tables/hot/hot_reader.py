@@ -5,7 +5,7 @@ batch it points at has the expected base offset, and every batch is CRC-checked.
 A torn batch at the end of the newest segment ends the readable log, so a reader
 racing the writer sees a prefix of complete batches and never a partial one. An
 invalid batch with intact batches after it (or inside a segment that has a
-successor) is damage (``log_tables.damage``): the reader raises CorruptRecordError
+successor) is damage (``log_tables.hot.damage``): the reader raises CorruptRecordError
 naming its offsets when it reaches it, never serves it, and reads past it.
 """
 
@@ -19,13 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from log_tables.batch import BatchScanner, ScannedBatch, ScanStop
-from log_tables.damage import Damage, locate
 from log_tables.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
-from log_tables.offset_index import OffsetIndex
-from log_tables.partition_log import CHECKPOINT_FILE, MAX_BATCH_BYTES, LogBatch
-from log_tables.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem, records_from
-from log_tables.time_index import TimeIndex
+from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner, ScannedBatch, ScanStop
+from log_tables.hot.damage import Damage, locate
+from log_tables.hot.offset_index import OffsetIndex
+from log_tables.hot.recovery import CHECKPOINT_FILE
+from log_tables.hot.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem
+from log_tables.hot.segment_reads import records_from
+from log_tables.hot.time_index import TimeIndex
+from log_tables.records import LogBatch
 
 
 class SegmentFile(NamedTuple):

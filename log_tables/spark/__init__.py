@@ -1,0 +1,1 @@
+"""Spark over the log: the session, batch reads and the streaming source."""
