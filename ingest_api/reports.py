@@ -21,7 +21,7 @@ from msgspec import StructMeta
 from ingest_api.errors import ApiError, error_body
 from ingest_api.fetch import record_time
 from ingest_api.models import BatchEntry, BinaryData, JsonData, ProduceRecord, StringData
-from ingest_api.produce import ProduceResult, envelope_bytes
+from ingest_api.produce.runs import ProduceResult, envelope_bytes
 from ingest_api.state import CLUSTER_ID
 
 _encoder = msgspec.json.Encoder()

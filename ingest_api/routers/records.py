@@ -27,7 +27,8 @@ from ingest_api.models import (
     ProduceRecord,
     ProducerInit,
 )
-from ingest_api.produce import Acks, ProduceResult
+from ingest_api.produce.runs import ProduceResult
+from ingest_api.produce.service import Acks
 from ingest_api.reports import batch_body, envelopes, report
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import AppState, json_body, json_response, state
