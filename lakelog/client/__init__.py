@@ -16,8 +16,10 @@ The producer (``producer.py``) batches per partition, partitions keyed records w
 Kafka's murmur2 and is idempotent by default; after a refused record the records behind
 it go on. The consumer (``consumer.py``) is a member of a group (server-side
 assignment, cooperative revocation). Both ride through a server restart with Kafka's
-retry settings (``retry.py``) and raise a ``LakelogClientError`` (``errors.py``): the
-server's error answer, or ``LakelogTimeoutError`` when the deadline passed. A poll
+retry settings (``retry.py``), retrying what the server's answer calls ``retriable``, and
+raise a ``LakelogClientError`` (``errors.py``): the server's error answer, typed as the
+class it names (a ``RecordTooLargeError`` of ``log_tables.errors``, say), or
+``LakelogTimeoutError`` when the deadline passed. A poll
 that reaches records stored in a damaged batch raises ``CorruptRecordError`` (which
 names them and ``next_offset``); ``seek`` past them to go on.
 
@@ -30,13 +32,13 @@ default). For HTTPS with a private CA, pass ``verify="ca.pem"`` (or set
 
 from lakelog.client.consumer import Consumer
 from lakelog.client.errors import (
+    RETRIABLE_STATUS,
     CorruptRecordError,
     LakelogClientError,
     LakelogConnectionError,
     LakelogTimeoutError,
 )
 from lakelog.client.producer import Producer
-from lakelog.client.retry import RETRIABLE_STATUS
 from lakelog.client.structs import Record, RecordMetadata, TopicPartition
 from lakelog.client.transport import CLUSTER, default_api_key, http_auth, tls_verify
 

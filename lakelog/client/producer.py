@@ -68,10 +68,14 @@ from log_tables.partitioner import murmur2
 
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
 SEQUENCE_SPACE = 2**31
-# Answers that say "not done, try again" for a produce (5xx: the server may have
-# appended; an idempotent retry is answered with the original offsets).
-PRODUCE_RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504, 507})
 MAX_RESETS = 3  # times one record is sent again under a new epoch before it fails
+
+
+def _again(error: LakelogClientError) -> bool:
+    """A produce answer that says "not done, try again": a ``retriable`` error, or any 5xx
+    (the server may have appended; an idempotent retry is answered with the original
+    offsets)."""
+    return error.retriable or error.status >= 500
 
 
 def _envelope(data: bytes | str | None) -> dict[str, Any] | None:
@@ -344,8 +348,8 @@ class Producer:
                 _fail(every, attempts.gave_up())
                 self._after_failure(firsts, maybe_appended)
                 return
-            if r.status_code in PRODUCE_RETRIABLE_STATUS:
-                error = error_from(r)
+            error = error_from(r) if r.status_code >= 400 else None
+            if error is not None and _again(error):
                 if self.idempotent or r.status_code == 429:  # 429: refused, nothing appended
                     maybe_appended |= r.status_code != 429
                     if attempts.again(error):
@@ -354,13 +358,12 @@ class Producer:
                 _fail(every, error)
                 self._after_failure(firsts, maybe_appended or r.status_code != 429)
                 return
-            if r.status_code >= 400:  # refused whole: this attempt appended nothing
-                _fail(every, error_from(r))
+            if error is not None:  # refused whole: this attempt appended nothing
+                _fail(every, error)
                 self._after_failure(firsts, maybe_appended)
                 return
             answer = r.json()
-            retry = [f for f in answer["failures"]
-                     if f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS]
+            retry = [f for f in answer["failures"] if _again(entry_error(f))]
             if retry and self.idempotent and attempts.again(entry_error(retry[0])):
                 continue
             self._complete(topic, answer, live, entries)
@@ -424,7 +427,7 @@ class Producer:
                         again.append(p)
                     else:
                         _fail([p], entry_error(f))
-                elif f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS:
+                elif _again(entry_error(f)):
                     self._new_epoch = True  # retries spent; whether it was appended is unknown
                     _fail([p], entry_error(f))
                 else:
