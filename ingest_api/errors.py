@@ -38,7 +38,7 @@ class ApiError(e.LakelogError):
         super().__init__(message)
         self.status = status
         self.error_code = error_code or status
-        self.code = self.name = name
+        self.code = name
         self.retry_after_s = retry_after_s
         self.retriable = status in (429, 503) if retriable is None else retriable
 
