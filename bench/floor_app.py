@@ -40,7 +40,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ingest_api.models import BatchRequest, ProduceRecord
-from ingest_api.produce import envelope_bytes
+from ingest_api.produce.runs import envelope_bytes
 from log_tables.partitioner import partition_for_key, partitions_for_key_array
 
 _batch = msgspec.json.Decoder(BatchRequest)

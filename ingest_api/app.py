@@ -24,7 +24,7 @@ from ingest_api.group_poll import GroupPoll
 from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
-from ingest_api.produce import ProduceService
+from ingest_api.produce.service import ProduceService
 from ingest_api.routers import admin, cluster, records, security, topics
 from ingest_api.routers import groups as groups_router
 from ingest_api.security import SecurityStore

@@ -122,7 +122,8 @@ class AuthMiddleware:
 
 async def _reject(send: Send, status: int, code: int, name: str, message: str,
                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = msgspec.json.encode({"error_code": code, "error": name, "message": message})
+    body = msgspec.json.encode({"error_code": code, "error": name, "message": message,
+                                "retriable": False})
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *(headers or [])]})

@@ -1,16 +1,17 @@
-"""Every error the API returns, mapped in one place to an HTTP status and a JSON body.
+"""Every error the API returns, rendered in one place as an HTTP status and a JSON body.
 
-Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>}``: Confluent
-REST Proxy v3's ``Error`` (``error_code``, ``message``) with lakelog's error name added.
-As in Confluent, ``error_code`` is the HTTP status, or the status times 100 plus a
-detail number where one status covers several causes; where Confluent names a code,
-lakelog uses it (40002 a topic that exists, 40403 an unknown topic, 42208 an empty
-batch).
+Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>, "retriable":
+<bool>}``: Confluent REST Proxy v3's ``Error`` (``error_code``, ``message``) with
+lakelog's error name and whether trying again can succeed added (plus the fields an
+error carries, e.g. ``log_start_offset``). Each error's status, code, name and
+``retriable`` come from the table in ``log_tables.errors``; as in Confluent,
+``error_code`` is the HTTP status, or the status times 100 plus a detail number where
+one status covers several causes; where Confluent names a code, lakelog uses it (40002
+a topic that exists, 40403 an unknown topic, 42208 an empty batch).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import re
 
@@ -21,75 +22,42 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumer_groups import errors as g
 from log_tables import errors as e
 
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
-    """A request-level error decided by the HTTP layer (bad JSON, too large, ...)."""
+class ApiError(e.LakelogError):
+    """A request-level error decided by the HTTP layer (bad JSON, too large, ...): its
+    status, error code and name are the instance's own. ``retriable`` by default for
+    "busy" (429) and "unavailable" (503)."""
 
     def __init__(self, status: int, message: str, error_code: int | None = None,
-                 name: str = "bad_request", retry_after_s: int | None = None) -> None:
+                 name: str = "bad_request", retry_after_s: int | None = None,
+                 retriable: bool | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
         self.error_code = error_code or status
-        self.name = name
+        self.code = name
         self.retry_after_s = retry_after_s
-
-
-_STATUS: list[tuple[type[e.LakelogError], int, int]] = [
-    (e.UnknownTopicError, 404, 40403),
-    (e.UnknownPartitionError, 404, 40402),
-    (e.UnknownProducerIdError, 404, 40404),
-    (g.UnknownGroupError, 404, 40405),
-    (g.UnknownMemberError, 404, 40406),
-    (g.StaleMemberEpochError, 409, 40905),
-    (g.GroupNotEmptyError, 409, 40906),
-    (g.InconsistentGroupError, 400, 40005),
-    (g.NoOffsetError, 416, 41602),
-    (e.TopicExistsError, 400, 40002),
-    (e.InvalidProducerEpochError, 409, 40903),
-    (e.OutOfOrderSequenceError, 409, 40904),
-    (e.InvalidTopicError, 400, 40002),
-    (e.InvalidPartitionsError, 400, 40003),
-    (e.InvalidConfigError, 400, 40004),
-    (e.InvalidRecordError, 422, 42201),
-    (e.RecordTooLargeError, 413, 41301),
-    (e.OffsetOutOfRangeError, 416, 41601),
-    (e.QueueFullError, 429, 42901),
-    (e.LogClosedError, 503, 50301),
-    # Records whose bytes on disk are damaged: gone, as far as this server can serve them.
-    # A 4xx, not a 5xx: asking again cannot help (Kafka's CORRUPT_MESSAGE is retriable
-    # because there it means damage in transit); the reader must seek past them.
-    (e.CorruptRecordError, 410, 41001),
-]
+        self.retriable = status in (429, 503) if retriable is None else retriable
 
 
 def status_of(exc: BaseException) -> tuple[int, int, str, str]:
-    """(HTTP status, error_code, error name, message) for any exception."""
-    if isinstance(exc, ApiError):
-        return exc.status, exc.error_code, exc.name, exc.message
-    if isinstance(exc, e.StorageError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return 507, 50701, exc.code, exc.message
-        return 500, 50001, exc.code, exc.message
+    """(HTTP status, error_code, error name, message) for any exception: a lakelog error
+    says its own (``log_tables.errors``); anything else is a 500 ``internal_error``."""
     if isinstance(exc, e.CorruptRecordError):
         log.error("%s: answered 410 corrupt_record, never served as data", exc.message)
     if isinstance(exc, e.LakelogError):
-        for cls, status, code in _STATUS:
-            if isinstance(exc, cls):
-                return status, code, exc.code, exc.message
-        return 400, 40000, exc.code, exc.message
+        return exc.status, exc.error_code, exc.code, exc.message
     log.exception("unexpected error", exc_info=exc)
     return 500, 50000, "internal_error", f"internal error: {type(exc).__name__}"
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
     status, code, name, message = status_of(exc)
-    body: dict[str, object] = {"error_code": code, "error": name, "message": message}
+    body: dict[str, object] = {"error_code": code, "error": name, "message": message,
+                               "retriable": isinstance(exc, e.LakelogError) and exc.retriable}
     if isinstance(exc, e.OffsetOutOfRangeError):
         body["log_start_offset"] = exc.log_start_offset
         body["high_watermark"] = exc.high_watermark
@@ -195,7 +163,6 @@ def install(app: FastAPI) -> None:
                                             "body was complete", name="client_disconnected"))
 
     app.add_exception_handler(ClientDisconnect, on_disconnect)
-    app.add_exception_handler(ApiError, on_error)
     app.add_exception_handler(e.LakelogError, on_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
 from ingest_api.metrics import Metrics
+from ingest_api.models import Data, FetchedRecord, Header
 from ingest_api.notifier import AppendNotifier
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
@@ -21,25 +22,6 @@ from log_tables.records import FetchResult, LogBatch
 Format = Literal["BINARY", "STRING", "JSON"]
 _encoder = msgspec.json.Encoder()
 _json_check = msgspec.json.Decoder()
-
-
-class Data(msgspec.Struct, gc=False):
-    type: str
-    data: Any
-
-
-class Header(msgspec.Struct, gc=False):
-    name: str
-    value: bytes | None
-
-
-class FetchedRecord(msgspec.Struct, gc=False):
-    offset: int
-    timestamp: datetime
-    timestamp_type: str
-    key: Data | None
-    value: Data | None
-    headers: list[Header]
 
 
 def _envelope(data: bytes | None, fmt: Format) -> Data | None:
@@ -81,7 +63,9 @@ def _column(values: list[bytes | None], fmt: Format) -> list[Data | None]:
     return [_envelope(v, fmt) for v in values]
 
 
-def records_of(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
+def records_of(batch: LogBatch, fmt: Format, topic: str | None = None,
+               partition: int | None = None) -> list[FetchedRecord]:
+    """A batch's records as answered; named by ``topic`` and ``partition`` when given."""
     rb = batch.records
     n = len(rb)
     ts_col = rb.column(0)
@@ -100,7 +84,13 @@ def records_of(batch: LogBatch, fmt: Format) -> list[FetchedRecord]:
                    for h in header_col.to_pylist()]
     ts_type = "LOG_APPEND_TIME" if batch.log_append_time else "CREATE_TIME"
     base = batch.base_offset
-    return [FetchedRecord(base + i, times[i], ts_type, keys[i], values[i], headers[i])
+    if topic is None:
+        return [FetchedRecord(offset=base + i, timestamp=times[i], timestamp_type=ts_type,
+                              key=keys[i], value=values[i], headers=headers[i])
+                for i in range(n)]
+    return [FetchedRecord(topic_name=topic, partition_id=partition, offset=base + i,
+                          timestamp=times[i], timestamp_type=ts_type, key=keys[i],
+                          value=values[i], headers=headers[i])
             for i in range(n)]
 
 

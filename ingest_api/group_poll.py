@@ -11,7 +11,6 @@ nothing to return the poll waits (up to ``timeout_ms``) for any of them.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -20,7 +19,8 @@ from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from consumer_groups.offsets import OffsetKey
-from ingest_api.fetch import Data, FetchService, Format, Header, records_of
+from ingest_api.fetch import FetchService, Format, records_of
+from ingest_api.models import FetchedRecord
 from log_tables.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -30,17 +30,6 @@ from log_tables.errors import (
 from log_tables.hot.log_manager import LogManager
 
 _encoder = msgspec.json.Encoder()
-
-
-class PolledRecord(msgspec.Struct, gc=False):
-    topic_name: str
-    partition_id: int
-    offset: int
-    timestamp: datetime
-    timestamp_type: str
-    key: Data | None
-    value: Data | None
-    headers: list[Header]
 
 
 class GroupPoll:
@@ -98,7 +87,7 @@ class GroupPoll:
         # Every position first: a reset policy of "none" fails the poll before any
         # position moved, so no record read in this poll can be skipped by the error.
         positions = {tp: self.position(group, member, tp) for tp in order}
-        out: list[PolledRecord] = []
+        out: list[FetchedRecord] = []
         budget_records, budget_bytes = max_records, max_bytes
         for tp in order:
             if budget_records <= 0 or budget_bytes <= 0:
@@ -122,11 +111,10 @@ class GroupPoll:
             if tp not in member.assigned:
                 continue  # revoked while reading
             for batch in result.batches:
-                for r in records_of(batch, fmt):
+                for r in records_of(batch, fmt, tp.topic, tp.partition):
                     if r.offset < offset:
                         continue
-                    out.append(PolledRecord(tp.topic, tp.partition, r.offset, r.timestamp,
-                                            r.timestamp_type, r.key, r.value, r.headers))
+                    out.append(r)
                     budget_records -= 1
                 budget_bytes -= (batch.records.column(1).nbytes
                                  + batch.records.column(2).nbytes)

@@ -149,7 +149,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         body = msgspec.json.encode({"error_code": status, "error": NAMES[status],
-                                    "message": message})
+                                    "message": message, "retriable": False})
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, REASONS[status], len(body)) + body)
@@ -160,7 +160,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 _BUSY = msgspec.json.encode({
     "error_code": 503, "error": "service_unavailable",
     "message": "the server is at its limit of open connections and requests "
-               "(LAKELOG_LIMIT_CONCURRENCY); retry shortly"})
+               "(LAKELOG_LIMIT_CONCURRENCY); retry shortly", "retriable": True})
 
 
 async def _service_unavailable(scope: Any, receive: Any, send: Any) -> None:

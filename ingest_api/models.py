@@ -1,11 +1,12 @@
-"""HTTP request bodies, decoded with msgspec (fast, with error paths like ``$.entries[3].key``).
+"""HTTP request bodies and response bodies, once: decoded and encoded with msgspec
+(fast, with error paths like ``$.entries[3].key``).
 
 Shapes follow Confluent REST Proxy v3: key/value envelopes
 ``{"type": "BINARY"|"STRING"|"JSON", "data": ...}`` (BINARY data is base64),
 headers ``[{"name", "value" (base64)}]``, topics with ``topic_name``,
 ``partitions_count`` and ``configs: [{name, value}]``.
 
-Request Structs are declared ``gc=False``: they hold no reference cycles, and
+Request and response Structs are declared ``gc=False``: they hold no reference cycles, and
 keeping thousands of them per request out of the cyclic garbage collector's
 sight is what keeps decoding as fast in the server as in a bare endpoint.
 """
@@ -78,6 +79,18 @@ class BatchEntry(ProduceRecord, kw_only=True, gc=False):
 
 class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
     entries: list[BatchEntry]
+
+
+class EntryId(msgspec.Struct):
+    """Only the id of an entry that is otherwise invalid (to report it by)."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class RawBatch(msgspec.Struct, forbid_unknown_fields=True):
+    """A batch whose entries are decoded one by one (so an invalid one fails alone)."""
+
+    entries: list[msgspec.Raw]
 
 
 class ConfigEntry(msgspec.Struct, forbid_unknown_fields=True):
@@ -232,3 +245,48 @@ REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
     DeleteRecordsRequest, JoinRequest, HeartbeatRequest, CommitRequest, SeekRequest, ResetRequest,
     AclBody, KeyCreate,
 )
+
+
+# -- responses -------------------------------------------------------------------------
+
+
+class Data(msgspec.Struct, gc=False):
+    """A fetched key or value: ``{"type": "BINARY"|"STRING"|"JSON", "data": ...}``."""
+
+    type: str
+    data: Any
+
+
+class Header(msgspec.Struct, gc=False):
+    name: str
+    value: bytes | None
+
+
+class FetchedRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A record as fetch and a group member's poll answer it. A poll names each record's
+    topic and partition; a fetch (of one partition) leaves them out of the body."""
+
+    topic_name: str | None = None
+    partition_id: int | None = None
+    offset: int
+    timestamp: datetime
+    timestamp_type: str
+    key: Data | None
+    value: Data | None
+    headers: list[Header]
+
+
+class Success(msgspec.Struct, gc=False):
+    """A batch entry's delivery report: Confluent's ``ProduceResponse`` with the entry's id."""
+
+    id: str
+    error_code: int
+    cluster_id: str
+    topic_name: str
+    partition_id: int
+    offset: int
+    timestamp: msgspec.Raw
+    """The record's time as an RFC 3339 JSON string."""
+    key: msgspec.Raw | None
+    value: msgspec.Raw | None
+    """``{"type", "size"}``: the envelope's type and the bytes stored (null for a null)."""

@@ -20,27 +20,18 @@ from msgspec import StructMeta
 
 from ingest_api.errors import ApiError, error_body
 from ingest_api.fetch import record_time
-from ingest_api.models import BatchEntry, BinaryData, JsonData, ProduceRecord, StringData
-from ingest_api.produce import ProduceResult, envelope_bytes
+from ingest_api.models import (
+    BatchEntry,
+    BinaryData,
+    JsonData,
+    ProduceRecord,
+    StringData,
+    Success,
+)
+from ingest_api.produce.runs import ProduceResult, envelope_bytes
 from ingest_api.state import CLUSTER_ID
 
 _encoder = msgspec.json.Encoder()
-
-
-class Success(msgspec.Struct, gc=False):
-    """A batch entry's delivery report: Confluent's ``ProduceResponse`` with the entry's id."""
-
-    id: str
-    error_code: int
-    cluster_id: str
-    topic_name: str
-    partition_id: int
-    offset: int
-    timestamp: msgspec.Raw
-    """The record's time as an RFC 3339 JSON string."""
-    key: msgspec.Raw | None
-    value: msgspec.Raw | None
-    """``{"type", "size"}``: the envelope's type and the bytes stored (null for a null)."""
 
 
 def _tag(env: Any) -> str | None:

@@ -14,7 +14,7 @@ from ingest_api.body import InFlightBytes
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
 from ingest_api.metrics import Metrics
-from ingest_api.produce import ProduceService
+from ingest_api.produce.service import ProduceService
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager

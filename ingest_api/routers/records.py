@@ -24,10 +24,13 @@ from ingest_api.errors import ApiError, error_body
 from ingest_api.models import (
     BatchEntry,
     BatchRequest,
+    EntryId,
     ProduceRecord,
     ProducerInit,
+    RawBatch,
 )
-from ingest_api.produce import Acks, ProduceResult
+from ingest_api.produce.runs import ProduceResult
+from ingest_api.produce.service import Acks
 from ingest_api.reports import batch_body, envelopes, report
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import AppState, json_body, json_response, state
@@ -45,19 +48,9 @@ _producer = msgspec.json.Decoder(ProducerInit)
 _entry_id = attrgetter("id")
 
 
-class _EntryId(msgspec.Struct):
-    """Only the id of an entry that is otherwise invalid (to report it by)."""
-
-    id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-
-
-class _RawBatch(msgspec.Struct, forbid_unknown_fields=True):
-    entries: list[msgspec.Raw]
-
-
-_raw_batch = msgspec.json.Decoder(_RawBatch)
+_raw_batch = msgspec.json.Decoder(RawBatch)
 _entry = msgspec.json.Decoder(BatchEntry)
-_entry_id_only = msgspec.json.Decoder(_EntryId)
+_entry_id_only = msgspec.json.Decoder(EntryId)
 
 
 def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:

@@ -27,11 +27,11 @@ def main() -> None:
 
     try:
         app()
+    except LakelogClientError as exc:  # first: a LakelogError too, but said with its status
+        print(f"lakelog: error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except LakelogError as exc:
         print(f"lakelog: error: {exc.message}", file=sys.stderr)
-        sys.exit(1)
-    except LakelogClientError as exc:
-        print(f"lakelog: error: {exc}", file=sys.stderr)
         sys.exit(1)
     except httpx.HTTPError as exc:  # a failure no command turned into words: still one line
         print(f"lakelog: error: {type(exc).__name__}: {exc}", file=sys.stderr)

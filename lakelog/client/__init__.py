@@ -22,8 +22,10 @@ consumer (``consumer.py``, on ``membership.py``) is a member of a group (server-
 assignment, cooperative revocation). The admin client (``admin.py``) makes the calls of
 ``lakelog topics|groups|acls|keys``: topics, groups, ACLs, API keys, deleted records and
 segment rolls. All ride through a server restart with Kafka's retry settings
-(``retry.py``) and raise a ``LakelogClientError`` (``errors.py``): the server's error
-answer, or ``LakelogTimeoutError`` when the deadline passed. A poll that reaches records
+(``retry.py``), retrying what the server's answer calls ``retriable``, and raise a
+``LakelogClientError`` (``errors.py``): the server's error answer, typed as the class it
+names (a ``RecordTooLargeError`` of ``log_tables.errors``, say), or
+``LakelogTimeoutError`` when the deadline passed. A poll that reaches records
 stored in a damaged batch raises ``CorruptRecordError`` (which names them and
 ``next_offset``); ``seek`` past them to go on.
 
@@ -37,6 +39,7 @@ default). For HTTPS with a private CA, pass ``verify="ca.pem"`` (or set
 from lakelog.client.admin import AdminClient
 from lakelog.client.consumer import Consumer
 from lakelog.client.errors import (
+    RETRIABLE_STATUS,
     CorruptRecordError,
     LakelogClientError,
     LakelogConnectionError,
@@ -44,7 +47,6 @@ from lakelog.client.errors import (
 )
 from lakelog.client.http import CLUSTER, default_api_key, http_auth, tls_verify
 from lakelog.client.producer import Producer
-from lakelog.client.retry import RETRIABLE_STATUS
 from lakelog.client.structs import Record, RecordMetadata, TopicPartition
 
 __all__ = [

@@ -13,10 +13,14 @@ from typing import Any
 from lakelog.client.errors import LakelogClientError, entry_error
 from lakelog.client.structs import RecordMetadata, TopicPartition
 
-# Answers that say "not done, try again" for a produce (5xx: the server may have
-# appended; an idempotent retry is answered with the original offsets).
-PRODUCE_RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504, 507})
 MAX_RESETS = 3  # times one record is sent again under a new epoch before it fails
+
+
+def again(error: LakelogClientError) -> bool:
+    """A produce answer that says "not done, try again": a ``retriable`` error, or any 5xx
+    (the server may have appended; an idempotent retry is answered with the original
+    offsets)."""
+    return error.retriable or error.status >= 500
 
 
 def envelope(data: bytes | str | None) -> dict[str, Any] | None:
@@ -121,26 +125,26 @@ def settle(topic: str, answer: dict[str, Any], live: list[tuple[TopicPartition, 
             out.new_epoch = True  # appended past a gap: not the server's contract
         out.sequences[tp] = seqs[failed[0][0]]
         gap = False  # a record before these was refused for its own sake
-        again: list[Pending] = []
+        resend: list[Pending] = []
         for i, p in failed:
             f = failures[i]
             name = f.get("error")
             if name == "out_of_order_sequence" and gap:
-                again.append(p)  # refused only because of the gap
+                resend.append(p)  # refused only because of the gap
             elif name in ("out_of_order_sequence", "unknown_producer_id"):
                 out.new_epoch = True  # the sequences disagree with the server's
                 if name == "unknown_producer_id":
                     out.forget_producer = True
                 p.resets += 1
                 if p.resets <= MAX_RESETS:
-                    again.append(p)
+                    resend.append(p)
                 else:
                     fail([p], entry_error(f))
-            elif f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS:
+            elif again(entry_error(f)):
                 out.new_epoch = True  # retries spent; whether it was appended is unknown
                 fail([p], entry_error(f))
             else:
                 fail([p], entry_error(f))
                 gap = True
-        out.again.append((tp, again))
+        out.again.append((tp, resend))
     return out

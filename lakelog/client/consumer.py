@@ -38,7 +38,6 @@ from lakelog.client.errors import LakelogClientError, error_from, raise_for
 from lakelog.client.http import api_client
 from lakelog.client.membership import GroupMember
 from lakelog.client.retry import (
-    RETRIABLE_STATUS,
     RetryPolicy,
     describe,
     resolve_request_timeout_ms,
@@ -153,10 +152,11 @@ class Consumer(GroupMember):
                         self._rejoin.set()
                         self._hb_now()
                         continue
-                    if r.status_code not in RETRIABLE_STATUS:
-                        raise_for(r)
+                    if r.status_code < 400:
                         return self._records(r.json()["records"])
                     failure = error_from(r)
+                    if not failure.retriable:
+                        raise failure
             wait = self.policy.backoff_s(attempt)
             attempt += 1
             if time.monotonic() + wait >= deadline:
@@ -208,12 +208,13 @@ class Consumer(GroupMember):
             r = self._http.post(f"/members/{self.member_id}/positions",
                                 json={"positions": positions})
             self._reached()
-            if r.status_code in RETRIABLE_STATUS:
-                return error_from(r)
-            if r.status_code >= 400 and r.status_code != 404:  # 404: joining again resets
+            error = error_from(r) if r.status_code >= 400 else None
+            if error is not None and error.retriable:
+                return error
+            if error is not None and r.status_code != 404:  # 404: joining again resets
                 # The assignment moved meanwhile; the next heartbeat brings it.
                 log.warning("moving the positions of %s back failed: %s", self.member_id,
-                            error_from(r))
+                            error)
         self._resync_needed = False
         return None
 

@@ -1,30 +1,42 @@
-"""The client's errors: one root, ``LakelogClientError``, with a ``retriable`` flag."""
+"""The client's errors, on lakelog's one root (``log_tables.errors.LakelogError``).
+
+An error answer becomes the class its body names, through the table of
+``log_tables.errors`` (``for_code(error_code, error)``): a 413 ``record_too_large`` is
+raised as a ``RecordTooLargeError`` that is also a ``LakelogClientError`` (with the
+answer's status, name, message and code). ``retriable`` is what the body says; an answer
+without one (a proxy's 502, an older server) is retriable when its status says "busy" or
+"unavailable" (``RETRIABLE_STATUS``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from lakelog.client.structs import TopicPartition
+from log_tables import errors as e
+
+RETRIABLE_STATUS = frozenset({429, 502, 503, 504})
+"""Statuses that mean "try again" in an answer whose body does not say (not lakelog's)."""
+_BODY_FIELDS = frozenset({"error_code", "error", "message", "retriable"})
 
 
-class LakelogClientError(Exception):
+class LakelogClientError(e.LakelogError):
     """An error answer of the server: HTTP status, error name and message (and the
     body's ``error_code``, e.g. 41301). ``retriable``: trying again later can succeed
-    (the server was busy or unavailable)."""
-
-    retriable = False
+    (the server was busy or unavailable), as the answer said."""
 
     def __init__(self, status: int, error: str, message: str,
-                 error_code: int | None = None) -> None:
-        super().__init__(f"{status} {error}: {message}" if status else message)
+                 error_code: int | None = None, retriable: bool | None = None) -> None:
+        # Not super(): a typed error also derives from a server error class, whose
+        # __init__ takes that error's own fields.
+        e.LakelogError.__init__(self, message)
+        self.args = (f"{status} {error}: {message}" if status else message,)
         self.status = status
-        self.error = error
-        self.message = message
+        self.error = self.code = error
         self.error_code = error_code if error_code is not None else status
-        if status in (429, 502, 503, 504, 507):
-            self.retriable = True
+        self.retriable = status in RETRIABLE_STATUS if retriable is None else retriable
 
 
 class LakelogTimeoutError(LakelogClientError):
@@ -32,23 +44,19 @@ class LakelogTimeoutError(LakelogClientError):
     passed while the server could not be reached or kept answering "try again". ``status``
     is 0 (no answer counted); the message names the server, the call and what was tried."""
 
-    retriable = True
-
     def __init__(self, message: str) -> None:
-        super().__init__(0, "timeout", message)
+        super().__init__(0, "timeout", message, retriable=True)
 
 
 class LakelogConnectionError(LakelogClientError):
     """The connection broke after a request that must not be sent twice had left, so
     whether the server acted on it is unknown (it was not retried)."""
 
-    retriable = True
-
     def __init__(self, message: str) -> None:
-        super().__init__(0, "connection_error", message)
+        super().__init__(0, "connection_error", message, retriable=True)
 
 
-class CorruptRecordError(LakelogClientError):
+class CorruptRecordError(LakelogClientError, e.CorruptRecordError):
     """The records at the position are in a batch whose bytes on the server's disk are
     damaged (410 ``corrupt_record``): they are never served, and polling again cannot
     help. ``consumer.seek(err.topic_partition, err.next_offset)`` skips them (as Kafka's
@@ -56,8 +64,10 @@ class CorruptRecordError(LakelogClientError):
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         code = body.get("error_code")
+        retriable = body.get("retriable")
         super().__init__(status, "corrupt_record", str(body.get("message", "")),
-                         code if isinstance(code, int) else None)
+                         code if isinstance(code, int) else None,
+                         retriable if isinstance(retriable, bool) else None)
         self.topic: str | None = body.get("topic_name")
         self.partition: int | None = body.get("partition_id")
         self.first_offset: int | None = body.get("first_offset")
@@ -65,11 +75,52 @@ class CorruptRecordError(LakelogClientError):
         self.next_offset: int | None = body.get("next_offset")
         """Where the intact records go on: seek here to skip the damaged ones."""
         self.file: str | None = body.get("file")
+        self.path = self.file or ""
+        self.position = int(body.get("file_position") or 0)
+        self.reason = self.message
 
     @property
     def topic_partition(self) -> TopicPartition:
         assert self.topic is not None and self.partition is not None
         return TopicPartition(self.topic, self.partition)
+
+
+def _client_class(cls: type[e.LakelogError]) -> type[LakelogClientError]:
+    if cls is e.LakelogError:
+        return LakelogClientError
+    if cls is e.CorruptRecordError:
+        return CorruptRecordError
+    return cast(type[LakelogClientError], type(
+        cls.__name__, (LakelogClientError, cls),
+        {"__module__": __name__, "__doc__": cls.__doc__, "__qualname__": cls.__name__}))
+
+
+# Made once, at import, from the table: per server error class, the client's class that is
+# both it and a LakelogClientError, so that ``except RecordTooLargeError`` and ``except
+# LakelogClientError`` both catch what the client raises for a 413 record_too_large.
+_TYPED = {cls: _client_class(cls) for cls in e.ERRORS}
+
+
+def typed(cls: type[e.LakelogError]) -> type[LakelogClientError]:
+    """The client's class for a server error class of the table."""
+    return _TYPED.get(cls, LakelogClientError)
+
+
+def error_of(status: int, body: dict[str, Any], text: str = "") -> LakelogClientError:
+    """The typed error an error body names (its extra fields become attributes)."""
+    code = body.get("error_code")
+    code = code if isinstance(code, int) else None
+    name = str(body.get("error", "error"))
+    cls = typed(e.for_code(code if code is not None else status, name))
+    if cls is CorruptRecordError:
+        return CorruptRecordError(status, body)
+    retriable = body.get("retriable")
+    err = cls(status, name, str(body.get("message", text)), code,
+              retriable if isinstance(retriable, bool) else None)
+    for field, value in body.items():  # e.g. log_start_offset, high_watermark
+        if field not in _BODY_FIELDS and not hasattr(cls, field):
+            setattr(err, field, value)
+    return err
 
 
 def error_from(r: httpx.Response) -> LakelogClientError:
@@ -80,12 +131,7 @@ def error_from(r: httpx.Response) -> LakelogClientError:
         return LakelogClientError(r.status_code, "error", r.text)
     if not isinstance(body, dict):
         return LakelogClientError(r.status_code, "error", r.text)
-    if body.get("error") == "corrupt_record":
-        return CorruptRecordError(r.status_code, body)
-    code = body.get("error_code")
-    return LakelogClientError(r.status_code, str(body.get("error", "error")),
-                              str(body.get("message", r.text)),
-                              code if isinstance(code, int) else None)
+    return error_of(r.status_code, body, r.text)
 
 
 def raise_for(r: httpx.Response) -> None:
@@ -94,10 +140,8 @@ def raise_for(r: httpx.Response) -> None:
         raise error_from(r)
 
 
-def entry_error(failure: dict[str, object]) -> LakelogClientError:
+def entry_error(failure: dict[str, Any]) -> LakelogClientError:
     """The error of one failed entry of a batch answer."""
     code = failure.get("error_code")
     code = code if isinstance(code, int) else 0
-    return LakelogClientError(code // 100 if code >= 1000 else code,
-                              str(failure.get("error", "error")),
-                              str(failure.get("message", "")), code)
+    return error_of(code // 100 if code >= 1000 else code, {**failure, "error_code": code})

@@ -45,9 +45,9 @@ from typing import Any, Literal
 import httpx
 
 from lakelog.client.batches import (
-    PRODUCE_RETRIABLE_STATUS,
     Outcome,
     Pending,
+    again,
     fail,
     key_bytes,
     settle,
@@ -313,8 +313,8 @@ class Producer:
                 fail(every, attempts.gave_up())
                 self._after_failure(firsts, maybe_appended)
                 return
-            if r.status_code in PRODUCE_RETRIABLE_STATUS:
-                error = error_from(r)
+            error = error_from(r) if r.status_code >= 400 else None
+            if error is not None and again(error):
                 if self.idempotent or r.status_code == 429:  # 429: refused, nothing appended
                     maybe_appended |= r.status_code != 429
                     if attempts.again(error):
@@ -323,13 +323,12 @@ class Producer:
                 fail(every, error)
                 self._after_failure(firsts, maybe_appended or r.status_code != 429)
                 return
-            if r.status_code >= 400:  # refused whole: this attempt appended nothing
-                fail(every, error_from(r))
+            if error is not None:  # refused whole: this attempt appended nothing
+                fail(every, error)
                 self._after_failure(firsts, maybe_appended)
                 return
             answer = r.json()
-            retry = [f for f in answer["failures"]
-                     if f.get("error_code", 0) // 100 in PRODUCE_RETRIABLE_STATUS]
+            retry = [f for f in answer["failures"] if again(entry_error(f))]
             if retry and self.idempotent and attempts.again(entry_error(retry[0])):
                 continue
             self._complete(settle(topic, answer, live, entries, self.idempotent, self.url))
@@ -351,8 +350,8 @@ class Producer:
         if outcome.forget_producer:
             self._producer = None
         self._sequences.update(outcome.sequences)
-        for tp, again in outcome.again:
-            self._requeue(tp, again)
+        for tp, resend in outcome.again:
+            self._requeue(tp, resend)
 
     def _requeue(self, tp: TopicPartition, pendings: list[Pending]) -> None:
         """Put records back at the front of their partition's queue, in order."""

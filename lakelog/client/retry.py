@@ -1,8 +1,9 @@
 """Retries as Kafka's clients make them.
 
 A call is tried again after a failure that says nothing about the request itself: the
-server could not be reached, the connection broke, or the answer was "busy, try again"
-(429, 502, 503, 504). Between attempts the client waits ``retry_backoff_ms``, doubling
+server could not be reached, the connection broke, or the answer said it is
+``retriable`` (busy or unavailable: lakelog's body says so; a body that does not, e.g. a
+proxy's, by its status, 429, 502, 503 or 504). Between attempts the client waits ``retry_backoff_ms``, doubling
 up to ``retry_backoff_max_ms``, each wait jittered by 20 % (Kafka's
 ``retry.backoff.ms`` and ``retry.backoff.max.ms``). Each attempt is bounded by
 ``request_timeout_ms`` and all of them together by a deadline (the producer's
@@ -33,7 +34,6 @@ from lakelog.client.errors import (
 )
 
 MAX_RETRIES = 2**31 - 1  # Kafka's default: the deadline is the bound
-RETRIABLE_STATUS = frozenset({429, 502, 503, 504})
 MIN_ATTEMPT_S = 0.2
 
 
@@ -134,8 +134,8 @@ class Attempts:
 
 def call(send: Callable[[float], httpx.Response], attempts: Attempts, *,
          idempotent: bool) -> httpx.Response:
-    """``send(timeout_s)`` until it gets an answer that is not "try again" (an error answer
-    is returned, not raised), retrying as the module docstring says."""
+    """``send(timeout_s)`` until it gets an answer that is not a ``retriable`` error (an
+    error answer is returned, not raised), retrying as the module docstring says."""
     while True:
         try:
             r = send(attempts.timeout_s())
@@ -151,8 +151,8 @@ def call(send: Callable[[float], httpx.Response], attempts: Attempts, *,
             if not attempts.again(exc):
                 raise attempts.gave_up() from exc
             continue
-        if r.status_code in RETRIABLE_STATUS:
-            if attempts.again(error_from(r)):
+        if r.status_code >= 400 and (error := error_from(r)).retriable:
+            if attempts.again(error):
                 continue
             raise attempts.gave_up()
         return r

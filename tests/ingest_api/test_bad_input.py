@@ -150,7 +150,7 @@ def test_an_unexpected_error_is_500_json_and_keeps_the_connection(failing_app_ur
         r = client.get("/boom")
         assert r.status_code == 500
         assert r.json() == {"error_code": 50000, "error": "internal_error",
-                            "message": "internal error: RuntimeError"}
+                            "message": "internal error: RuntimeError", "retriable": False}
         after = client.get("/fine")
         assert after.text == "ok" and _port(after) == _port(r)
 

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 
 from ingest_api.notifier import AppendNotifier
-from ingest_api.produce import PartitionAppender, Run
+from ingest_api.produce.appender import PartitionAppender
+from ingest_api.produce.runs import Run
 from log_tables.errors import OutOfOrderSequenceError, RecordTooLargeError
 from log_tables.records import build_batch
 from tests.conftest import OpenLog
