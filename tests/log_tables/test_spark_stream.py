@@ -10,10 +10,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from compaction_jobs.tier import TierJob
+from lakelog.views import register_views
 from log_tables.config import SQL_VIEW_NAMES
 from log_tables.layout import Layout
 from log_tables.log_manager import LogManager
-from log_tables.spark_read import register_views
 from log_tables.topic_reader import SPARK_DDL
 from tests.compaction_jobs.helpers import check_rows, produce
 
