@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable
 
-from compaction_jobs.job import Job, JobReport
+from compaction_jobs.job import JobReport, TopicJob
 from log_tables import job_runs
 from log_tables.cold_commit import open_topic_table
 from log_tables.cold_table import delta_path
@@ -51,7 +51,7 @@ def checkpoint_if_due(dt: DeltaTable) -> bool:
     return True
 
 
-class VacuumJob(Job):
+class VacuumJob(TopicJob):
     """Vacuum and checkpoint every topic's table."""
 
     name = "vacuum"
