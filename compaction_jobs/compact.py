@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.transaction import AddAction
 
-from compaction_jobs.job import Job, session_of, step
+from compaction_jobs.job import TopicJob, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
@@ -158,7 +158,7 @@ def plan_partition(partition: int, state: PartitionState, config: TopicConfig, n
     return CompactPlan(partition, state, cleanable, cleanable[-1].max_offset + 1, ratio, reason)
 
 
-class CompactJob(Job):
+class CompactJob(TopicJob):
     """Compact every partition of every compacted topic that is due."""
 
     name = "compact"

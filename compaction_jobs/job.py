@@ -1,5 +1,7 @@
-"""What every job shares: the topics it covers, its id, dry runs, and its rows in
-``_job_runs`` (one per partition it touched, or one per topic or run that failed)."""
+"""What every job shares: the topics it covers, its id, the local-warehouse check, dry
+runs, and its rows in ``_job_runs`` (one per partition it touched, or one per topic or
+run that failed). ``TopicJob`` works topic by topic; the tiering job stages every
+topic's segments in one Spark job, so it runs on ``Job`` itself."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import abc
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Generic, NamedTuple
+
+from typing_extensions import TypeVar
 
 from compaction_jobs.staging import new_job_id
 from log_tables.cold import job_runs
@@ -55,7 +59,11 @@ class JobReport(NamedTuple):
         return line
 
 
-class Job(abc.ABC):
+Report = TypeVar("Report", default=JobReport)
+"""What ``run`` returns: a ``JobReport`` (the tiering job has its own)."""
+
+
+class Job(abc.ABC, Generic[Report]):
     """A job over some topics of a layout; ``run`` records its rows in ``_job_runs``."""
 
     name: ClassVar[str]
@@ -78,6 +86,28 @@ class Job(abc.ABC):
     def topic_metas(self) -> list[TopicMetadata]:
         return [t for t in self.layout.topics() if self.only is None or t.name in self.only]
 
+    @abc.abstractmethod
+    def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
+            record: bool = True) -> Report:
+        """Do the job; its rows go to ``_job_runs`` unless ``record`` is False.
+
+        ``spark`` may be a factory: it is called only when there is Spark work to do.
+        """
+
+    def row(self, topic: str | None, partition: int | None, began_ms: int, status: str,
+            **counts: int | str | None) -> JobRun:
+        return JobRun(self.name, self.job_id, topic, partition, began_ms, job_runs.now_ms(),
+                      status, **counts)  # type: ignore[arg-type]
+
+    def failed_row(self, topic: str | None, began_ms: int, exc: Exception) -> JobRun:
+        """The row of a topic (or, topic None, a whole run) that failed with ``exc``."""
+        return self.row(topic, None, began_ms, FAILED, error=f"{type(exc).__name__}: {exc}")
+
+
+class TopicJob(Job[JobReport]):
+    """A job done topic by topic: ``run_topic`` for each, and a topic that fails gets a
+    failed row while the others go on."""
+
     def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
             record: bool = True) -> JobReport:
         """Run over every topic; a topic that fails gets a failed row and the others go on."""
@@ -89,8 +119,7 @@ class Job(abc.ABC):
                 runs += self.run_topic(meta, spark)
             except Exception as exc:
                 log.exception("%s job failed on topic %s", self.name, meta.name)
-                runs.append(self.row(meta.name, None, began, FAILED,
-                                     error=f"{type(exc).__name__}: {exc}"))
+                runs.append(self.failed_row(meta.name, began, exc))
         if self.dry_run:
             runs = [r._replace(status=DRY_RUN) if r.status != FAILED else r for r in runs]
         if record:
@@ -104,11 +133,6 @@ class Job(abc.ABC):
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
         """Do (or, dry, describe) the work on one topic; one row per partition touched."""
-
-    def row(self, topic: str | None, partition: int | None, began_ms: int, status: str,
-            **counts: int | str | None) -> JobRun:
-        return JobRun(self.name, self.job_id, topic, partition, began_ms, job_runs.now_ms(),
-                      status, **counts)  # type: ignore[arg-type]
 
 
 def session_of(spark: SparkSession | Callable[[], SparkSession] | None) -> SparkSession:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from deltalake.transaction import AddAction
 
-from compaction_jobs.job import Job, session_of, step
+from compaction_jobs.job import TopicJob, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
@@ -75,7 +75,7 @@ def merge_bins(bins: list[Bin]) -> list[MergedFile]:
     return [merge_bin(b) for b in bins]
 
 
-class OptimizeJob(Job):
+class OptimizeJob(TopicJob):
     """Merge small files of every topic's partitions, in offset order."""
 
     name = "optimize"

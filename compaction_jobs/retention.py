@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from compaction_jobs.job import Job
+from compaction_jobs.job import TopicJob
 from log_tables.cold.commit import commit_changes, open_topic_table, start_change
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
 from log_tables.cold.table import ColdFile, PartitionState, snapshot
@@ -107,7 +107,7 @@ def plan_partition(partition: int, state: PartitionState, units: list[Unit], act
     return RetentionPlan(partition, units[i - 1].next_offset, units[:i], "; ".join(reasons))
 
 
-class RetentionJob(Job):
+class RetentionJob(TopicJob):
     """Apply ``retention.ms`` / ``retention.bytes`` to every ``delete`` topic."""
 
     name = "retention"

@@ -42,8 +42,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from compaction_jobs.job import step
-from compaction_jobs.staging import StageDir, clean_orphans, new_job_id
+from compaction_jobs.job import Job, session_of, step
+from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold import job_runs
 from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
 from log_tables.cold.rows import file_stats, to_table_rows, write_rows
@@ -52,7 +52,8 @@ from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot.damage import Damage
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.hot.segment_reads import records_from
-from log_tables.layout import Layout, is_local, local_path
+from log_tables.layout import Layout, local_path
+from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -214,28 +215,22 @@ class _TopicPlan(NamedTuple):
     works: list[SegmentWork]
 
 
-class TierJob:
-    """One run of the tiering job over some topics of a layout."""
+class TierJob(Job[TierReport]):
+    """One run of the tiering job over some topics of a layout: every topic's segments are
+    staged by one Spark job, so a failure fails the run (one failed row), not a topic."""
 
     name = "tier"
 
-    def __init__(self, layout: Layout, topics: Iterable[str] | None = None,
+    def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None,
                  orphan_min_age_s: float = 60.0, skip_damaged: bool = False) -> None:
-        if not is_local(layout.warehouse):
-            raise StorageError(f"{layout.warehouse}: the tiering job stages files on a local "
-                               "or mounted file system; object-store warehouses are not supported yet")
-        self.layout = layout
-        self.only = None if topics is None else set(topics)
-        self.job_id = new_job_id()
-        self.progress = progress or (lambda line: log.info("%s", line))
-        self.orphan_min_age_s = orphan_min_age_s
+        super().__init__(layout, topics, progress=progress, orphan_min_age_s=orphan_min_age_s)
         self.skip_damaged = skip_damaged
         """Tier around damaged batches (an operator's choice: their records are lost)."""
         self._new_damage: list[DamagedPartition] = []
 
-    def run(self, spark: SparkSession | Callable[[], SparkSession], *, record: bool = True
-            ) -> TierReport:
+    def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
+            record: bool = True) -> TierReport:
         """Plan, stage (Spark tasks), move, commit and clean up; see the module docstring.
 
         ``spark`` may be a factory: it is called only when there is something to tier.
@@ -247,25 +242,22 @@ class TierJob:
             report = self._run(spark, started)
         except Exception as exc:
             if record:
-                job_runs.record(self.layout.warehouse, [job_runs.JobRun(
-                    self.name, self.job_id, None, None, began, job_runs.now_ms(), job_runs.FAILED,
-                    error=f"{type(exc).__name__}: {exc}")])
+                job_runs.record(self.layout.warehouse, [self.failed_row(None, began, exc)])
             raise
         if record:
-            end = job_runs.now_ms()
-            job_runs.record(self.layout.warehouse, [job_runs.JobRun(
-                self.name, self.job_id, r.topic, r.partition, began, end, job_runs.SUCCEEDED,
-                r.end - r.start, r.end - r.start, r.bytes, r.bytes,
-                f"tiered offsets {r.start}..{r.end - 1}" + "".join(
+            job_runs.record(self.layout.warehouse, [self.row(
+                r.topic, r.partition, began, job_runs.SUCCEEDED, records_in=r.end - r.start,
+                records_out=r.end - r.start, bytes_in=r.bytes, bytes_out=r.bytes,
+                detail=f"tiered offsets {r.start}..{r.end - 1}" + "".join(
                     f"; skipped damaged offsets {d.first_offset}..{d.last_offset} of {d.path}"
-                    for d in r.skipped)) for r in report.tiered] + [job_runs.JobRun(
-                self.name, self.job_id, d.topic, d.partition, began, end, job_runs.FAILED,
-                error=d.message) for d in self._new_damage])
+                    for d in r.skipped)) for r in report.tiered] + [self.row(
+                d.topic, d.partition, began, job_runs.FAILED, error=d.message)
+                for d in self._new_damage])
         return report
 
-    def _run(self, spark: SparkSession | Callable[[], SparkSession], started: float
+    def _run(self, spark: SparkSession | Callable[[], SparkSession] | None, started: float
              ) -> TierReport:
-        plans = [p for p in (self._plan(t) for t in self._topics()) if p is not None]
+        plans = [p for p in map(self._plan, self.topic_metas()) if p is not None]
         works = [w for p in plans for w in p.works]
         stages = {p.topic: StageDir(self.layout.table_uri(p.topic), self.job_id)
                   for p in plans if p.works}
@@ -273,7 +265,7 @@ class TierJob:
             staged: list[StagedFile] = []
             if works:
                 self.progress(f"tiering {len(works)} segment(s) of {len(stages)} topic(s)")
-                session = spark() if callable(spark) else spark
+                session = session_of(spark)
                 groups = balance(works, session.sparkContext.defaultParallelism)
                 rdd = session.sparkContext.parallelize(groups, len(groups))
                 staged = rdd.flatMap(write_segments).collect()
@@ -298,12 +290,8 @@ class TierJob:
         return report
 
     # -- plan -----------------------------------------------------------------------
-    def _topics(self) -> list[tuple[str, str, int]]:
-        return [(t.name, t.topic_id, t.partitions) for t in self.layout.topics()
-                if self.only is None or t.name in self.only]
-
-    def _plan(self, topic_info: tuple[str, str, int]) -> _TopicPlan | None:
-        topic, topic_id, partitions = topic_info
+    def _plan(self, meta: TopicMetadata) -> _TopicPlan | None:
+        topic, topic_id, partitions = meta.name, meta.topic_id, meta.partitions
         uri = self.layout.table_uri(topic)
         try:
             dt = open_topic_table(uri, topic, topic_id)

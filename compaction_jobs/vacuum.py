@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable
 
-from compaction_jobs.job import Job, JobReport
+from compaction_jobs.job import JobReport, TopicJob
 from log_tables.cold import job_runs
 from log_tables.cold.commit import open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
@@ -50,7 +50,7 @@ def checkpoint_if_due(dt: DeltaTable) -> bool:
     return True
 
 
-class VacuumJob(Job):
+class VacuumJob(TopicJob):
     """Vacuum and checkpoint every topic's table."""
 
     name = "vacuum"

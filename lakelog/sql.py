@@ -71,7 +71,7 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    from log_tables.spark.read import register_views
+    from lakelog.views import register_views
     from log_tables.spark.session import lakelog_session
 
     with _spark_log() as log_path:

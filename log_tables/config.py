@@ -17,11 +17,16 @@ from log_tables.errors import InvalidConfigError, InvalidPartitionsError, Invali
 MAX_PARTITIONS = 10_000
 MAX_TOPIC_NAME_CHARS = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-# lakelog's own Spark SQL views (``spark_read.register_views``). A topic of one of these
-# names would hide behind the view, since view names ignore case: such names are
-# reserved, as Kafka reserves its internal topics' names.
-SQL_VIEW_NAMES = ("partitions", "job_runs", "consumer_offsets", "consumer_lag",
-                  "consumer_group_lag", "_consumer_offset_rows", "_consumer_group_subscriptions")
+# lakelog's own Spark SQL views (``lakelog.views.register_views``), the one list of their
+# names. A topic of one of these names would hide behind the view, since view names
+# ignore case: such names are reserved, as Kafka reserves its internal topics' names.
+LOG_VIEWS = ("partitions", "job_runs")
+"""The log's views, registered by ``lakelog.views``."""
+GROUP_VIEWS = ("consumer_offsets", "consumer_lag", "consumer_group_lag")
+"""``consumer_groups.views``'s views."""
+GROUP_HELPER_VIEWS = ("_consumer_offset_rows", "_consumer_group_subscriptions")
+"""The views ``consumer_groups.views`` builds its own on."""
+SQL_VIEW_NAMES = LOG_VIEWS + GROUP_VIEWS + GROUP_HELPER_VIEWS
 _LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 # A segment's positions are u32 in the offset index and its header is 56 bytes:

@@ -1,4 +1,4 @@
-"""Topics as Spark DataFrames and SQL views: the Delta tier union the hot tail.
+"""Topics as Spark DataFrames: the Delta tier union the hot tail.
 
 ``read_topic`` fixes, at call time, one Delta snapshot and per partition its
 tiered offset T and the hot tier's high watermark H. Offsets below T come from
@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from log_tables.cold.job_runs import SPARK_DDL as JOB_RUNS_DDL
-from log_tables.cold.job_runs import job_runs_uri
 from log_tables.cold.table import PartitionState, open_table, table_topic_id
 from log_tables.cold.topic_reader import (
     SPARK_DDL,
@@ -160,6 +158,14 @@ def _pick(spec: OffsetSpec, partition: int, earliest: int, latest: int, *, missi
                              f"not {spec!r}")
 
 
+def read_delta(spark: SparkSession, uri: str, ddl: str) -> DataFrame:
+    """A Delta table's current files read by Spark's Parquet reader with the given
+    schema; empty when the table does not exist yet."""
+    dt = open_table(uri)
+    files = [delta_path(u) for u in dt.file_uris()] if dt is not None else []
+    return spark.read.schema(ddl).parquet(*files) if files else spark.createDataFrame([], ddl)
+
+
 PARTITIONS_DDL = ("topic STRING, partition INT, log_start_offset BIGINT, high_watermark BIGINT, "
                   "tiered_offset BIGINT, hot_bytes BIGINT, cold_bytes BIGINT, "
                   "delta_version BIGINT")
@@ -178,29 +184,3 @@ def partition_rows(layout: Layout) -> list[tuple[object, ...]]:
             rows.append((meta.name, p, start, hw, tiered, hot_bytes,
                          state.size_bytes if state else 0, version))
     return rows
-
-
-def register_views(spark: SparkSession, topics: list[str] | None = None) -> list[str]:
-    """Make every topic (or the given ones) a temporary SQL view, plus ``partitions``,
-    ``job_runs`` (what the jobs did: one row per run and partition), and the consumer
-    group views ``consumer_offsets``, ``consumer_lag`` and ``consumer_group_lag``.
-
-    A view is a snapshot as of this call (like ``read_topic``); call again to refresh.
-    """
-    layout = session_layout(spark)
-    names = [t.name for t in layout.topics() if topics is None or t.name in topics]
-    for name in names:
-        read_topic(spark, name).createOrReplaceTempView(f"`{name}`")
-    spark.createDataFrame(partition_rows(layout), PARTITIONS_DDL).createOrReplaceTempView(
-        "partitions")
-    runs_uri = job_runs_uri(layout.warehouse)
-    runs = open_table(runs_uri)
-    if runs is not None and runs.file_uris():
-        spark.read.schema(JOB_RUNS_DDL).parquet(
-            *(delta_path(u) for u in runs.file_uris())).createOrReplaceTempView(
-            "job_runs")
-    else:
-        spark.createDataFrame([], JOB_RUNS_DDL).createOrReplaceTempView("job_runs")
-    from consumer_groups.views import register_group_views
-
-    return [*names, "partitions", "job_runs", *register_group_views(spark, layout)]

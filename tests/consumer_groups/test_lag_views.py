@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from consumer_groups.subscriptions import read_subscriptions
-from log_tables.spark.read import register_views
+from lakelog.views import register_views
 from tests.ingest_api.helpers import string
 from tests.server import ServerProcess
 

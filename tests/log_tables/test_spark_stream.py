@@ -10,11 +10,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from compaction_jobs.tier import TierJob
+from lakelog.views import register_views
 from log_tables.cold.topic_reader import SPARK_DDL
 from log_tables.config import SQL_VIEW_NAMES
 from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
-from log_tables.spark.read import register_views
 from tests.compaction_jobs.helpers import check_rows, produce
 
 pytestmark = pytest.mark.slow

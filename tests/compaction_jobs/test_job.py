@@ -1,0 +1,37 @@
+"""What every job shares (job.py), checked on each job without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compaction_jobs.compact import CompactJob
+from compaction_jobs.job import Job
+from compaction_jobs.optimize import OptimizeJob
+from compaction_jobs.retention import RetentionJob
+from compaction_jobs.tier import TierJob
+from compaction_jobs.vacuum import VacuumJob
+from log_tables.errors import StorageError
+from log_tables.layout import Layout
+
+JOBS: list[type[Job]] = [TierJob, RetentionJob, CompactJob, OptimizeJob, VacuumJob]
+
+
+def test_every_job_refuses_an_object_store_warehouse_in_the_same_words(tmp_path: Path) -> None:
+    layout = Layout.of(tmp_path / "data", "s3://bucket/warehouse")
+    messages = set()
+    for job in JOBS:
+        with pytest.raises(StorageError, match="object-store warehouses are not supported") as e:
+            job(layout)
+        messages.add(str(e.value))
+    assert messages == {"s3://bucket/warehouse: lakelog's jobs stage files on a local or "
+                        "mounted file system; object-store warehouses are not supported yet"}
+
+
+def test_every_job_covers_the_topics_it_is_given(tmp_path: Path) -> None:
+    layout = Layout.of(tmp_path / "data")
+    for job in JOBS:
+        assert job(layout, ["a", "b"]).only == {"a", "b"}
+        assert job(layout).only is None
+        assert job(layout).job_id != job(layout).job_id
