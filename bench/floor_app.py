@@ -39,7 +39,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ingest_api.models import BatchRequest, ProduceRecord
+from ingest_api.models import BatchRequest, ProduceRecord, Success  # the same answer shape
 from ingest_api.produce.runs import envelope_bytes
 from log_tables.partitioner import partition_for_key, partitions_for_key_array
 
@@ -47,18 +47,6 @@ _batch = msgspec.json.Decoder(BatchRequest)
 _record = msgspec.json.Decoder(ProduceRecord)
 _encoder = msgspec.json.Encoder()
 _id, _key, _value, _data = attrgetter("id"), attrgetter("key"), attrgetter("value"), attrgetter("data")
-
-
-class Success(msgspec.Struct, gc=False):
-    id: str
-    error_code: int
-    cluster_id: str
-    topic_name: str
-    partition_id: int
-    offset: int
-    timestamp: msgspec.Raw
-    key: msgspec.Raw
-    value: msgspec.Raw
 
 
 def _sizes(blobs: list[bytes]) -> list[msgspec.Raw]:

@@ -20,6 +20,15 @@ LAKELOG = Path(sys.executable).parent / "lakelog"
 CLUSTER = "/v3/clusters/lakelog"
 
 
+def process_alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
 class ServerProcess:
     """Start, stop (SIGTERM), kill (SIGKILL) and restart a server on one data directory."""
 

@@ -16,18 +16,10 @@ import pytest
 
 from compaction_jobs.scheduler import Intervals, JobProcess
 from log_tables.layout import Layout
+from tests.server import process_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_a_clean_stop_ends_the_job_process_and_it_leads_its_own_group(tmp_path: Path) -> None:
@@ -55,17 +47,17 @@ def test_job_process_leaves_when_its_parent_dies_though_its_pipe_stays_open(
     with parent.stdout:
         job_pid, holder_pid = (int(x) for x in parent.stdout.readline().split())
     try:
-        assert alive(job_pid)
+        assert process_alive(job_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(30)
         # The holder keeps the write end of the job process's stdin open, so no EOF
         # comes: the parent-death signal (and the parent pid check) must end it.
-        assert alive(holder_pid)
+        assert process_alive(holder_pid)
         deadline = time.monotonic() + 30
-        while alive(job_pid):
+        while process_alive(job_pid):
             assert time.monotonic() < deadline, f"job process {job_pid} outlived its parent"
             time.sleep(0.05)
     finally:
         for pid in (job_pid, holder_pid):
-            if alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)

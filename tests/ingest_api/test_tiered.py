@@ -23,7 +23,7 @@ from log_tables.hot.hot_reader import recovery_point
 from log_tables.layout import Layout
 from log_tables.spark.read import read_topic
 from tests.ingest_api.helpers import fetch_all, live_stages, string
-from tests.server import ServerProcess
+from tests.server import ServerProcess, process_alive
 
 pytestmark = pytest.mark.slow
 
@@ -196,14 +196,6 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", env={"LAKELOG_TIER_INTERVAL_MS": "60000"}).start()
     assert server.proc is not None
@@ -224,7 +216,7 @@ def test_jobs_run_in_a_niced_child_that_leaves_with_the_server(tmp_path: Path) -
         # However the server ends, its job process follows: its stdin closes with the server.
         server.kill()
     deadline = time.monotonic() + 30
-    while _alive(jobs[0]):
+    while process_alive(jobs[0]):
         assert time.monotonic() < deadline, f"job process {jobs[0]} outlived the server"
         time.sleep(0.1)
 
@@ -275,7 +267,7 @@ def test_a_killed_server_takes_its_job_process_and_spark_jvm_along_mid_job(
         server.kill()
         stop.set()
         deadline = time.monotonic() + 30
-        while left := [p for p in tree if _alive(p)]:
+        while left := [p for p in tree if process_alive(p)]:
             assert time.monotonic() < deadline, (
                 f"outlived the server: {[_cmdline(p)[:80] for p in left]}")
             time.sleep(0.05)
@@ -284,7 +276,7 @@ def test_a_killed_server_takes_its_job_process_and_spark_jvm_along_mid_job(
         if server.proc is not None and server.proc.poll() is None:
             server.kill()
         for pid in tree:  # whatever the fix failed to end (SIGKILL ends a stopped one too)
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         thread.join(30)
 

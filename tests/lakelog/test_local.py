@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.server import process_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_a_local_server_stops_cleanly_when_its_python_process_is_killed(
@@ -35,15 +29,15 @@ def test_a_local_server_stops_cleanly_when_its_python_process_is_killed(
     assert line.strip().isdigit(), f"the script failed: {line!r}"
     server_pid = int(line)
     try:
-        assert _alive(server_pid)
+        assert process_alive(server_pid)
         owner.send_signal(signal.SIGKILL)
         owner.wait(30)
         deadline = time.monotonic() + 60
-        while _alive(server_pid):
+        while process_alive(server_pid):
             assert time.monotonic() < deadline, "the server outlived the process that started it"
             time.sleep(0.05)
         # It was stopped, not killed: a clean shutdown wrote its marker.
         assert (data / "hot" / "t" / "0" / ".clean-shutdown").exists()
     finally:
-        if _alive(server_pid):
+        if process_alive(server_pid):
             os.kill(server_pid, signal.SIGKILL)

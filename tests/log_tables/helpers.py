@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import pyarrow as pa
+from deltalake import Schema
+from deltalake.transaction import CommitProperties, Transaction
 
+from log_tables.cold.rows import TABLE_SCHEMA
+from log_tables.cold.table import create_table, open_table, tier_app_id
 from log_tables.hot.partition_log import PartitionLog
+from log_tables.layout import Layout
 from log_tables.records import Record, build_batch
 
 
@@ -49,3 +54,14 @@ def assert_records_match_offsets(records: list[Record], start: int = 0) -> None:
         assert r.offset == start + i, f"gap or disorder at {r.offset}, expected {start + i}"
         assert r.value is not None and r.value.startswith(f"value-{r.offset}-".encode()), r
         assert r.key == key_for(r.offset)
+
+
+def mark_tiered(layout: Layout, topic: str, topic_id: str, partition: int, offset: int) -> None:
+    """Move the partition's tiered offset as a tiering commit would (no files needed here)."""
+    uri = layout.table_uri(topic)
+    create_table(uri, topic_id)
+    dt = open_table(uri)
+    assert dt is not None
+    dt.create_write_transaction([], "append", Schema.from_arrow(TABLE_SCHEMA),
+                                partition_by=["partition"], commit_properties=CommitProperties(
+                                    app_transactions=[Transaction(tier_app_id(partition), offset)]))

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, Schema
-from deltalake.transaction import CommitProperties, Transaction
+from deltalake import DeltaTable
 
-from log_tables.clock import ManualClock
-from log_tables.cold.rows import TABLE_SCHEMA, file_stats, from_table_rows, to_table_rows
-from log_tables.cold.table import create_table, open_table, tier_app_id
+from log_tables.cold.rows import file_stats, from_table_rows, to_table_rows
+from log_tables.cold.table import open_table
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout
 from log_tables.records import build_batch
+from tests.log_tables.helpers import mark_tiered
 
 
 def test_rows_round_trip_keeps_offsets_timestamps_and_timestamp_types() -> None:
@@ -39,24 +37,6 @@ def test_rows_round_trip_keeps_offsets_timestamps_and_timestamp_types() -> None:
     assert back[0].records.equals(create) and back[1].records.equals(append)
 
 
-@pytest.fixture
-def manager(tmp_path: Path) -> Iterator[LogManager]:
-    m = LogManager(tmp_path / "data", clock=ManualClock(1_000_000))
-    yield m
-    m.close()
-
-
-def _mark_tiered(layout: Layout, topic: str, topic_id: str, partition: int, offset: int) -> None:
-    """Move the partition's tiered offset as a tiering commit would (no files needed here)."""
-    uri = layout.table_uri(topic)
-    create_table(uri, topic_id)
-    dt = open_table(uri)
-    assert dt is not None
-    dt.create_write_transaction([], "append", Schema.from_arrow(TABLE_SCHEMA),
-                                partition_by=["partition"], commit_properties=CommitProperties(
-                                    app_transactions=[Transaction(tier_app_id(partition), offset)]))
-
-
 def _segments_of(manager: LogManager, topic: str, count: int, ts: int) -> list[int]:
     plog = manager.log(topic, 0)
     for i in range(count):
@@ -71,7 +51,7 @@ def test_retire_removes_only_tiered_segments_past_local_retention_ms(manager: Lo
     tiered = TieredStorage(manager, layout, max_age_s=0)
     bases = _segments_of(manager, "t", 4, ts=1_000)
     assert tiered.retire(now_ms=10_000_000) == 0  # nothing tiered: nothing goes
-    _mark_tiered(layout, "t", meta.topic_id, 0, bases[2])  # two segments tiered
+    mark_tiered(layout, "t", meta.topic_id, 0, bases[2])  # two segments tiered
     assert tiered.retire(now_ms=1_000 + 60_000) == 0  # not older than local.retention.ms yet
     assert tiered.retire(now_ms=10_000_000) == 2
     plog = manager.log("t", 0)
@@ -86,7 +66,7 @@ def test_retire_by_local_retention_bytes_keeps_the_newest(manager: LogManager) -
     plog = manager.log("t", 0)
     one = plog.segments[0].size
     manager.alter_configs("t", {"local.retention.bytes": str(2 * one)})
-    _mark_tiered(layout, "t", meta.topic_id, 0, bases[4])  # everything sealed is tiered
+    mark_tiered(layout, "t", meta.topic_id, 0, bases[4])  # everything sealed is tiered
     assert TieredStorage(manager, layout, max_age_s=0).retire(now_ms=0) == 2
     assert plog.log_start_offset == bases[2]
     assert plog.size_bytes <= 2 * one
@@ -97,7 +77,6 @@ def test_a_torn_newest_log_entry_is_set_aside_and_older_damage_is_an_error(
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
 
-    from log_tables.cold.table import open_table
 
     uri = str(tmp_path / "t")
     for i in range(3):
@@ -130,14 +109,14 @@ def test_a_commit_is_seen_at_once_and_racing_refreshes_keep_the_newest_state(
     from log_tables.cold.cache import ColdTables
 
     layout = Layout.of(tmp_path / "data")
-    _mark_tiered(layout, "t", "id-1", 0, 5)
+    mark_tiered(layout, "t", "id-1", 0, 5)
     tables = ColdTables(layout.warehouse, max_age_s=3600)
     states = tables.state("t", 1, "id-1")
     assert states is not None and states[0].tiered_offset == 5
-    _mark_tiered(layout, "t", "id-1", 0, 9)  # another process commits
+    mark_tiered(layout, "t", "id-1", 0, 9)  # another process commits
     states = tables.state("t", 1, "id-1")  # seen at once, not after max_age_s
     assert states is not None and states[0].tiered_offset == 9
-    _mark_tiered(layout, "t", "id-1", 0, 12)
+    mark_tiered(layout, "t", "id-1", 0, 12)
 
     arrived = {"a": threading.Event(), "b": threading.Event()}
     go = {"a": threading.Event(), "b": threading.Event()}

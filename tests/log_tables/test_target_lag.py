@@ -5,16 +5,9 @@ sealed segments wait for tiering."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from deltalake import Schema
-from deltalake.transaction import CommitProperties, Transaction
 
 from log_tables.clock import ManualClock
-from log_tables.cold.rows import TABLE_SCHEMA
-from log_tables.cold.table import create_table, open_table, tier_app_id
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.config import TopicConfig
 from log_tables.errors import InvalidConfigError
@@ -23,7 +16,7 @@ from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.layout import Layout
 from tests.conftest import OpenLog
-from tests.log_tables.helpers import append_n
+from tests.log_tables.helpers import append_n, mark_tiered
 
 
 def test_the_target_is_a_topic_config_with_a_default_and_an_off_value() -> None:
@@ -70,24 +63,6 @@ def test_roll_if_older_counts_from_the_first_record_and_leaves_the_sync_to_the_s
     assert plog.roll_if_older(0) is None  # the new active segment is empty
 
 
-@pytest.fixture
-def manager(tmp_path: Path) -> Iterator[LogManager]:
-    m = LogManager(tmp_path / "data", clock=ManualClock(1_000_000))
-    yield m
-    m.close()
-
-
-def _mark_tiered(layout: Layout, topic: str, topic_id: str, partition: int, offset: int) -> None:
-    """Move the partition's tiered offset as a tiering commit would (no files needed here)."""
-    uri = layout.table_uri(topic)
-    create_table(uri, topic_id)
-    dt = open_table(uri)
-    assert dt is not None
-    dt.create_write_transaction([], "append", Schema.from_arrow(TABLE_SCHEMA),
-                                partition_by=["partition"], commit_properties=CommitProperties(
-                                    app_transactions=[Transaction(tier_app_id(partition), offset)]))
-
-
 def test_the_server_rolls_for_the_target_and_not_again_before_tiering(
         manager: LogManager) -> None:
     clock = manager.clock
@@ -109,6 +84,6 @@ def test_the_server_rolls_for_the_target_and_not_again_before_tiering(
     append_n(t0, 3)
     clock.advance(5_000)
     assert tiered.roll_for_target_lag() == 0  # 0..3 is not tiered yet: no second roll
-    _mark_tiered(layout, "t", meta.topic_id, 0, 4)
+    mark_tiered(layout, "t", meta.topic_id, 0, 4)
     assert tiered.roll_for_target_lag() == 1
     assert [s.base_offset for s in t0.segments] == [0, 4, 7]
