@@ -21,9 +21,8 @@ from log_tables.hot.partition_log import AppendInfo
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA, null_headers
 
 # Bytes a record adds to a batch beyond its key, value and headers (Arrow offsets,
-# timestamp), and a batch's own overhead (header + Arrow metadata), with margin.
+# timestamp), with margin (a batch's own overhead is the planner's BATCH_OVERHEAD).
 RECORD_OVERHEAD = 32
-BATCH_OVERHEAD = 1024
 _json = msgspec.json.Encoder()
 
 
