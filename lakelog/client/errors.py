@@ -118,7 +118,7 @@ def error_of(status: int, body: dict[str, Any], text: str = "") -> LakelogClient
     err = cls(status, name, str(body.get("message", text)), code,
               retriable if isinstance(retriable, bool) else None)
     for field, value in body.items():  # e.g. log_start_offset, high_watermark
-        if field not in _BODY_FIELDS and not hasattr(cls, field):
+        if field not in _BODY_FIELDS and not hasattr(err, field):  # never overwrite
             setattr(err, field, value)
     return err
 
