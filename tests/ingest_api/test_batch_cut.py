@@ -19,9 +19,11 @@ import pytest
 
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.appender import PartitionAppender
+from ingest_api.produce.planner import BATCH_OVERHEAD
 from ingest_api.produce.runs import Run
 from log_tables.errors import OutOfOrderSequenceError, RecordTooLargeError
-from log_tables.records import build_batch
+from log_tables.hot.batch import prepare
+from log_tables.records import RECORD_SCHEMA, build_batch, null_headers
 from tests.conftest import OpenLog
 from tests.ingest_api.helpers import b64, fetch_all, stream_produce, string
 from tests.server import CLUSTER, ServerProcess
@@ -223,3 +225,18 @@ def test_a_halved_idempotent_run_keeps_sequences_dense_and_stops_at_a_record_too
     info = plog.append(build_batch([b"next"], timestamps=1), producer_id=pid, producer_epoch=0,
                        base_sequence=21)
     assert info.base_offset == 21
+
+
+def test_a_request_sliced_by_partition_stores_no_more_than_its_records() -> None:
+    """Each partition's slice of a request is stored at about its own size: an all-null
+    headers column made by ``pa.nulls`` wrote its child whole in every slice, ~8 bytes a
+    record of the whole request (205,072 bytes stored for this request instead of 141,072)."""
+    n, parts = 1000, 8
+    keys = pa.array([f"key-{i:012d}".encode() for i in range(n)], pa.binary())
+    whole = pa.RecordBatch.from_arrays(
+        [pa.repeat(pa.scalar(1, pa.int64()), n), keys, pa.array([b"v" * 100] * n, pa.binary()),
+         null_headers(n)], schema=RECORD_SCHEMA)
+    step = n // parts
+    sliced = sum(prepare(whole.slice(lo, step)).size for lo in range(0, n, step))
+    # Each cut may add one batch's framing, which the planner budgets at BATCH_OVERHEAD.
+    assert sliced <= prepare(whole).size + parts * BATCH_OVERHEAD, sliced
