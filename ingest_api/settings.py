@@ -73,6 +73,30 @@ class ApiSettings(GroupSettings):
                                                     "the server speaks HTTPS only.")
     tls_key: Path | None = Field(None, description="TLS private key (PEM) of tls_cert.")
 
+    broker_id: int | None = Field(None, ge=0, le=2**31 - 1,
+                                  description="This broker's id in a cluster (with zookeeper); "
+                                              "unset: a cluster of one, broker 1.")
+    zookeeper: str | None = Field(None, description="ZooKeeper connect string "
+                                                    "HOST:PORT[,HOST:PORT...][/chroot]; unset: "
+                                                    "no cluster, no ZooKeeper.")
+    zookeeper_session_timeout_ms: int = Field(
+        18_000, ge=2_000, le=120_000,
+        description="ZooKeeper session: a broker silent this long loses its partitions' "
+                    "leadership (Kafka's zookeeper.session.timeout.ms).")
+    broker_rack: str | None = Field(None, max_length=255,
+                                    description="Rack (or zone) of this broker: replicas of a "
+                                                "partition are spread across racks.")
+    advertised_host: str | None = Field(None, description="Host other brokers and clients "
+                                                          "reach this broker at; unset: host "
+                                                          "(or 127.0.0.1 for 0.0.0.0).")
+    default_replication_factor: int = Field(1, ge=1, le=32767,
+                                             description="Replicas of a topic created without "
+                                                         "replication_factor.")
+    offsets_topic_num_partitions: int = Field(
+        50, ge=1, le=1000, description="Coordinator slots: a consumer group's coordinator "
+                                       "leads slot hash(group) % this (Kafka's "
+                                       "offsets.topic.num.partitions).")
+
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:
         if self.warehouse is not None and not is_local(self.warehouse):
@@ -80,6 +104,9 @@ class ApiSettings(GroupSettings):
                 f"warehouse {self.warehouse!r}: object-store warehouses are not supported yet "
                 f"(the jobs stage files on a file system); use a local or mounted path "
                 f"(see 'Running beyond one machine' in the README)")
+        if (self.broker_id is None) != (self.zookeeper is None):
+            raise ValueError("broker_id and zookeeper go together: a broker of a cluster "
+                             "needs both (neither: a cluster of one)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: set both or neither")
         if self.auth == "none" and not is_loopback(self.host) and \

@@ -32,6 +32,12 @@ def serve(
         help="TLS certificate (PEM); with --tls-key, serve HTTPS [LAKELOG_TLS_CERT].")] = None,
     tls_key: Annotated[Path | None, typer.Option(
         help="TLS private key (PEM) [LAKELOG_TLS_KEY].")] = None,
+    broker_id: Annotated[int | None, typer.Option(
+        help="This broker's id in a cluster, with --zookeeper [LAKELOG_BROKER_ID].")] = None,
+    zookeeper: Annotated[str | None, typer.Option(
+        help="ZooKeeper HOST:PORT/CHROOT (chroot optional) of the cluster \\[LAKELOG_ZOOKEEPER].")] = None,
+    broker_rack: Annotated[str | None, typer.Option(
+        help="Rack or zone of this broker [LAKELOG_BROKER_RACK].")] = None,
 ) -> None:
     """Run the HTTP server (uvicorn) on the data directory, with the jobs scheduled;
     SIGTERM/SIGINT stop it cleanly."""
@@ -46,6 +52,7 @@ def serve(
         "data_dir": data_dir, "host": host, "port": port, "log_level": log_level,
         "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
         "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
+        "broker_id": broker_id, "zookeeper": zookeeper, "broker_rack": broker_rack,
         "allow_insecure_non_loopback": allow_insecure_non_loopback}.items() if v is not None}
     try:
         settings = Settings(**flags)
