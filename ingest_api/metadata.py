@@ -1,16 +1,17 @@
 """Cluster metadata as the HTTP answers show it: brokers, and each partition's leader and
 replicas; and the resource URLs that Confluent REST v3 shapes link between.
 
-lakelog runs as a cluster of one: broker 1 is the controller, leads every partition and
-is its only (in-sync) replica. Every answer that names a broker, leader or replica asks
-here, so that a cluster (docs/architecture.md) answers from its own metadata in this one
-place.
+Without ZooKeeper lakelog runs as a cluster of one: broker 1 is the controller, leads
+every partition and is its only (in-sync) replica. In a cluster the answers come from the
+broker's metadata view (cluster.view). Every answer that names a broker, leader or
+replica asks here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.view import ClusterView
 from ingest_api.state import CLUSTER_ID
 
 BROKER_ID = 1
@@ -32,22 +33,45 @@ class Placement:
     leader: int
     replicas: tuple[int, ...]
     in_sync: tuple[int, ...]
+    leader_epoch: int = 0
 
 
 class ClusterMetadata:
-    """The brokers and placements of a cluster of one."""
+    """The brokers and placements: a cluster of one, or (once ``attach``ed) what a
+    cluster's metadata view says."""
 
-    controller_id = BROKER_ID
+    def __init__(self) -> None:
+        self.view: ClusterView | None = None
+
+    def attach(self, view: ClusterView | None) -> None:
+        self.view = view
+
+    @property
+    def controller_id(self) -> int:
+        if self.view is None:
+            return BROKER_ID
+        cid = self.view.controller_id
+        return -1 if cid is None else cid
 
     def brokers(self, host: str | None, port: int | None) -> list[Broker]:
         """The brokers; this one is reached at ``host:port`` (where the request came in)."""
-        return [Broker(BROKER_ID, host, port)]
+        if self.view is None:
+            return [Broker(BROKER_ID, host, port)]
+        return [Broker(b.broker_id, b.host, b.port, b.rack) for b in self.view.live_brokers()]
 
     def placement(self, topic: str, partition: int) -> Placement:
-        return Placement(BROKER_ID, (BROKER_ID,), (BROKER_ID,))
+        if self.view is None:
+            return Placement(BROKER_ID, (BROKER_ID,), (BROKER_ID,))
+        found = self.view.placement(topic, partition)
+        if found is None:
+            return Placement(-1, (), ())
+        return Placement(found.leader, found.replicas, found.isr, found.leader_epoch)
 
     def replication_factor(self, topic: str) -> int:
-        return len(self.placement(topic, 0).replicas)
+        if self.view is None:
+            return 1
+        assignment = self.view.topic(topic)
+        return assignment.replication_factor if assignment is not None else 0
 
 
 METADATA = ClusterMetadata()

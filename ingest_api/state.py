@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from fastapi import Request
@@ -18,6 +18,10 @@ from ingest_api.produce.service import ProduceService
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager
+from log_tables.registry import TopicMetadata
+
+if TYPE_CHECKING:
+    from ingest_api.cluster_link import ClusterLink
 
 CLUSTER_ID = "lakelog"
 _encoder = msgspec.json.Encoder()
@@ -34,6 +38,14 @@ class AppState:
     tiered: TieredStorage
     groups: GroupCoordinator
     poll: GroupPoll
+    cluster: ClusterLink | None = None
+
+    def require_topic(self, name: str) -> TopicMetadata:
+        """The topic; in a cluster, one made through another broker a moment ago is read
+        from ZooKeeper before it is called unknown."""
+        if self.cluster is not None and name not in self.manager.registry:
+            self.cluster.ensure_topic(name)
+        return self.manager.require_topic(name)
 
 
 def state(request: Request) -> AppState:

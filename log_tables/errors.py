@@ -318,6 +318,57 @@ class NoOffsetError(LakelogError):
     error_code = 41602
 
 
+class NotLeaderError(LakelogError):
+    """This broker does not lead the partition (any more): ask the metadata again and go
+    to the leader it names."""
+
+    kafka_name = "NOT_LEADER_OR_FOLLOWER"
+    code = "not_leader_or_follower"
+    status = 421
+    error_code = 42101
+    retriable = True
+
+
+class LeaderNotAvailableError(LakelogError):
+    """The partition has no leader now (its broker is down, or an election is under way)."""
+
+    kafka_name = "LEADER_NOT_AVAILABLE"
+    code = "leader_not_available"
+    status = 503
+    error_code = 50302
+    retriable = True
+
+
+class NotControllerError(LakelogError):
+    """This broker is not (or no longer) the controller."""
+
+    kafka_name = "NOT_CONTROLLER"
+    code = "not_controller"
+    status = 503
+    error_code = 50304
+    retriable = True
+
+
+class BrokerNotAvailableError(LakelogError):
+    """The broker a request must go to did not answer."""
+
+    kafka_name = "BROKER_NOT_AVAILABLE"
+    code = "broker_not_available"
+    status = 503
+    error_code = 50305
+    retriable = True
+
+
+class CoordinatorNotAvailableError(LakelogError):
+    """The group's coordinator broker is down or not yet chosen."""
+
+    kafka_name = "COORDINATOR_NOT_AVAILABLE"
+    code = "coordinator_not_available"
+    status = 503
+    error_code = 50306
+    retriable = True
+
+
 # -- the table ---------------------------------------------------------------------------
 
 ERRORS: tuple[type[LakelogError], ...] = (
@@ -327,7 +378,9 @@ ERRORS: tuple[type[LakelogError], ...] = (
     IndexOrderError, LogClosedError, StorageError, StaleTableError, QueueFullError,
     OutOfOrderSequenceError, InvalidProducerEpochError, UnknownProducerIdError,
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
-    GroupNotEmptyError, InconsistentGroupError, NoOffsetError,
+    GroupNotEmptyError, InconsistentGroupError, NoOffsetError, NotLeaderError,
+    LeaderNotAvailableError, NotControllerError, BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
 )
 """Every error class a body can name: the one table of codes, names and flags."""
 

@@ -153,6 +153,16 @@ class TopicRegistry:
                 self._save({**self._topics, name: updated})
             return updated
 
+    def mirror(self, topic: TopicMetadata) -> TopicMetadata | None:
+        """Make the registered topic exactly ``topic`` (a cluster's broker mirrors what
+        ZooKeeper holds); returns the topic it replaces, if any. A topic of the same name
+        with another id is replaced whole (the caller drops its logs first)."""
+        with self._lock:
+            before = self._topics.get(topic.name)
+            if before != topic:
+                self._save({**self._topics, topic.name: topic})
+            return before
+
     def add_partitions(self, name: str, partitions: int) -> TopicMetadata:
         """Raise a topic's partition count (never lower it, as in Kafka)."""
         validate_partitions(partitions)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Coroutine, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.appender import PartitionAppender
 from ingest_api.produce.planner import ProducePlanner
 from ingest_api.produce.runs import Piece, ProduceResult, Run
-from log_tables.errors import LakelogError
+from log_tables.errors import LakelogError, NotLeaderError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
@@ -46,35 +46,63 @@ class ProduceService:
             self._appenders[plog.name] = appender
         return appender
 
-    async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks
-                      ) -> ProduceResult:
+    async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks,
+                      route: Route | None = None) -> ProduceResult:
         """Append the records; per record a partition and offset, or an error."""
-        return await self.start(meta, records, acks)
+        return await self.start(meta, records, acks, route)
 
-    def start(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks
-              ) -> Coroutine[Any, Any, ProduceResult]:
+    def start(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks,
+              route: Route | None = None) -> Coroutine[Any, Any, ProduceResult]:
         """Plan and queue the records now; await the result for the acknowledgement.
 
         What is awaited holds no reference to ``records``: a caller that drops its
         own can let the decoded request go while the appends and syncs are waited for.
+        In a cluster, ``route`` sends the runs of partitions led elsewhere to their
+        leaders and checks this broker still leads the others before they are answered.
         """
         result, runs = self.planner.plan(meta, records)
         submitted: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
+        elsewhere: list[Run] = []
+        epochs: dict[int, int] = {}
         for run in runs:
-            plog = self.manager.log(meta.name, run.partition)
             try:
+                if route is not None:
+                    epoch = route.local_epoch(meta.name, run.partition)
+                    if epoch is None:
+                        elsewhere.append(run)
+                        continue
+                    epochs[run.partition] = epoch
+                plog = self.manager.log(meta.name, run.partition)
                 submitted.append((run, self.appender(plog).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
-        return self._finish(meta, result, submitted, acks)
+        forwarded = route.forward(meta.name, records, elsewhere, result, acks) \
+            if route is not None and elsewhere else None
+        return self._finish(meta, result, submitted, acks, route, epochs, forwarded)
 
     async def _finish(self, meta: TopicMetadata, result: ProduceResult,
                       submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
-                      acks: Acks) -> ProduceResult:
+                      acks: Acks, route: Route | None = None,
+                      epochs: dict[int, int] | None = None,
+                      forwarded: Awaitable[None] | None = None) -> ProduceResult:
+        try:
+            await self._finish_local(meta, result, submitted, acks)
+        finally:
+            if forwarded is not None:
+                await forwarded
+        if route is not None and epochs:
+            for p, epoch in epochs.items():
+                if not route.still_leads(meta.name, p, epoch):
+                    _unacknowledge(result, p, meta.name)
+        return result
+
+    async def _finish_local(self, meta: TopicMetadata, result: ProduceResult,
+                            submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
+                            acks: Acks) -> None:
         if acks == "0":
             for _, fut in submitted:
                 fut.add_done_callback(_log_unacked_failure)
-            return result
+            return
         durable: dict[int, tuple[PartitionLog, int]] = {}
         for run, fut in submitted:
             try:
@@ -106,7 +134,6 @@ class ProduceService:
                     durable[run.partition] = (self.manager.log(meta.name, run.partition), end)
         if acks == "all" and durable:
             await self._wait_durable(durable, result)
-        return result
 
     async def _wait_durable(self, targets: dict[int, tuple[PartitionLog, int]],
                             result: ProduceResult) -> None:
@@ -125,6 +152,30 @@ class ProduceService:
                 for i in np.flatnonzero((result.partitions == p) & (result.offsets >= 0)).tolist():
                     result.errors[i] = err
                     result.offsets[i] = -1
+
+
+class Route(Protocol):
+    """Where a partition's records go in a cluster (ingest_api.cluster_link)."""
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        """The leader epoch when this broker leads; None when another does (forward)."""
+
+    def forward(self, topic: str, records: Sequence[ProduceRecord], runs: list[Run],
+                result: ProduceResult, acks: Acks) -> Awaitable[None]:
+        """Send the runs' records to their leaders; fill ``result`` from the answers."""
+
+    def still_leads(self, topic: str, partition: int, epoch: int) -> bool: ...
+
+
+def _unacknowledge(result: ProduceResult, partition: int, topic: str) -> None:
+    """This broker lost the partition's leadership (or its ZooKeeper lease) while the
+    records were appended: they are not acknowledged (the producer sends them again)."""
+    err = NotLeaderError(f"{topic}-{partition}: this broker stopped leading it before the "
+                         f"records were acknowledged; they are not (send them again)")
+    for i in np.flatnonzero(result.partitions == partition).tolist():
+        if i not in result.errors:
+            result.errors[i] = err
+            result.offsets[i] = -1
 
 
 def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:

@@ -51,7 +51,7 @@ async def roll_segments(cluster_id: str, topic_name: Annotated[str, Path(max_len
     segment, which the tiering job takes."""
     check_cluster(cluster_id)
     st = state(request)
-    st.manager.require_topic(topic_name)
+    st.require_topic(topic_name)
     sealed = await asyncio.to_thread(st.tiered.seal, topic_name)
     return json_response({"topic_name": topic_name, "partitions": [
         {"partition_id": p, "rolled": rolled, "end_offset": end} for p, rolled, end in sealed]})

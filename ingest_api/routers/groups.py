@@ -230,7 +230,7 @@ async def reset_offsets(cluster_id: str, group_id: GroupId, request: Request) ->
     if body.to == "datetime" and body.datetime is None:
         raise InvalidOptionError("to=datetime needs a datetime (ISO 8601)")
     changes = [_reset_change(st, group_id, topic, p, body)
-               for topic in topics for p in range(st.manager.require_topic(topic).partitions)]
+               for topic in topics for p in range(st.require_topic(topic).partitions)]
     if not body.dry_run:
         await groups.store.commit(changes)
     return json_response({"dry_run": body.dry_run, "offsets": [

@@ -67,7 +67,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
     in order, streamed back as each is acknowledged)."""
     check_cluster(cluster_id)
     st = state(request)
-    meta = st.manager.require_topic(topic_name)
+    meta = st.require_topic(topic_name)
     require_json(request)
     limit = st.settings.max_request_bytes
     length = content_length(request, limit)
@@ -178,7 +178,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
     id. An entry that is not a valid record (bad base64, a wrong field) fails alone."""
     check_cluster(cluster_id)
     st = state(request)
-    meta = st.manager.require_topic(topic_name)
+    meta = st.require_topic(topic_name)
     limit = st.settings.max_request_bytes
     with st.in_flight.reserve(content_length(request, limit) or 0):
         entries, rejected = _decode_batch(await read_body(request, limit),

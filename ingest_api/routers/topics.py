@@ -163,7 +163,7 @@ async def list_topics(cluster_id: str, request: Request) -> Response:
 @router.get(BASE + "/{topic_name}")
 async def get_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    return json_response(topic_body(state(request).manager.require_topic(topic_name)))
+    return json_response(topic_body(state(request).require_topic(topic_name)))
 
 
 @router.patch(BASE + "/{topic_name}", openapi_extra=json_body(TopicPatch))
@@ -179,7 +179,7 @@ async def update_topic(cluster_id: str, topic_name: TopicName, request: Request)
 async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
     st = state(request)
-    st.manager.require_topic(topic_name)
+    st.require_topic(topic_name)
     st.manager.delete_topic(topic_name)
     await asyncio.to_thread(st.tiered.drop_topic, topic_name)
     return Response(status_code=204)
@@ -188,7 +188,7 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request)
 @router.get(BASE + "/{topic_name}/configs")
 async def list_configs(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    meta = state(request).manager.require_topic(topic_name)
+    meta = state(request).require_topic(topic_name)
     return json_response(collection("KafkaTopicConfigList", f"{topic_url(topic_name)}/configs",
                                     [config_body(meta, name) for name in CONFIG_BY_NAME]))
 
@@ -197,7 +197,7 @@ async def list_configs(cluster_id: str, topic_name: TopicName, request: Request)
 async def get_config(cluster_id: str, topic_name: TopicName, name: str,
                      request: Request) -> Response:
     check_cluster(cluster_id)
-    meta = state(request).manager.require_topic(topic_name)
+    meta = state(request).require_topic(topic_name)
     _known(name)
     return json_response(config_body(meta, name))
 
@@ -210,7 +210,7 @@ async def set_config(cluster_id: str, topic_name: TopicName, name: str,
     check_cluster(cluster_id)
     body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
     st = state(request)
-    st.manager.require_topic(topic_name)
+    st.require_topic(topic_name)
     to_set, to_default = _config_values([(_known(name), body.value)])
     st.manager.alter_configs(topic_name, to_set, to_default)
     return Response(status_code=204)
@@ -222,7 +222,7 @@ async def reset_config(cluster_id: str, topic_name: TopicName, name: str,
     """Back to the default value."""
     check_cluster(cluster_id)
     st = state(request)
-    st.manager.require_topic(topic_name)
+    st.require_topic(topic_name)
     st.manager.alter_configs(topic_name, delete_configs=[_known(name)])
     return Response(status_code=204)
 
@@ -235,7 +235,7 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
     check_cluster(cluster_id)
     body = await decode_request(request, _alter, ADMIN_BODY_LIMIT)
     st = state(request)
-    st.manager.require_topic(topic_name)
+    st.require_topic(topic_name)
     to_set, to_delete = _config_values([(e.name, None if e.operation == "DELETE" else e.value)
                                         for e in body.data])
     st.manager.alter_configs(topic_name, to_set, to_delete, validate_only=body.validate_only)
@@ -265,7 +265,7 @@ async def list_topic_reassignments(cluster_id: str, topic_name: TopicName,
                                    request: Request) -> Response:
     """The topic's replica reassignments in progress: none."""
     check_cluster(cluster_id)
-    state(request).manager.require_topic(topic_name)
+    state(request).require_topic(topic_name)
     return json_response(collection("KafkaReassignmentList",
                                     f"{topic_url(topic_name)}/partitions/-/reassignment", []))
 

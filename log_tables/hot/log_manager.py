@@ -142,6 +142,23 @@ class LogManager:
                 plog.update_config(config)
             return meta
 
+    def mirror_topic(self, topic: TopicMetadata) -> None:
+        """Make the local topic what the cluster's metadata says: create it, add its new
+        partitions, apply its configs; a topic of the same name but another id (deleted
+        and made again while this broker was away) is deleted here first."""
+        with self._lock:
+            if topic.name in self.registry and \
+                    self.registry.describe(topic.name).topic_id != topic.topic_id:
+                self.delete_topic(topic.name)
+            before = self.registry.mirror(topic)
+            start = before.partitions if before is not None else 0
+            for p in range(start, topic.partitions):
+                self._open_partition(topic, p)
+            if before is not None and before.overrides != topic.overrides:
+                config = topic.config
+                for plog in self.partitions(topic.name):
+                    plog.update_config(config)
+
     def topic(self, name: str) -> TopicMetadata:
         return self.registry.describe(name)
 

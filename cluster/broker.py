@@ -1,0 +1,329 @@
+"""A broker of a cluster: its ZooKeeper session and registration, its metadata view, the
+controller it may become, and the local logs that mirror the cluster's topics.
+
+Every broker keeps every topic in its registry (the topic list, configs and partition
+counts mirror ZooKeeper), so that any broker can describe any topic; a partition's hot
+log holds records only on the broker that leads it. ``leads`` is the one question the
+produce path asks: this broker is the partition's leader in the newest state it holds,
+and its ZooKeeper lease is live (cluster.session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from cluster.controller import Controller
+from cluster.model import (
+    OFFSETS_TOPIC,
+    PRODUCER_ID_BLOCK,
+    BrokerInfo,
+    ProducerIdBlock,
+    broker_path,
+    decode,
+    encode,
+)
+from cluster.session import ZkSession
+from cluster.view import ClusterView
+from log_tables.errors import (
+    InvalidProducerEpochError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    UnknownProducerIdError,
+    UnknownTopicError,
+)
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.producer_ids import MAX_EPOCH
+from log_tables.leadership import (
+    LEADERSHIP_FILE,
+    clear_leadership,
+    read_cluster_id,
+    write_cluster_id,
+    write_leadership,
+)
+from log_tables.registry import TopicMetadata
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_PATH = "/cluster/id"
+PRODUCER_BLOCK_SIZE = 1000
+PRODUCER_EPOCHS = "/lakelog/producer_epochs"
+
+
+class ClusterBroker:
+    def __init__(self, broker_id: int, connect: str, session_timeout_ms: int,
+                 info: BrokerInfo, manager: LogManager) -> None:
+        self.broker_id = broker_id
+        self.info = info
+        self.manager = manager
+        self.session = ZkSession(connect, session_timeout_ms, self._new_session)
+        self.client = self.session.client
+        self.view = ClusterView(self.client)
+        self.controller = Controller(self.client, broker_id)
+        self.view.listeners.append(self._changed)
+        self._leadership_written: dict[str, list[int]] | None = None
+        self._leadership_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self, timeout_s: float = 60) -> None:
+        self.session.start(timeout_s)
+        self._join_cluster()
+        self._register(timeout_s)
+        self.view.start()
+        self.controller.start()
+        self.controller.poke()
+        self.manager.producer_ids = ClusterProducerIds(self)  # type: ignore[assignment]
+        if not self.view.wait_applied(timeout_s):
+            raise TimeoutError("the cluster metadata did not load")
+        for name in list(self.view.topics):
+            self._mirror(name)
+        self._drop_unknown_local_topics()
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.view.stop()
+        with contextlib.suppress(Exception):
+            self.client.delete(broker_path(self.broker_id))
+        self.session.stop()
+
+    def _join_cluster(self) -> None:
+        """The cluster's id (made by its first broker); this data directory must belong to
+        it, or be new to clusters and hold no topics."""
+        self.client.ensure_path("/cluster")
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(CLUSTER_ID_PATH, uuid.uuid4().hex.encode())
+        cluster_id = self.client.get(CLUSTER_ID_PATH)[0].decode()
+        data_dir = self.manager.data_dir
+        mine = read_cluster_id(data_dir)
+        if mine is None and self.manager.registry.list():
+            raise RuntimeError(
+                f"{data_dir} holds topics but was never part of a cluster; a broker starts on "
+                f"an empty data directory (or its own from before)")
+        if mine is not None and mine != cluster_id:
+            raise RuntimeError(
+                f"{data_dir} belongs to cluster {mine}, but ZooKeeper at "
+                f"{self.session.connect} holds cluster {cluster_id}: a wrong chroot?")
+        if mine is None:
+            write_cluster_id(data_dir, cluster_id, self.broker_id)
+        clear_leadership(data_dir)  # nothing is led until the metadata says so
+        self.cluster_id = cluster_id
+
+    def _register(self, timeout_s: float) -> None:
+        """Create this broker's ephemeral node. A node left by this broker's previous
+        process (killed: its session lives on until it times out) is waited out, never
+        taken over: that process might only be paused."""
+        deadline = time.monotonic() + max(timeout_s, 2 * self.session.session_timeout_s)
+        announced = False
+        while True:
+            try:
+                self.client.create(broker_path(self.broker_id), encode(self.info),
+                                   ephemeral=True)
+                return
+            except NodeExistsError:
+                data, stat = self.client.get(broker_path(self.broker_id))
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"broker id {self.broker_id} is registered by another live process "
+                        f"({decode(data, BrokerInfo).url}); two brokers cannot share an id") \
+                        from None
+                if not announced:
+                    log.warning("broker id %d is still registered by an earlier session; "
+                                "waiting for ZooKeeper to end it (up to %.0fs)",
+                                self.broker_id, self.session.session_timeout_s)
+                    announced = True
+                time.sleep(0.2)
+
+    def _new_session(self) -> None:
+        self._register(60)
+        self.controller.poke()
+
+    # -- leadership ------------------------------------------------------------------
+    def leads(self, topic: str, partition: int) -> bool:
+        return self.view.leader(topic, partition) == self.broker_id and self.session.has_lease
+
+    def check_leader(self, topic: str, partition: int) -> int:
+        """The leader epoch this broker leads the partition at; else NotLeader (another
+        broker leads) or LeaderNotAvailable (none does, or this broker lost its lease)."""
+        placement = self.view.placement(topic, partition)
+        if placement is None:
+            if self.view.topic(topic) is None:
+                raise UnknownTopicError(topic)
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no state yet")
+        if placement.leader == self.broker_id:
+            if not self.session.has_lease:
+                raise LeaderNotAvailableError(
+                    f"broker {self.broker_id} has lost touch with ZooKeeper and does not act "
+                    f"as the leader of {topic}-{partition} until it is back; try again")
+            return placement.leader_epoch
+        if placement.leader < 0:
+            raise LeaderNotAvailableError(
+                f"{topic}-{partition} has no leader: its broker(s) {list(placement.isr)} "
+                f"are down; it comes back when one returns")
+        raise NotLeaderError(f"broker {self.broker_id} does not lead {topic}-{partition}; "
+                             f"broker {placement.leader} does")
+
+    def led_partitions(self) -> dict[str, list[int]]:
+        with self.view._lock:
+            states = dict(self.view.states)
+        led: dict[str, list[int]] = {}
+        for (topic, p), state in sorted(states.items()):
+            if state.leader == self.broker_id and topic != OFFSETS_TOPIC:
+                led.setdefault(topic, []).append(p)
+        return led
+
+    def _write_leadership(self) -> None:
+        """``<data_dir>/leadership.json``: the partitions this broker leads, for its job
+        process (which tiers, compacts and expires only those)."""
+        with self._leadership_lock:
+            led = self.led_partitions()
+            if led == self._leadership_written:
+                return
+            write_leadership(self.manager.data_dir, self.broker_id, led)
+            self._leadership_written = led
+
+    # -- mirroring topics --------------------------------------------------------------
+    def _changed(self, kind: str, name: str) -> None:
+        if kind in ("brokers", "controller"):
+            self.controller.poke()
+        elif kind == "topic":
+            self._mirror(name)
+        elif kind == "topic-deleted":
+            self._unmirror(name)
+        if kind in ("state", "topic", "topic-deleted"):
+            try:
+                self._write_leadership()
+            except OSError:
+                log.exception("writing %s failed", LEADERSHIP_FILE)
+
+    def _mirror(self, name: str) -> None:
+        if name == OFFSETS_TOPIC:
+            return
+        assignment = self.view.topic(name)
+        if assignment is None:
+            return
+        meta = TopicMetadata(name, assignment.topic_id, assignment.partitions,
+                             dict(assignment.configs), assignment.created_ms)
+        try:
+            self.manager.mirror_topic(meta)
+        except Exception:
+            log.exception("mirroring topic %s from the cluster metadata failed", name)
+
+    def _unmirror(self, name: str) -> None:
+        try:
+            self.manager.delete_topic(name)
+        except UnknownTopicError:
+            pass
+        except Exception:
+            log.exception("deleting topic %s (deleted in the cluster) failed", name)
+
+    def _drop_unknown_local_topics(self) -> None:
+        for meta in self.manager.registry.list():
+            if self.view.topic(meta.name) is None and self.view.sync_topic(meta.name) is None:
+                log.warning("topic %s is in %s but not in the cluster: deleting it here",
+                            meta.name, self.manager.data_dir)
+                self._unmirror(meta.name)
+
+    def ensure_topic(self, name: str) -> bool:
+        """Whether the topic exists in the cluster, reading ZooKeeper when this broker has
+        not heard of it yet (a topic created through another broker a moment ago)."""
+        if self.view.topic(name) is not None:
+            return True
+        if self.view.sync_topic(name) is None:
+            return False
+        self._mirror(name)
+        return True
+
+    def data_dir(self) -> Path:
+        return self.manager.data_dir
+
+
+class ClusterProducerIds:
+    """Producer ids from blocks that the cluster hands out in ZooKeeper
+    (``/latest_producer_id_block``, Kafka's ZooKeeper-mode allocation), so that ids are
+    unique across brokers; an epoch bump is a conditional write of the id's epoch. Each
+    partition's producer state fences an older epoch, as a Kafka partition leader does."""
+
+    def __init__(self, broker: ClusterBroker) -> None:
+        self.broker = broker
+        self.client = broker.client
+        self._lock = threading.Lock()
+        self._next = 0
+        self._last = -1
+        self._issued_below = 0
+        self.client.ensure_path(PRODUCER_EPOCHS)
+
+    def _new_block(self) -> None:
+        while True:
+            try:
+                data, stat = self.client.get(PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    block = ProducerIdBlock(self.broker.broker_id, 0, PRODUCER_BLOCK_SIZE - 1)
+                    self.client.create(PRODUCER_ID_BLOCK, encode(block))
+                    break
+                except NodeExistsError:
+                    continue
+            last = decode(data, ProducerIdBlock).last
+            block = ProducerIdBlock(self.broker.broker_id, last + 1, last + PRODUCER_BLOCK_SIZE)
+            try:
+                self.client.set(PRODUCER_ID_BLOCK, encode(block), version=stat.version)
+                break
+            except BadVersionError:
+                continue
+        self._next, self._last = block.first, block.last
+        self._issued_below = block.last + 1
+
+    def init_producer(self, producer_id: int | None = None) -> tuple[int, int]:
+        with self._lock:
+            if producer_id is None:
+                if self._next > self._last:
+                    self._new_block()
+                producer_id = self._next
+                self._next += 1
+                return producer_id, 0
+        self._check_issued(producer_id)
+        path = f"{PRODUCER_EPOCHS}/{producer_id}"
+        while True:
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                try:
+                    self.client.create(path, b"1")
+                    return producer_id, 1
+                except NodeExistsError:
+                    continue
+            epoch = int(data) + 1
+            if epoch > MAX_EPOCH:
+                raise InvalidProducerEpochError(
+                    f"producer id {producer_id} exhausted its epochs; request a new id")
+            try:
+                self.client.set(path, str(epoch).encode(), version=stat.version)
+                return producer_id, epoch
+            except BadVersionError:
+                continue
+
+    def _check_issued(self, producer_id: int) -> None:
+        if producer_id < self._issued_below:
+            return
+        try:
+            data, _ = self.client.get(PRODUCER_ID_BLOCK)
+            self._issued_below = max(self._issued_below, decode(data, ProducerIdBlock).last + 1)
+        except NoNodeError:
+            pass
+        if producer_id >= self._issued_below:
+            raise UnknownProducerIdError(f"producer id {producer_id} was never issued")
+
+    def check(self, producer_id: int, epoch: int) -> None:
+        self._check_issued(producer_id)
+        if not 0 <= epoch <= MAX_EPOCH:
+            raise InvalidProducerEpochError(f"producer {producer_id} epoch {epoch} is invalid")
+
+

@@ -1,0 +1,319 @@
+"""The controller: one broker, elected through ZooKeeper, that assigns replicas and
+elects partition leaders (Kafka's ZooKeeper-mode controller).
+
+Election: the first broker to create the ephemeral ``/controller`` node is the
+controller; it then raises ``/controller_epoch`` by a conditional write. Every write the
+controller makes is a ZooKeeper transaction that first checks ``/controller_epoch`` still
+has the version it wrote, so a controller that was replaced (its session ended while it
+was paused, say) cannot change anything: its transaction fails and it stops.
+
+Its steps, each numbered in docs/architecture.md with the test that kills a broker there:
+
+1. elect: create ``/controller``; bump ``/controller_epoch``;
+2. reconcile: read the live brokers (and the czxid of each registration, its broker
+   epoch: a broker that restarted has a new one) and every partition state; a partition
+   whose leader is gone or restarted gets a new leader from its ISR (the first live one,
+   in replica order), or none (-1, offline) when no ISR member lives; a partition whose
+   leader is none gets one as soon as an ISR member lives again. Every change raises the
+   leader epoch;
+3. topics: create (assign replicas over the live brokers, rack-aware; write the topic and
+   its partition states in one transaction), add partitions, alter configs, delete.
+
+Brokers learn every change from their watches (cluster.view).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from cluster.assign import assign_replicas
+from cluster.model import (
+    BROKERS,
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    NO_LEADER,
+    TOPICS,
+    BrokerInfo,
+    PartitionState,
+    TopicAssignment,
+    broker_path,
+    decode,
+    encode,
+    partitions_path,
+    state_path,
+    topic_path,
+)
+from log_tables.errors import (
+    InvalidPartitionsError,
+    NotControllerError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    """Runs on every broker; acts only while elected."""
+
+    def __init__(self, client: KazooClient, broker_id: int) -> None:
+        self.client = client
+        self.broker_id = broker_id
+        self.epoch = 0
+        self._epoch_version = -1
+        self.active = False
+        self._lock = threading.RLock()  # one controller step at a time (Kafka's event queue)
+        self._seen_epochs: dict[int, int] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        self.active = False
+
+    def poke(self) -> None:
+        """Something changed (brokers, the controller node, a new session): look again."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(5.0)  # also a periodic check, in case a watch was missed
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                with self._lock:
+                    if not self._still_controller():
+                        self._elect()
+                    if self.active:
+                        self.reconcile()
+            except Exception:
+                log.exception("controller step failed; trying again")
+                time.sleep(0.5)
+                self._wake.set()
+
+    # -- 1. election -----------------------------------------------------------------
+    def _still_controller(self) -> bool:
+        if not self.active:
+            return False
+        try:
+            data, _ = self.client.get(CONTROLLER)
+            _, stat = self.client.get(CONTROLLER_EPOCH)
+        except NoNodeError:
+            return self._resign("the controller node is gone")
+        if decode(data, dict).get("broker_id") != self.broker_id or \
+                stat.version != self._epoch_version:
+            return self._resign("another broker is the controller")
+        return True
+
+    def _resign(self, why: str) -> bool:
+        if self.active:
+            log.warning("broker %d is no longer the controller: %s", self.broker_id, why)
+        self.active = False
+        return False
+
+    def _elect(self) -> None:
+        try:
+            self.client.create(CONTROLLER, encode_json({"broker_id": self.broker_id,
+                                                        "timestamp": int(time.time() * 1000)}),
+                               ephemeral=True)
+        except NodeExistsError:
+            return
+        while True:
+            try:
+                data, stat = self.client.get(CONTROLLER_EPOCH)
+                epoch = int(data) + 1
+                stat = self.client.set(CONTROLLER_EPOCH, str(epoch).encode(),
+                                       version=stat.version)
+                break
+            except NoNodeError:
+                try:
+                    self.client.create(CONTROLLER_EPOCH, b"1")
+                except NodeExistsError:
+                    continue
+                epoch, stat = 1, self.client.get(CONTROLLER_EPOCH)[1]
+                break
+            except BadVersionError:
+                continue
+        self.epoch, self._epoch_version, self.active = epoch, stat.version, True
+        self._seen_epochs = {}
+        log.warning("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
+
+    def _commit(self, ops: list[tuple[str, tuple[object, ...], dict[str, object]]]) -> None:
+        """One ZooKeeper transaction, fenced by the controller epoch."""
+        tx = self.client.transaction()
+        tx.check(CONTROLLER_EPOCH, self._epoch_version)
+        for op, args, kwargs in ops:
+            getattr(tx, op)(*args, **kwargs)
+        results = tx.commit()
+        failed = [r for r in results if isinstance(r, Exception)]
+        if not failed:
+            return
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            self._resign("the controller epoch moved on")
+            raise NotControllerError(f"broker {self.broker_id} is no longer the controller")
+        first = next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
+        raise first
+
+    # -- 2. leaders ------------------------------------------------------------------
+    def live_brokers(self) -> dict[int, tuple[BrokerInfo, int]]:
+        live: dict[int, tuple[BrokerInfo, int]] = {}
+        for child in self.client.get_children(BROKERS):
+            try:
+                data, stat = self.client.get(broker_path(int(child)))
+            except NoNodeError:
+                continue
+            live[int(child)] = (decode(data, BrokerInfo), stat.czxid)
+        return live
+
+    def reconcile(self) -> int:
+        """Step 2 over every partition; returns how many states changed."""
+        with self._lock:
+            if not self.active:
+                raise NotControllerError(f"broker {self.broker_id} is not the controller")
+            live = self.live_brokers()
+            epochs = {b: czxid for b, (_, czxid) in live.items()}
+            bounced = {b for b, e in epochs.items()
+                       if b in self._seen_epochs and self._seen_epochs[b] != e}
+            changed = 0
+            for topic in self.client.get_children(TOPICS):
+                try:
+                    assignment = decode(self.client.get(topic_path(topic))[0], TopicAssignment)
+                except NoNodeError:
+                    continue
+                for p, replicas in enumerate(assignment.replicas):
+                    changed += self._elect_leader(topic, p, replicas, epochs, bounced)
+            self._seen_epochs = epochs
+            return changed
+
+    def _elect_leader(self, topic: str, partition: int, replicas: Sequence[int],
+                      live: Mapping[int, int], bounced: set[int]) -> int:
+        path = state_path(topic, partition)
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return 0
+        state = decode(data, PartitionState)
+        if state.leader != NO_LEADER and state.leader in live and state.leader not in bounced:
+            return 0
+        candidates = [r for r in replicas if r in state.isr and r in live]
+        if candidates:
+            new = PartitionState(candidates[0], state.leader_epoch + 1, [candidates[0]],
+                                 self.epoch)
+        elif state.leader == NO_LEADER:
+            return 0  # still offline: nothing to change
+        else:  # offline: keep the last ISR, so that its member leads again when it returns
+            new = PartitionState(NO_LEADER, state.leader_epoch + 1, list(state.isr), self.epoch)
+        try:
+            self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
+        except BadVersionError:
+            self.poke()  # changed meanwhile: read again
+            return 0
+        log.info("%s-%d: leader %d -> %d (leader epoch %d)", topic, partition, state.leader,
+                 new.leader, new.leader_epoch)
+        return 1
+
+    # -- 3. topics -------------------------------------------------------------------
+    def _require_active(self) -> None:
+        if not self._still_controller():
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: Mapping[str, str], created_ms: int) -> TopicAssignment:
+        with self._lock:
+            self._require_active()
+            live = self.live_brokers()
+            brokers = [(b, info.rack) for b, (info, _) in live.items()]
+            replicas = assign_replicas(name, brokers, partitions, replication_factor)
+            assignment = TopicAssignment(replicas, dict(configs), uuid.uuid4().hex, created_ms)
+            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
+                ("create", (topic_path(name), encode(assignment)), {}),
+                ("create", (partitions_path(name), b""), {})]
+            for p, rs in enumerate(replicas):
+                ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
+                ops.append(("create", (state_path(name, p), encode(
+                    PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
+            try:
+                self._commit(ops)
+            except NodeExistsError:
+                raise TopicExistsError(f"topic {name!r} already exists") from None
+            log.info("created topic %s: replicas %s", name, replicas)
+            return assignment
+
+    def add_partitions(self, name: str, partitions: int) -> TopicAssignment:
+        with self._lock:
+            self._require_active()
+            try:
+                data, stat = self.client.get(topic_path(name))
+            except NoNodeError:
+                raise UnknownTopicError(name) from None
+            current = decode(data, TopicAssignment)
+            if partitions < current.partitions:
+                raise InvalidPartitionsError(f"topic {name!r} has {current.partitions} "
+                                             f"partitions; the count can only grow")
+            if partitions == current.partitions:
+                return current
+            live = self.live_brokers()
+            brokers = [(b, info.rack) for b, (info, _) in live.items()]
+            added = assign_replicas(name, brokers, partitions - current.partitions,
+                                    current.replication_factor, current.partitions)
+            updated = TopicAssignment(current.replicas + added, current.configs,
+                                      current.topic_id, current.created_ms)
+            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
+                ("set_data", (topic_path(name), encode(updated)), {"version": stat.version})]
+            for p, rs in enumerate(added, start=current.partitions):
+                ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
+                ops.append(("create", (state_path(name, p), encode(
+                    PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
+            self._commit(ops)
+            return updated
+
+    def set_configs(self, name: str, configs: Mapping[str, str]) -> TopicAssignment:
+        with self._lock:
+            self._require_active()
+            try:
+                data, stat = self.client.get(topic_path(name))
+            except NoNodeError:
+                raise UnknownTopicError(name) from None
+            current = decode(data, TopicAssignment)
+            updated = TopicAssignment(current.replicas, dict(configs), current.topic_id,
+                                      current.created_ms)
+            self._commit([("set_data", (topic_path(name), encode(updated)),
+                           {"version": stat.version})])
+            return updated
+
+    def delete_topic(self, name: str) -> TopicAssignment:
+        with self._lock:
+            self._require_active()
+            try:
+                current = decode(self.client.get(topic_path(name))[0], TopicAssignment)
+            except NoNodeError:
+                raise UnknownTopicError(name) from None
+            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+            for p in range(current.partitions):
+                ops.append(("delete", (state_path(name, p),), {}))
+                ops.append(("delete", (f"{partitions_path(name)}/{p}",), {}))
+            ops.append(("delete", (partitions_path(name),), {}))
+            ops.append(("delete", (topic_path(name),), {}))
+            self._commit(ops)
+            return current
+
+
+def encode_json(doc: dict[str, object]) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(doc)

@@ -1,0 +1,259 @@
+"""The server's side of a cluster: which broker a request belongs to, and the forwarding
+of what belongs to another (Kafka's brokers answer NOT_LEADER; lakelog's forward, so that
+any broker answers any request, as the issue of the cluster asks).
+
+A forwarded request carries ``Lakelog-Forwarded-By: <broker id>`` and the forwarding
+broker's own credentials (with ``Lakelog-Principal``, the user it acts for); a broker
+never forwards a forwarded request again: if it does not lead the partition either (the
+metadata moved meanwhile), it answers NOT_LEADER_OR_FOLLOWER and the first broker's
+caller tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import msgspec
+from fastapi import Request
+from fastapi.responses import Response
+
+from cluster.broker import ClusterBroker
+from cluster.model import OFFSETS_TOPIC, BrokerInfo
+from consumer_groups.hashing import group_slot
+from ingest_api.errors import ApiError
+from ingest_api.models import ProduceRecord
+from ingest_api.produce.runs import ProduceResult, Run
+from ingest_api.state import CLUSTER_ID
+from log_tables.errors import (
+    BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
+    LakelogError,
+    LeaderNotAvailableError,
+    NotControllerError,
+    NotLeaderError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+FORWARDED = "lakelog-forwarded-by"
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "authorization",
+               FORWARDED, "lakelog-principal", "keep-alive", "accept-encoding"}
+
+
+class ClusterLink:
+    """Routing and forwarding for one broker of a cluster."""
+
+    def __init__(self, broker: ClusterBroker, *, timeout_s: float, offsets_slots: int,
+                 credentials: Callable[[str | None], Mapping[str, str]] | None = None,
+                 verify: Any = True) -> None:
+        self.broker = broker
+        self.broker_id = broker.broker_id
+        self.offsets_slots = offsets_slots
+        self._credentials = credentials
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                       limits=httpx.Limits(max_connections=256,
+                                                           max_keepalive_connections=64),
+                                       verify=verify)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # -- where -----------------------------------------------------------------------
+    def ensure_topic(self, topic: str) -> None:
+        if not self.broker.ensure_topic(topic):
+            raise UnknownTopicError(topic)
+
+    def route(self, topic: str, partition: int, forwarded: bool) -> int | BrokerInfo:
+        """The leader epoch when this broker leads the partition; else the leader's
+        broker to forward to. A forwarded request is never forwarded again."""
+        try:
+            return self.broker.check_leader(topic, partition)
+        except NotLeaderError:
+            if forwarded:
+                raise
+            leader = self.broker.view.leader(topic, partition)
+            info = self.broker.view.broker(leader)
+            if info is None:
+                raise LeaderNotAvailableError(
+                    f"{topic}-{partition}: its leader, broker {leader}, is not registered "
+                    f"(down or restarting); try again") from None
+            return info
+
+    def still_leads(self, topic: str, partition: int, epoch: int) -> bool:
+        """After an append: this broker still leads at the same epoch and its lease holds,
+        so the append may be acknowledged."""
+        return (self.broker.leads(topic, partition)
+                and self.broker.view.leader_epoch(topic, partition) == epoch)
+
+    def coordinator(self, group: str) -> BrokerInfo | None:
+        """The group's coordinator: the leader of coordinator slot hash(group) % slots;
+        None when that is this broker."""
+        slot = group_slot(group, self.offsets_slots)
+        if self.broker.view.topic(OFFSETS_TOPIC) is None:
+            raise CoordinatorNotAvailableError(
+                "the consumer group coordinator slots are being created; try again")
+        leader = self.broker.view.leader(OFFSETS_TOPIC, slot)
+        if leader == self.broker_id:
+            if not self.broker.session.has_lease:
+                raise CoordinatorNotAvailableError(
+                    f"broker {self.broker_id} has lost touch with ZooKeeper; try again")
+            return None
+        info = self.broker.view.broker(leader)
+        if info is None:
+            raise CoordinatorNotAvailableError(
+                f"the coordinator of group {group!r} (slot {slot}, broker {leader}) is down; "
+                f"try again")
+        return info
+
+    def controller(self) -> BrokerInfo | None:
+        """The controller's broker; None when it is this one."""
+        if self.broker.controller.active:
+            return None
+        cid = self.broker.view.controller_id
+        info = self.broker.view.broker(cid) if cid is not None else None
+        if info is None:
+            raise NotControllerError("no controller is elected right now; try again")
+        return info
+
+    # -- forwarding ------------------------------------------------------------------
+    def _headers(self, principal: str | None) -> dict[str, str]:
+        headers = {FORWARDED: str(self.broker_id)}
+        if self._credentials is not None:
+            headers.update(self._credentials(principal))
+        return headers
+
+    async def send(self, broker: BrokerInfo, method: str, path: str, *,
+                   principal: str | None, params: Mapping[str, str] | None = None,
+                   content: bytes | None = None, headers: Mapping[str, str] | None = None
+                   ) -> httpx.Response:
+        try:
+            return await self._http.request(
+                method, broker.url + path, params=params, content=content,
+                headers={**(headers or {}), **self._headers(principal)})
+        except httpx.TransportError as exc:
+            raise BrokerNotAvailableError(
+                f"broker {broker.broker_id} at {broker.url} did not answer "
+                f"({type(exc).__name__}); try again") from None
+
+    async def proxy(self, request: Request, broker: BrokerInfo, body: bytes | None = None
+                    ) -> Response:
+        """The same request to ``broker``; its answer, as it is."""
+        if body is None:
+            body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        r = await self.send(broker, request.method, request.url.path,
+                            principal=principal_of(request),
+                            params=dict(request.query_params), content=body or None,
+                            headers=headers)
+        keep = {k: v for k, v in r.headers.items()
+                if k.lower() in ("content-type", "retry-after", "location")}
+        return Response(r.content, status_code=r.status_code, headers=keep)
+
+
+def forwarded(request: Request) -> bool:
+    return FORWARDED in request.headers
+
+
+def principal_of(request: Request) -> str | None:
+    return getattr(request.state, "principal", None)
+
+
+class ProduceRoute:
+    """One produce request's routing (ingest_api.produce.service.Route): runs of
+    partitions led elsewhere go to their leaders as ``records:batch`` requests whose
+    entries are the records with their partition set, ids their index in the request."""
+
+    def __init__(self, link: ClusterLink, forwarded: bool, principal: str | None) -> None:
+        self.link = link
+        self.forwarded = forwarded
+        self.principal = principal
+        self._leaders: dict[int, BrokerInfo] = {}
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        where = self.link.route(topic, partition, self.forwarded)
+        if isinstance(where, int):
+            return where
+        self._leaders[partition] = where
+        return None
+
+    def still_leads(self, topic: str, partition: int, epoch: int) -> bool:
+        return self.link.still_leads(topic, partition, epoch)
+
+    def forward(self, topic: str, records: Sequence[ProduceRecord], runs: list[Run],
+                result: ProduceResult, acks: str) -> Awaitable[None]:
+        by_broker: dict[int, list[int]] = {}
+        for run in runs:
+            by_broker.setdefault(self._leaders[run.partition].broker_id, []).extend(
+                run.indices.tolist())
+        bodies: list[tuple[BrokerInfo, list[int], bytes]] = []
+        for broker_id, indices in by_broker.items():
+            indices.sort()  # the request's order, per partition too
+            entries = []
+            for i in indices:
+                fields = msgspec.structs.asdict(records[i])
+                fields.update(partition_id=int(result.partitions[i]), id=str(i))
+                entries.append(fields)
+            info = next(b for b in self._leaders.values() if b.broker_id == broker_id)
+            bodies.append((info, indices, _encoder.encode({"entries": entries})))
+        return self._send_all(topic, bodies, result, acks)
+
+    async def _send_all(self, topic: str, bodies: list[tuple[BrokerInfo, list[int], bytes]],
+                        result: ProduceResult, acks: str) -> None:
+        await asyncio.gather(*(self._send(topic, info, indices, body, result, acks)
+                               for info, indices, body in bodies))
+
+    async def _send(self, topic: str, info: BrokerInfo, indices: list[int], body: bytes,
+                    result: ProduceResult, acks: str) -> None:
+        path = f"/v3/clusters/{CLUSTER_ID}/topics/{topic}/records:batch"
+        try:
+            r = await self.link.send(info, "POST", path, principal=self.principal,
+                                     params={"acks": acks}, content=body,
+                                     headers={"content-type": "application/json"})
+        except LakelogError as exc:
+            for i in indices:
+                result.errors[i] = exc
+            return
+        if r.status_code != 207:
+            err = error_of(r)
+            for i in indices:
+                result.errors[i] = err
+            return
+        answer = r.json()
+        for s in answer["successes"]:
+            i = int(s["id"])
+            result.offsets[i] = s["offset"]
+            if s.get("timestamp"):
+                result.timestamps[i] = _epoch_ms(s["timestamp"])
+        for f in answer["failures"]:
+            result.errors[int(f["id"])] = ApiError(
+                int(f["error_code"]) // 100 if f["error_code"] >= 10000 else f["error_code"],
+                f["message"], error_code=f["error_code"], name=f["error"],
+                retriable=f.get("retriable"))
+
+
+def error_of(r: httpx.Response) -> ApiError:
+    """The error of another broker's answer, as this broker answers it."""
+    try:
+        body = r.json()
+        return ApiError(r.status_code, body["message"], error_code=body["error_code"],
+                        name=body["error"], retriable=body.get("retriable"))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(r.status_code, f"another broker answered {r.status_code}: "
+                                       f"{r.text[:200]}", name="broker_error")
+
+
+def _epoch_ms(text: str) -> int:
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_encoder = msgspec.json.Encoder()
