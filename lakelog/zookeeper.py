@@ -11,6 +11,7 @@ and none needs root or systemd::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -121,10 +122,8 @@ class ZooKeeperServer:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            try:  # the JVM and the shell that started it
+            with contextlib.suppress(ProcessLookupError):  # the JVM and whatever it started
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

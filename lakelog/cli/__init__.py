@@ -11,7 +11,8 @@ import sys
 from lakelog.cli.root import app
 from log_tables.errors import LakelogError
 
-COMMAND_MODULES = ("serve", "dump_log", "jobs", "groups", "security", "topics", "records", "sql")
+COMMAND_MODULES = ("serve", "dump_log", "jobs", "groups", "security", "topics", "records", "sql",
+                   "cluster")
 """In this order: ``lakelog --help`` lists the commands as they were registered."""
 for _module in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_module}")

@@ -1,0 +1,273 @@
+"""A cluster on this machine for trying lakelog: ZooKeeper and N brokers on loopback.
+
+``up`` starts ZooKeeper (unless one is given) and brokers 1..N as detached ``lakelog
+serve`` processes (sessions of their own: they outlive the command), each with its data
+directory ``DIR/broker-<i>``, one shared ``DIR/warehouse``, and records what it started in
+``DIR/cluster.json``; ``down`` reads that file, stops the processes and removes it. Data
+stays, so the next ``up`` on DIR finds the topics again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lakelog.local import free_port
+from lakelog.zookeeper import ZooKeeperMissing, ZooKeeperServer
+from log_tables.errors import LakelogError
+
+STATE_FILE = "cluster.json"
+MAX_BROKERS = 32
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pid:
+    """A process we started: its pid and its start time, so that a pid the system has
+    since given to another process is not taken for ours."""
+
+    pid: int
+    start_ticks: int
+
+    @classmethod
+    def of(cls, pid: int) -> Pid:
+        ticks = _start_ticks(pid)
+        return cls(pid, ticks if ticks is not None else -1)
+
+    def alive(self) -> bool:
+        return _start_ticks(self.pid) == self.start_ticks
+
+
+def _start_ticks(pid: int) -> int | None:
+    """``starttime`` from /proc/PID/stat, or None for no such process (a zombie is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    id: int
+    port: int
+    url: str
+    data_dir: str
+    log: str
+    process: Pid
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What ``up`` started, as ``DIR/cluster.json`` keeps it."""
+
+    directory: str
+    zookeeper: str
+    """The brokers' connect string (HOST:PORT[/chroot])."""
+    zookeeper_process: Pid | None
+    """None: a ZooKeeper given with --zookeeper, which ``down`` leaves running."""
+    zookeeper_log: str | None
+    warehouse: str
+    auth: str
+    brokers: tuple[Broker, ...]
+
+    @property
+    def admin_key(self) -> Path | None:
+        """Broker 1's admin key, for the CLI (``LAKELOG_DATA_DIR``) when auth is api-key."""
+        if self.auth != "api-key" or not self.brokers:
+            return None
+        return Path(self.brokers[0].data_dir) / "security" / "admin.key"
+
+    def alive(self) -> list[str]:
+        """The processes of this cluster still running, named."""
+        names = [f"broker {b.id} (pid {b.process.pid})" for b in self.brokers
+                 if b.process.alive()]
+        if self.zookeeper_process is not None and self.zookeeper_process.alive():
+            names.append(f"ZooKeeper (pid {self.zookeeper_process.pid})")
+        return names
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, directory: Path) -> Cluster | None:
+        path = directory / STATE_FILE
+        try:
+            raw: dict[str, Any] = json.loads(path.read_text())
+            zk = raw["zookeeper_process"]
+            return cls(raw["directory"], raw["zookeeper"], zk and Pid(**zk),
+                       raw["zookeeper_log"], raw["warehouse"], raw["auth"],
+                       tuple(Broker(**{**b, "process": Pid(**b["process"])})
+                             for b in raw["brokers"]))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LakelogError(f"{path}: not a cluster file lakelog wrote ({exc}); "
+                               f"stop its processes by hand and remove it") from None
+
+
+def up(directory: Path, brokers: int, zookeeper: str | None = None, auth: str = "api-key",
+       timeout_s: float = START_TIMEOUT_S) -> Cluster:
+    """Start ZooKeeper (unless ``zookeeper`` names one) and brokers 1..``brokers``, wait
+    until each answers /healthz, and write ``DIR/cluster.json``.
+
+    Steps: 1. refuse a DIR whose cluster.json names live processes; 2. start ZooKeeper in
+    DIR/zookeeper (or check the given one answers); 3. spawn every broker; 4. wait for
+    each /healthz; 5. write cluster.json. A failure at 2-4 stops what was started.
+    """
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise LakelogError(f"--brokers {brokers}: from 1 to {MAX_BROKERS}")
+    directory = directory.absolute()
+    if (old := Cluster.load(directory)) is not None and (alive := old.alive()):
+        raise LakelogError(f"a cluster is up in {directory} ({', '.join(alive)}; see "
+                           f"{directory / STATE_FILE}): 'lakelog cluster down --dir "
+                           f"{directory}' stops it")
+    if zookeeper is not None:
+        _check_reachable(zookeeper)
+    directory.mkdir(parents=True, exist_ok=True)
+    zk_server = None
+    if zookeeper is None:
+        zk_server = _start_zookeeper(directory / "zookeeper", timeout_s)
+        zookeeper = zk_server.connect
+    started: list[tuple[Broker, subprocess.Popen[bytes]]] = []
+    try:
+        for i in range(1, brokers + 1):
+            started.append(_spawn_broker(directory, i, zookeeper, auth))
+        deadline = time.monotonic() + timeout_s
+        for broker, proc in started:
+            _wait_healthy(broker, proc, deadline, timeout_s)
+    except BaseException:
+        _stop_all([broker.process for broker, _ in started], 0)
+        if zk_server is not None:
+            zk_server.kill()
+        raise
+    cluster = Cluster(
+        str(directory), zookeeper,
+        Pid.of(zk_server.proc.pid) if zk_server and zk_server.proc else None,
+        str(zk_server.log_path) if zk_server else None, str(directory / "warehouse"), auth,
+        tuple(broker for broker, _ in started))
+    cluster.save()
+    return cluster
+
+
+def down(directory: Path, timeout_s: float = STOP_TIMEOUT_S) -> tuple[Cluster, list[str]]:
+    """Stop the brokers of ``DIR/cluster.json`` (SIGTERM, SIGKILL after ``timeout_s``),
+    then the ZooKeeper ``up`` started, and remove the file; data directories stay.
+    Returns the cluster and the processes that had to be killed."""
+    directory = directory.absolute()
+    cluster = Cluster.load(directory)
+    if cluster is None:
+        raise LakelogError(f"no {directory / STATE_FILE}: no cluster was started in "
+                           f"{directory} ('lakelog cluster up --dir {directory}' starts one)")
+    lingering = _stop_all([b.process for b in cluster.brokers], timeout_s)
+    killed = [f"broker {b.id}" for b in cluster.brokers if b.process in lingering]
+    if cluster.zookeeper_process is not None and \
+            _stop_all([cluster.zookeeper_process], timeout_s):
+        killed.append("ZooKeeper")
+    (directory / STATE_FILE).unlink()
+    return cluster, killed
+
+
+def _start_zookeeper(directory: Path, timeout_s: float) -> ZooKeeperServer:
+    server = ZooKeeperServer(directory)
+    try:
+        return server.start(timeout_s)
+    except ZooKeeperMissing:
+        raise LakelogError("ZooKeeper is not installed: 'sudo apt-get install zookeeper', "
+                           "or give a running one with --zookeeper HOST:PORT") from None
+    except RuntimeError:
+        raise LakelogError(f"ZooKeeper did not start on port {server.port}: see "
+                           f"{server.log_path}") from None
+
+
+def _check_reachable(connect: str) -> None:
+    """The first server of a connect string (HOST:PORT[,...][/chroot]) accepts a connection."""
+    first = connect.split("/", 1)[0].split(",")[0]
+    host, _, port = first.rpartition(":")
+    if not host or not port.isdigit():
+        raise LakelogError(f"--zookeeper {connect!r}: expected HOST:PORT[/chroot]")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise LakelogError(f"no ZooKeeper answers at {host}:{port} ({exc.strerror or exc})"
+                           ) from None
+
+
+def _spawn_broker(directory: Path, i: int, zookeeper: str, auth: str
+                  ) -> tuple[Broker, subprocess.Popen[bytes]]:
+    port = free_port()
+    data_dir = directory / f"broker-{i}"
+    log = directory / f"broker-{i}.log"
+    data_dir.mkdir(exist_ok=True)
+    lakelog = Path(sys.executable).parent / "lakelog"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(lakelog), "serve", "--broker-id", str(i), "--zookeeper", zookeeper,
+             "--data-dir", str(data_dir), "--port", str(port), "--host", "127.0.0.1",
+             "--warehouse", str(directory / "warehouse"), "--auth", auth],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    broker = Broker(i, port, f"http://127.0.0.1:{port}", str(data_dir), str(log),
+                    Pid.of(proc.pid))
+    return broker, proc
+
+
+def _wait_healthy(broker: Broker, proc: subprocess.Popen[bytes], deadline: float,
+                  timeout_s: float) -> None:
+    while time.monotonic() < deadline:
+        if (code := proc.poll()) is not None:
+            raise LakelogError(f"broker {broker.id} (port {broker.port}) exited with {code}: "
+                               f"see {broker.log}")
+        try:
+            if httpx.get(broker.url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise LakelogError(f"broker {broker.id} did not answer on port {broker.port} within "
+                       f"{timeout_s:g}s: see {broker.log}")
+
+
+def _stop_all(processes: list[Pid], timeout_s: float) -> list[Pid]:
+    """SIGTERM each, wait up to ``timeout_s`` for all, then SIGKILL the rest (and their
+    process groups); returns those it had to kill."""
+    for p in processes:
+        if p.alive():
+            _signal(p.pid, signal.SIGTERM, group=False)
+    deadline = time.monotonic() + timeout_s
+    while any(p.alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lingering = [p for p in processes if p.alive()]
+    for p in lingering:
+        _signal(p.pid, signal.SIGKILL, group=True)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while any(p.alive() for p in lingering):
+        if time.monotonic() > deadline:
+            raise LakelogError(f"pid {lingering[0].pid} outlived SIGKILL for "
+                               f"{STOP_TIMEOUT_S:g}s")
+        time.sleep(0.05)
+    return lingering
+
+
+def _signal(pid: int, sig: signal.Signals, group: bool) -> None:
+    try:
+        if group:  # our processes lead their own sessions: the group is all they started
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,91 @@
+"""``lakelog cluster up/down``: real ZooKeeper and broker processes, detached from the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lakelog import local_cluster, zookeeper
+from lakelog.local import free_port
+from log_tables.errors import LakelogError
+from tests.server import process_alive
+
+LAKELOG = Path(sys.executable).parent / "lakelog"
+pytestmark = pytest.mark.slow
+
+
+def _lakelog(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LAKELOG_TIER_INTERVAL_MS": "0", "LAKELOG_RETENTION_INTERVAL_MS": "0",
+           "LAKELOG_COMPACT_INTERVAL_MS": "0", "LAKELOG_UPKEEP_INTERVAL_MS": "0"}
+    return subprocess.run([LAKELOG, *args], capture_output=True, text=True, env=env,
+                          timeout=180)
+
+
+def _pids(state: dict[str, object]) -> list[int]:
+    brokers = state["brokers"]
+    assert isinstance(brokers, list)
+    zk = state["zookeeper_process"]
+    assert isinstance(zk, dict)
+    return [b["process"]["pid"] for b in brokers] + [zk["pid"]]
+
+
+def test_up_two_brokers_then_down(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    up = _lakelog("cluster", "up", "--brokers", "2", "--dir", str(directory))
+    state_file = directory / "cluster.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    try:
+        assert up.returncode == 0, up.stderr
+        assert [b["id"] for b in state["brokers"]] == [1, 2]
+        for b in state["brokers"]:
+            assert httpx.get(b["url"] + "/healthz", timeout=5).status_code == 200
+            assert b["url"] in up.stdout and b["log"] in up.stdout
+            assert Path(b["log"]).exists()
+        key = directory / "broker-1" / "security" / "admin.key"
+        assert key.exists() and str(key) in up.stdout  # auth api-key by default
+        assert state["zookeeper"] in up.stdout and "lakelog cluster down" in up.stdout
+        assert f"zookeeper = {state['zookeeper']}" in (directory / "broker-2.log").read_text()
+        assert all(process_alive(pid) for pid in _pids(state))
+
+        again = _lakelog("cluster", "up", "--brokers", "2", "--dir", str(directory))
+        assert again.returncode == 1
+        assert again.stderr.count("\n") == 1 and str(state_file) in again.stderr, again.stderr
+        assert json.loads(state_file.read_text()) == state  # the running cluster untouched
+    finally:
+        down = _lakelog("cluster", "down", "--dir", str(directory))
+    assert down.returncode == 0, down.stderr
+    assert "stopped 2 broker(s) and ZooKeeper" in down.stdout
+    assert not any(process_alive(pid) for pid in _pids(state))
+    assert not state_file.exists()
+    assert (directory / "broker-1").is_dir() and (directory / "zookeeper" / "data").is_dir()
+
+    gone = _lakelog("cluster", "down", "--dir", str(directory))
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1
+    assert str(state_file) in gone.stderr
+
+
+def test_up_with_an_unreachable_zookeeper_names_its_port(tmp_path: Path) -> None:
+    port = free_port()
+    out = _lakelog("cluster", "up", "--zookeeper", f"127.0.0.1:{port}/lakelog",
+                   "--dir", str(tmp_path / "c"))
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in out.stderr, out.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_up_without_zookeeper_installed_says_how(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zookeeper, "ZK_HOMES", ())
+    monkeypatch.delenv("ZOOKEEPER_HOME", raising=False)
+    with pytest.raises(LakelogError) as err:
+        local_cluster.up(tmp_path / "c", 1)
+    assert "apt-get install zookeeper" in err.value.message
+    assert "--zookeeper" in err.value.message
+    assert "\n" not in err.value.message
+    assert not (tmp_path / "c" / "cluster.json").exists()
