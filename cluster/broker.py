@@ -231,6 +231,12 @@ class ClusterBroker:
                             meta.name, self.manager.data_dir)
                 self._unmirror(meta.name)
 
+    def forget_topic(self, name: str) -> None:
+        """A topic deleted through this broker: gone here at once (the others hear it
+        from their watches)."""
+        self.view.drop_topic(name)
+        self._unmirror(name)
+
     def ensure_topic(self, name: str) -> bool:
         """Whether the topic exists in the cluster, reading ZooKeeper when this broker has
         not heard of it yet (a topic created through another broker a moment ago)."""

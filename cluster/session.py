@@ -50,7 +50,16 @@ class ZkSession:
         self.client.add_listener(self._state_changed)
 
     def start(self, timeout_s: float = 30) -> None:
+        hosts, _, chroot = self.connect.partition("/")
         try:
+            if chroot.strip("/"):  # the chroot node must exist before a client can use it
+                root = KazooClient(hosts=hosts, timeout=self.session_timeout_s)
+                root.start(timeout=timeout_s)
+                try:
+                    root.ensure_path("/" + chroot.strip("/"))
+                finally:
+                    root.stop()
+                    root.close()
             self.client.start(timeout=timeout_s)
         except KazooTimeoutError:
             self.client.stop()

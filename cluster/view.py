@@ -237,6 +237,9 @@ class ClusterView:
         if before != assignment:
             self._notify("topic", name)
 
+    def drop_topic(self, name: str) -> None:
+        self._drop_topic(name)
+
     def _drop_topic(self, name: str) -> None:
         with self._lock:
             known = self.topics.pop(name, None) is not None

@@ -13,14 +13,18 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from cluster.broker import ClusterBroker
+from cluster.model import BrokerInfo
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
 from consumer_groups.subscriptions import SubscriptionWriter
 from ingest_api import errors
 from ingest_api.auth import AuthMiddleware
 from ingest_api.body import InFlightBytes
+from ingest_api.cluster_link import ClusterLink
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
+from ingest_api.metadata import METADATA
 from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
@@ -71,10 +75,12 @@ def create_app(settings: ApiSettings | None = None,
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
+        link = await asyncio.to_thread(_join_cluster, settings, manager) \
+            if settings.zookeeper else None
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
-            GroupPoll(groups, fetch, manager))
+            GroupPoll(groups, fetch, manager), link)
         metrics.attach(Sources(manager, tiered, groups))
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
         subscriptions = SubscriptionWriter(settings.layout.data_dir)
@@ -100,6 +106,10 @@ def create_app(settings: ApiSettings | None = None,
             await asyncio.to_thread(offsets.close)
             await asyncio.to_thread(_close_subscriptions, subscriptions)
             metrics.attach(None)
+            if link is not None:
+                await link.close()
+                await asyncio.to_thread(link.broker.stop)
+                METADATA.attach(None)
             manager.close()
             log.info("lakelog stopped cleanly")
 
@@ -152,6 +162,23 @@ async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSetti
             await asyncio.to_thread(tiered.retire, manager.clock.now_ms())
         except Exception:
             log.exception("removing tiered hot segments failed")
+
+
+def _join_cluster(settings: ApiSettings, manager: LogManager) -> ClusterLink:
+    """Register this broker with the cluster's ZooKeeper and load its metadata."""
+    assert settings.broker_id is not None and settings.zookeeper is not None
+    host = settings.advertised_host or (
+        "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host)
+    info = BrokerInfo(settings.broker_id, host, settings.port, settings.broker_rack,
+                      "https" if settings.tls_cert else "http")
+    broker = ClusterBroker(settings.broker_id, settings.zookeeper,
+                           settings.zookeeper_session_timeout_ms, info, manager)
+    broker.start()
+    METADATA.attach(broker.view)
+    log.info("broker %d joined cluster %s at %s (controller: broker %s)", settings.broker_id,
+             broker.cluster_id, settings.zookeeper, broker.view.controller_id)
+    return ClusterLink(broker, timeout_s=settings.max_fetch_wait_ms / 1000 + 30,
+                       offsets_slots=settings.offsets_topic_num_partitions)
 
 
 def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:

@@ -20,6 +20,7 @@ from ingest_api.body import (
     read_body,
     require_json,
 )
+from ingest_api.cluster_link import ProduceRoute, forwarded, principal_of
 from ingest_api.errors import ApiError, error_body
 from ingest_api.models import (
     BatchEntry,
@@ -53,6 +54,25 @@ _entry = msgspec.json.Decoder(BatchEntry)
 _entry_id_only = msgspec.json.Decoder(EntryId)
 
 
+def _route(st: AppState, request: Request) -> ProduceRoute | None:
+    """In a cluster: where this request's partitions go (ingest_api.cluster_link)."""
+    if st.cluster is None:
+        return None
+    return ProduceRoute(st.cluster, forwarded(request), principal_of(request))
+
+
+async def _to_leader(st: AppState, request: Request, topic: str, partition: int
+                     ) -> Response | None:
+    """In a cluster, the leader's answer when another broker leads the partition."""
+    if st.cluster is None:
+        return None
+    st.require_topic(topic)
+    where = st.cluster.route(topic, partition, forwarded(request))
+    if isinstance(where, int):
+        return None
+    return await st.cluster.proxy(request, where)
+
+
 def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:
     ok = len(result) - len(result.errors)
     if ok:
@@ -84,13 +104,13 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 objects = stream.feed(body, final=True)
                 if stream.error:  # the whole body is here: refuse it whole
                     raise stream.error from None
-                return _ndjson(_produce_all(st, meta, objects, acks))
-            result = await st.produce.produce(meta, [record], acks)
+                return _ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
+            result = await st.produce.produce(meta, [record], acks, _route(st, request))
             _count_in(st, topic_name, result)
             if 0 in result.errors:
                 raise result.errors[0]
             return json_response(report(topic_name, record, result, 0))
-    return _ndjson(_produce_stream(st, meta, request, acks))
+    return _ndjson(_produce_stream(st, meta, request, acks, _route(st, request)))
 
 
 class _NdjsonStream(Response):
@@ -120,25 +140,26 @@ def _ndjson(reports: AsyncIterator[bytes]) -> Response:
     return _NdjsonStream(reports)
 
 
-async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks
-                       ) -> AsyncIterator[bytes]:
-    async for line in _produce_objects(st, meta, objects, acks):
+async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks,
+                       route: ProduceRoute | None) -> AsyncIterator[bytes]:
+    async for line in _produce_objects(st, meta, objects, acks, route):
         yield line
 
 
-async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, acks: Acks
-                          ) -> AsyncIterator[bytes]:
+async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, acks: Acks,
+                          route: ProduceRoute | None) -> AsyncIterator[bytes]:
     """Produce each chunk's records as they arrive; report them once acknowledged."""
     stream = ObjectStream(st.settings.max_request_bytes)
     try:
         async for chunk in chunks(request, st.settings.max_request_bytes):
             with st.in_flight.reserve(len(chunk)):
                 objects = stream.feed(chunk)
-                async for line in _produce_objects(st, meta, objects, acks):
+                async for line in _produce_objects(st, meta, objects, acks, route):
                     yield line
             if stream.error:  # the records before it are answered for; the stream ends
                 raise stream.error
-        async for line in _produce_objects(st, meta, stream.feed(b"", final=True), acks):
+        async for line in _produce_objects(st, meta, stream.feed(b"", final=True), acks,
+                                           route):
             yield line
         if stream.error:
             raise stream.error
@@ -149,8 +170,8 @@ async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, a
         return
 
 
-async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks
-                           ) -> AsyncIterator[bytes]:
+async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks,
+                           route: ProduceRoute | None) -> AsyncIterator[bytes]:
     records: list[ProduceRecord] = []
     slots: list[dict[str, Any] | None] = []
     for raw in objects:
@@ -159,7 +180,7 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(None)
         except ApiError as exc:
             slots.append(error_body(exc)[1])
-    result = await st.produce.produce(meta, records, acks) if records else None
+    result = await st.produce.produce(meta, records, acks, route) if records else None
     if result is not None:
         _count_in(st, meta.name, result)
     j = 0
@@ -190,7 +211,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
         sizes = envelopes(entries)
-        acked = st.produce.start(meta, entries, acks)
+        acked = st.produce.start(meta, entries, acks, _route(st, request))
         del entries  # the decoded request is not needed while waiting for the append
         result = await acked
     _count_in(st, topic_name, result)
@@ -253,6 +274,8 @@ async def fetch(
     """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some."""
     check_cluster(cluster_id)
     st = state(request)
+    if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
+        return answer
     s = st.settings
     max_records = min(max_records or 500, s.max_fetch_records)
     max_bytes = min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes)
@@ -272,6 +295,8 @@ async def list_offsets(
     """Kafka's ListOffsets: earliest, latest, or the first offset with timestamp >= T (null if none)."""
     check_cluster(cluster_id)
     st = state(request)
+    if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
+        return answer
     plog = st.manager.log(topic_name, partition_id)
     log_start = st.tiered.log_start_offset(plog, topic_name, partition_id)
     if spec == "earliest":

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Annotated
 
 import msgspec
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
+from cluster.model import OFFSETS_TOPIC
 from ingest_api.auth import may
 from ingest_api.body import decode_request
+from ingest_api.cluster_link import forwarded
 from ingest_api.errors import ApiError
 from ingest_api.metadata import (
     CLUSTER,
@@ -26,7 +30,7 @@ from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig
-from log_tables.errors import InvalidConfigError
+from log_tables.errors import InvalidConfigError, InvalidTopicError
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
 
@@ -42,12 +46,19 @@ _alter = msgspec.json.Decoder(ConfigAlter)
 ADMIN_BODY_LIMIT = 1 << 20
 
 
-def topic_body(meta: TopicMetadata) -> dict[str, object]:
-    """Confluent's ``TopicData`` (``topic_id`` is Kafka's, an addition)."""
+def topic_body(meta: TopicMetadata, factor: int | None = None) -> dict[str, object]:
+    """Confluent's ``TopicData`` (``topic_id`` is Kafka's, an addition; in a cluster,
+    ``replication`` says what replicas beyond the leader do today)."""
     url = topic_url(meta.name)
+    factor = METADATA.replication_factor(meta.name) if factor is None else factor
+    extra: dict[str, object] = {}
+    if METADATA.view is not None and factor > 1:
+        extra["replication"] = (
+            "leader-only: the replicas beyond the leader are assigned (and shown) but do not "
+            "copy records yet; a partition is offline while its leader's broker is down")
     return {**resource("KafkaTopic", url, f"topic={meta.name}"), "cluster_id": CLUSTER_ID,
             "topic_name": meta.name, "topic_id": meta.topic_id, "is_internal": False,
-            "replication_factor": METADATA.replication_factor(meta.name),
+            **extra, "replication_factor": factor,
             "partitions_count": meta.partitions,
             "partitions": related(f"{url}/partitions"), "configs": related(f"{url}/configs"),
             "partition_reassignments": related(f"{url}/partitions/-/reassignment")}
@@ -132,13 +143,37 @@ def _partitions_count(body: TopicCreate) -> int:
     return len(ids)
 
 
+async def _to_controller(st: AppState, request: Request) -> Response | None:
+    """In a cluster, topic changes are the controller's: its answer, unless this broker is
+    the controller (None)."""
+    if st.cluster is None:
+        return None
+    controller = st.cluster.controller()
+    if controller is None:
+        return None
+    return await st.cluster.proxy(request, controller)
+
+
+async def _controller_step(st: AppState, step: Callable[[], object], topic: str) -> None:
+    """Run a controller step (a ZooKeeper transaction) and read the topic back, so that
+    this broker's answer shows the change."""
+    assert st.cluster is not None
+    await asyncio.to_thread(step)
+    await asyncio.to_thread(st.cluster.broker.ensure_topic, topic)
+
+
 @router.post(BASE, status_code=201, openapi_extra=json_body(TopicCreate))
 async def create_topic(cluster_id: str, request: Request) -> Response:
     """Create a topic: ``topic_name``, ``partitions_count``, ``configs: [{name, value}]``;
     ``validate_only: true`` checks all of it and answers 200 with the topic that would be
     made, creating nothing."""
     check_cluster(cluster_id)
+    st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
     body = await decode_request(request, _create, ADMIN_BODY_LIMIT)
+    if st.cluster is not None:
+        return await _create_in_cluster(st, request, body)
     factor = METADATA.replication_factor(body.topic_name)
     if body.replication_factor not in (None, factor):
         raise ApiError(400, f"replication_factor {body.replication_factor} is not supported: "
@@ -149,6 +184,40 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
     meta = state(request).manager.create_topic(body.topic_name, partitions, configs,
                                                validate_only=body.validate_only)
     return json_response(topic_body(meta), status=200 if body.validate_only else 201)
+
+
+async def _create_in_cluster(st: AppState, request: Request, body: TopicCreate) -> Response:
+    assert st.cluster is not None
+    internal = body.topic_name == OFFSETS_TOPIC
+    if internal and not forwarded(request):
+        raise InvalidTopicError(f"{OFFSETS_TOPIC} is the cluster's own (its partitions are the "
+                                f"consumer group coordinators)")
+    if body.replicas_assignments is not None:
+        raise ApiError(400, "replicas_assignments is not supported in a cluster: give "
+                            "partitions_count and replication_factor, and the controller "
+                            "places the replicas", error_code=40005,
+                       name="invalid_replica_assignment")
+    live = len(st.cluster.broker.view.live_brokers())
+    factor = body.replication_factor or min(st.settings.default_replication_factor, live)
+    if factor > live:
+        raise ApiError(400, f"replication_factor {factor} is more than the {live} live "
+                            f"broker(s); start more brokers or ask for fewer replicas",
+                       error_code=40005, name="invalid_replication_factor")
+    partitions = 1 if body.partitions_count is None else body.partitions_count
+    configs, _ = _config_values([(c.name, c.value) for c in body.configs])
+    if internal:
+        meta = TopicMetadata(OFFSETS_TOPIC, "", partitions, {}, 0)
+    else:
+        meta = st.manager.create_topic(body.topic_name, partitions, configs, validate_only=True)
+    if body.validate_only:
+        return json_response(topic_body(meta, factor), status=200)
+    controller = st.cluster.broker.controller
+    await _controller_step(st, lambda: controller.create_topic(
+        meta.name, partitions, factor, dict(meta.overrides), int(time.time() * 1000)), meta.name)
+    if internal:
+        return json_response({"topic_name": OFFSETS_TOPIC, "partitions_count": partitions},
+                             status=201)
+    return json_response(topic_body(st.manager.topic(meta.name)), status=201)
 
 
 @router.get(BASE)
@@ -170,8 +239,17 @@ async def get_topic(cluster_id: str, topic_name: TopicName, request: Request) ->
 async def update_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     """Raise ``partitions_count`` (it never goes down)."""
     check_cluster(cluster_id)
+    st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
     body = await decode_request(request, _patch, ADMIN_BODY_LIMIT)
-    meta = state(request).manager.add_partitions(topic_name, body.partitions_count)
+    if st.cluster is not None:
+        st.require_topic(topic_name)
+        controller = st.cluster.broker.controller
+        await _controller_step(st, lambda: controller.add_partitions(
+            topic_name, body.partitions_count), topic_name)
+        return json_response(topic_body(st.manager.topic(topic_name)))
+    meta = st.manager.add_partitions(topic_name, body.partitions_count)
     return json_response(topic_body(meta))
 
 
@@ -179,8 +257,15 @@ async def update_topic(cluster_id: str, topic_name: TopicName, request: Request)
 async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
     st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
     st.require_topic(topic_name)
-    st.manager.delete_topic(topic_name)
+    if st.cluster is not None:
+        broker = st.cluster.broker
+        await asyncio.to_thread(broker.controller.delete_topic, topic_name)
+        await asyncio.to_thread(broker.forget_topic, topic_name)
+    else:
+        st.manager.delete_topic(topic_name)
     await asyncio.to_thread(st.tiered.drop_topic, topic_name)
     return Response(status_code=204)
 
@@ -208,11 +293,13 @@ async def set_config(cluster_id: str, topic_name: TopicName, name: str,
                      request: Request) -> Response:
     """Set a config; a null value resets it to its default."""
     check_cluster(cluster_id)
-    body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
     st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
+    body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
     st.require_topic(topic_name)
     to_set, to_default = _config_values([(_known(name), body.value)])
-    st.manager.alter_configs(topic_name, to_set, to_default)
+    await _alter(st, topic_name, to_set, to_default)
     return Response(status_code=204)
 
 
@@ -222,8 +309,10 @@ async def reset_config(cluster_id: str, topic_name: TopicName, name: str,
     """Back to the default value."""
     check_cluster(cluster_id)
     st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
     st.require_topic(topic_name)
-    st.manager.alter_configs(topic_name, delete_configs=[_known(name)])
+    await _alter(st, topic_name, {}, [_known(name)])
     return Response(status_code=204)
 
 
@@ -233,13 +322,28 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
     """Set and delete several configs atomically: ``{"data": [{name, value, operation}]}``
     (SET with a null value resets); ``validate_only: true`` checks and changes nothing."""
     check_cluster(cluster_id)
-    body = await decode_request(request, _alter, ADMIN_BODY_LIMIT)
     st = state(request)
+    if (answer := await _to_controller(st, request)) is not None:
+        return answer
+    body = await decode_request(request, _alter, ADMIN_BODY_LIMIT)
     st.require_topic(topic_name)
     to_set, to_delete = _config_values([(e.name, None if e.operation == "DELETE" else e.value)
                                         for e in body.data])
-    st.manager.alter_configs(topic_name, to_set, to_delete, validate_only=body.validate_only)
+    await _alter(st, topic_name, to_set, to_delete, validate_only=body.validate_only)
     return Response(status_code=204)
+
+
+async def _alter(st: AppState, topic: str, to_set: dict[str, str], to_delete: list[str],
+                 validate_only: bool = False) -> None:
+    """Change a topic's configs: here, or (in a cluster) through the controller, which
+    writes them to ZooKeeper for every broker."""
+    if st.cluster is None or validate_only:
+        st.manager.alter_configs(topic, to_set, to_delete, validate_only=validate_only)
+        return
+    meta = st.manager.alter_configs(topic, to_set, to_delete, validate_only=True)
+    controller = st.cluster.broker.controller
+    await _controller_step(st, lambda: controller.set_configs(topic, dict(meta.overrides)),
+                           topic)
 
 
 @router.get(BASE + "/{topic_name}/partitions")
