@@ -6,6 +6,10 @@ whether its topic or group exists: 403 reads the same either way. An endpoint
 missing from the table needs cluster ``admin`` (deny by default); a test checks
 that every route of the app has its rule. Lists (topics, groups) are filtered in
 their routers to what the principal may describe.
+
+A broker forwarding a user's request authenticates with its own key (principal
+``broker-N``) and names the user in ``Lakelog-Principal``; every check then uses the
+user's ACLs. Anyone else sending that header is refused: users cannot act as others.
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingest_api.errors import ApiError
-from ingest_api.security import CLUSTER, SecurityStore, parse_credentials
+from ingest_api.security import (
+    CLUSTER,
+    PRINCIPAL_HEADER,
+    SecurityStore,
+    is_broker_principal,
+    parse_credentials,
+    valid_principal,
+)
 
 _B = r"^/v3/clusters/lakelog"
 _NAME = r"(?P<name>[^/]+)"
@@ -70,6 +81,7 @@ RULES: tuple[Rule, ...] = (
 OPEN_PATHS = frozenset({"/healthz"})
 ADMIN = Rule(frozenset(), re.compile(""), "cluster", "admin")
 CHALLENGE = b'Basic realm="lakelog", Bearer realm="lakelog"'
+_ON_BEHALF = PRINCIPAL_HEADER.lower().encode()
 
 
 def rule_for(method: str, path: str) -> tuple[Rule, str]:
@@ -81,8 +93,10 @@ def rule_for(method: str, path: str) -> tuple[Rule, str]:
 
 
 class AuthMiddleware:
-    """Sets ``request.state.principal`` (None with authentication off) or answers
-    401 (no or wrong credentials) / 403 (not allowed)."""
+    """Sets ``request.state.principal`` (None with authentication off; the user a broker
+    acts for when it names one) and ``request.state.forwarded_by`` (that broker's
+    principal, else None), or answers 401 (no or wrong credentials) / 403 (not allowed,
+    or ``Lakelog-Principal`` from a non-broker) / 400 (a malformed ``Lakelog-Principal``)."""
 
     def __init__(self, app: ASGIApp, store: SecurityStore | None) -> None:
         self.app = app
@@ -93,12 +107,16 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        state["principal"] = None
+        state["principal"] = state["forwarded_by"] = None
         if self.store is None or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = next((v.decode("latin-1") for k, v in scope["headers"]
-                       if k == b"authorization"), None)
+        header = on_behalf = None
+        for k, v in scope["headers"]:
+            if k == b"authorization" and header is None:
+                header = v.decode("latin-1")
+            elif k == _ON_BEHALF and on_behalf is None:
+                on_behalf = v.decode("latin-1").strip()
         creds = parse_credentials(header)
         principal = self.store.authenticate(*creds) if creds else None
         if principal is None:
@@ -109,6 +127,18 @@ class AuthMiddleware:
             await _reject(send, 401, 40101, "authentication_failed", why,
                           [(b"www-authenticate", CHALLENGE)])
             return
+        if on_behalf is not None:
+            if not is_broker_principal(principal):
+                await _reject(send, 403, 40302, "impersonation_refused",
+                              f"principal '{principal}' may not send {PRINCIPAL_HEADER}: only "
+                              "brokers forwarding a request name the principal it is for; "
+                              "drop the header")
+                return
+            if not valid_principal(on_behalf):
+                await _reject(send, 400, 40007, "invalid_principal",
+                              f"{PRINCIPAL_HEADER} must be 1-200 characters of [A-Za-z0-9._@-]")
+                return
+            state["forwarded_by"], principal = principal, on_behalf
         rule, name = rule_for(scope["method"], scope["path"])
         if rule.resource_type is not None and not self.store.allowed(
                 principal, rule.resource_type, name, rule.operation):

@@ -1,6 +1,8 @@
-"""Who may do what: API keys (stored hashed) and ACLs per principal, kept in one file.
+"""Who may do what: API keys (stored hashed) and ACLs per principal, kept in one document.
 
-``<data_dir>/security/security.json`` (mode 0600, replaced atomically) holds
+The document lives in ``<data_dir>/security/security.json`` (mode 0600, replaced
+atomically) for a broker on its own, or in the znode ``/lakelog/security`` for a cluster,
+so that a key or ACL made through any broker works on every broker. It holds
 
 - ``keys``: ``{key_id, principal, salt, digest, created_ms}``; ``digest`` is
   SHA-256 of salt + secret. Secrets are 256 random bits, so a fast hash is as good
@@ -14,9 +16,18 @@
   (Kafka's super users): topic creation, ACL and key changes among it.
   Any operation on a resource implies ``describe`` of it, as in Kafka.
 
+- ``serial``: bumped by every write, so a reader never goes back to an older copy.
+
 A server reloads the file when it changes (checked at most once a second), so
 ``lakelog acls``/``lakelog keys`` through another server process or by hand take
-effect without a restart.
+effect without a restart. The znode is changed only by conditional writes (two brokers
+adding keys at once both land) and each broker's copy follows it by a watch, so a
+request's check never waits on ZooKeeper.
+
+Brokers authenticate to each other with keys of their own: principal ``broker-N`` (a
+name users may not take) with cluster ``admin``, its secret in
+``<data_dir>/security/broker.key``. A broker forwarding a user's request names the user
+in the ``Lakelog-Principal`` header, and the receiver checks that user's ACLs.
 """
 
 from __future__ import annotations
@@ -25,15 +36,23 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
+import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from log_tables.files import atomic_write
+
+if TYPE_CHECKING:  # a broker on its own never loads kazoo
+    from cluster.znode import VersionedZnode
+
+log = logging.getLogger(__name__)
 
 RESOURCE_TYPES = ("topic", "group", "cluster")
 PATTERN_TYPES = ("literal", "prefixed")
@@ -45,6 +64,9 @@ OPERATIONS = {
 CLUSTER = "lakelog"
 KEY_PREFIX = "llk_"
 RELOAD_CHECK_S = 1.0
+ZNODE_PATH = "/lakelog/security"
+PRINCIPAL_HEADER = "Lakelog-Principal"
+_BROKER_PRINCIPAL = re.compile(r"broker-[0-9]+")
 
 
 class SecurityError(ValueError):
@@ -88,6 +110,21 @@ def _valid_principal(name: str) -> bool:
     return 0 < len(name) <= 200 and all(c.isalnum() or c in "._@-" for c in name) and name.isascii()
 
 
+def valid_principal(name: str) -> bool:
+    """1-200 characters of ``[A-Za-z0-9._@-]``."""
+    return _valid_principal(name)
+
+
+def broker_principal(broker_id: int) -> str:
+    """The principal broker ``broker_id`` authenticates as: ``broker-N``."""
+    return f"broker-{int(broker_id)}"
+
+
+def is_broker_principal(name: str | None) -> bool:
+    """Whether ``name`` is a broker's own principal (``broker-<digits>``)."""
+    return name is not None and _BROKER_PRINCIPAL.fullmatch(name) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKey:
     key_id: str
@@ -124,37 +161,114 @@ def parse_credentials(header: str | None) -> tuple[str, str] | None:
     return (key_id, secret) if sep and key_id and secret else None
 
 
-class SecurityStore:
-    """The keys and ACLs of one data directory (thread-safe)."""
+def forward_headers(credentials: str, principal: str | None) -> dict[str, str]:
+    """Headers of a request one broker sends another: its own key (``key_id:secret``, as
+    ``broker_credentials`` gives it) and, when it acts for a user, that user's principal,
+    whose ACLs the receiver then checks."""
+    token = base64.b64encode(credentials.encode()).decode()
+    headers = {"Authorization": f"Basic {token}"}
+    if principal is not None:
+        headers[PRINCIPAL_HEADER] = principal
+    return headers
 
-    def __init__(self, data_dir: Path) -> None:
+
+@dataclass(slots=True)
+class _Document:
+    """The keys and ACLs as stored (a mutable working copy)."""
+
+    keys: dict[str, ApiKey]
+    acls: list[Acl]
+    serial: int = 0
+
+    @classmethod
+    def decode(cls, raw: bytes | None, where: str) -> _Document:
+        if not raw:
+            return cls({}, [])
+        try:
+            doc = json.loads(raw)
+            keys = {k["key_id"]: ApiKey(**k) for k in doc.get("keys", [])}
+            acls = [Acl(**a) for a in doc.get("acls", [])]
+            serial = int(doc.get("serial", 0))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SecurityError(f"{where}: unreadable ({exc}); fix or remove it") from None
+        return cls(keys, acls, serial)
+
+    def encode(self) -> bytes:
+        return json.dumps({"serial": self.serial,
+                           "keys": [asdict(k) for k in self.keys.values()],
+                           "acls": [asdict(a) for a in self.acls]}, indent=1).encode()
+
+
+def _new_key(principal: str) -> tuple[ApiKey, str]:
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    return ApiKey(KEY_PREFIX + secrets.token_hex(8), principal, salt, _digest(salt, secret),
+                  int(time.time() * 1000)), secret
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """``text`` in ``path``, readable only by this user (its directory too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    old = os.umask(0o077)
+    try:
+        atomic_write(path, text.encode())
+    finally:
+        os.umask(old)
+
+
+class SecurityStore:
+    """The keys and ACLs of one data directory, or of the cluster when given its znode
+    (thread-safe; checks read an in-memory copy)."""
+
+    def __init__(self, data_dir: Path, znode: VersionedZnode | None = None) -> None:
         self.directory = Path(data_dir) / "security"
         self.path = self.directory / "security.json"
         self.admin_key_path = self.directory / "admin.key"
+        self.broker_key_path = self.directory / "broker.key"
+        self.znode = znode
+        self._where = f"zookeeper:{znode.path}" if znode is not None else str(self.path)
         self._lock = threading.Lock()
         self._keys: dict[str, ApiKey] = {}
         self._acls: list[Acl] = []
+        self._serial = -1
         self._mtime: int | None = None
         self._checked = 0.0
-        self._load()
+        if znode is None:
+            self._load()
+        else:  # the first call is synchronous: the copy is current once this returns
+            znode.watch(self._on_znode)
 
     # ---- persistence -------------------------------------------------------------------
 
+    def _install(self, doc: _Document, force: bool = False) -> None:
+        """Make ``doc`` the copy checks read unless it is older than the one held (a
+        watch may deliver what it read before this store's own newer write)."""
+        with self._lock:
+            if force or doc.serial >= self._serial:
+                self._keys, self._acls, self._serial = doc.keys, doc.acls, doc.serial
+
+    def _on_znode(self, data: bytes | None) -> None:
+        try:
+            doc = _Document.decode(data, self._where)
+        except SecurityError as exc:  # keep serving the last good copy
+            log.error("%s", exc)
+            return
+        self._install(doc, force=data is None)  # a deleted node is honoured at once
+
     def _load(self) -> None:
+        if self.znode is not None:
+            return  # the watch keeps the copy current
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            self._keys, self._acls, self._mtime = {}, [], None
+            self._keys, self._acls, self._serial, self._mtime = {}, [], -1, None
             return
         if st.st_mtime_ns == self._mtime:
             return
-        try:
-            doc = json.loads(self.path.read_bytes())
-            keys = {k["key_id"]: ApiKey(**k) for k in doc.get("keys", [])}
-            acls = [Acl(**a) for a in doc.get("acls", [])]
-        except (ValueError, TypeError, KeyError) as exc:
-            raise SecurityError(f"{self.path}: unreadable ({exc}); fix or remove it") from None
-        self._keys, self._acls, self._mtime = keys, acls, st.st_mtime_ns
+        doc = _Document.decode(self.path.read_bytes(), self._where)
+        self._keys, self._acls, self._serial = doc.keys, doc.acls, doc.serial
+        self._mtime = st.st_mtime_ns
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -162,16 +276,43 @@ class SecurityStore:
             self._checked = now
             self._load()
 
-    def _save(self) -> None:
+    def _change(self, fn: Callable[[_Document], bool]) -> bool:
+        """Apply ``fn`` to a copy of the document (it returns whether it changed it) and
+        store the result. In ZooKeeper: a conditional write, re-applied to the newer
+        document when another broker wrote first, so ``fn`` must be pure."""
+        if self.znode is None:
+            with self._lock:
+                self._load()
+                doc = _Document(dict(self._keys), list(self._acls), self._serial)
+                if not fn(doc):
+                    return False
+                doc.serial += 1
+                self._save(doc)
+                return True
+        changed = False
+
+        def apply(data: bytes | None) -> bytes | None:
+            nonlocal changed
+            doc = _Document.decode(data, self._where)
+            changed = fn(doc)
+            if not changed:
+                return None
+            doc.serial += 1
+            return doc.encode()
+
+        stored = self.znode.update(apply)  # no lock held: the watch must never wait
+        self._install(_Document.decode(stored, self._where))
+        return changed
+
+    def _save(self, doc: _Document) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
-        doc = {"keys": [asdict(k) for k in self._keys.values()],
-               "acls": [asdict(a) for a in self._acls]}
         old = os.umask(0o077)
         try:
-            atomic_write(self.path, json.dumps(doc, indent=1).encode())
+            atomic_write(self.path, doc.encode())
         finally:
             os.umask(old)
+        self._keys, self._acls, self._serial = doc.keys, doc.acls, doc.serial
         self._mtime = self.path.stat().st_mtime_ns
 
     # ---- keys --------------------------------------------------------------------------
@@ -180,23 +321,20 @@ class SecurityStore:
         """A new key for ``principal``: (the stored key, the secret, shown only now)."""
         if not _valid_principal(principal):
             raise SecurityError("principal must be 1-200 characters of [A-Za-z0-9._@-]")
-        secret = secrets.token_urlsafe(32)
-        salt = secrets.token_hex(16)
-        key = ApiKey(KEY_PREFIX + secrets.token_hex(8), principal, salt, _digest(salt, secret),
-                     int(time.time() * 1000))
-        with self._lock:
-            self._load()
-            self._keys[key.key_id] = key
-            self._save()
+        if is_broker_principal(principal):
+            raise SecurityError(f"principal '{principal}' is reserved: broker-<id> names "
+                                "the brokers, which make their own keys; choose another name")
+        key, secret = _new_key(principal)
+
+        def add(doc: _Document) -> bool:
+            doc.keys[key.key_id] = key
+            return True
+
+        self._change(add)
         return key, secret
 
     def delete_key(self, key_id: str) -> bool:
-        with self._lock:
-            self._load()
-            if self._keys.pop(key_id, None) is None:
-                return False
-            self._save()
-            return True
+        return self._change(lambda doc: doc.keys.pop(key_id, None) is not None)
 
     def api_keys(self) -> list[ApiKey]:
         with self._lock:
@@ -217,22 +355,23 @@ class SecurityStore:
 
     def add_acl(self, acl: Acl) -> bool:
         """Add ``acl``; False if it was there already."""
-        with self._lock:
-            self._load()
-            if acl in self._acls:
+
+        def add(doc: _Document) -> bool:
+            if acl in doc.acls:
                 return False
-            self._acls.append(acl)
-            self._save()
+            doc.acls.append(acl)
             return True
 
+        return self._change(add)
+
     def remove_acl(self, acl: Acl) -> bool:
-        with self._lock:
-            self._load()
-            if acl not in self._acls:
+        def remove(doc: _Document) -> bool:
+            if acl not in doc.acls:
                 return False
-            self._acls.remove(acl)
-            self._save()
+            doc.acls.remove(acl)
             return True
+
+        return self._change(remove)
 
     def acls(self, principal: str | None = None) -> list[Acl]:
         with self._lock:
@@ -251,21 +390,63 @@ class SecurityStore:
                 return True
         return False
 
-    # ---- the first admin ---------------------------------------------------------------
+    # ---- the first admin and the brokers' own keys -------------------------------------
+
+    def _add_admin_key(self, key: ApiKey, only_if: Callable[[_Document], bool]) -> bool:
+        """Store ``key`` with cluster ``admin`` for its principal, in one write, when
+        ``only_if`` holds for the document (checked again on every retry)."""
+        admin = Acl(key.principal, "cluster", CLUSTER, "literal", "admin")
+
+        def add(doc: _Document) -> bool:
+            if not only_if(doc):
+                return False
+            doc.keys[key.key_id] = key
+            if admin not in doc.acls:
+                doc.acls.append(admin)
+            return True
+
+        return self._change(add)
 
     def bootstrap(self) -> Path | None:
-        """With no key at all, make an ``admin`` principal with a key and write the key
-        (``id:secret``, mode 0600) to ``security/admin.key``; returns that path, or None
-        when keys exist already."""
+        """With no key at all (brokers' own keys aside), make an ``admin`` principal with a
+        key and write the key (``id:secret``, mode 0600) to ``security/admin.key``; returns
+        that path, or None when keys exist already. In a cluster one conditional write
+        decides, so only the first broker to start makes it (in its own data directory)."""
         with self._lock:
-            self._load()
-            if self._keys:
+            self._refresh()
+            if any(not is_broker_principal(k.principal) for k in self._keys.values()):
                 return None
-        key, secret = self.create_key("admin")
-        self.add_acl(Acl("admin", "cluster", CLUSTER, "literal", "admin"))
-        old = os.umask(0o077)
-        try:
-            atomic_write(self.admin_key_path, f"{key.key_id}:{secret}\n".encode())
-        finally:
-            os.umask(old)
+        key, secret = _new_key("admin")
+        if not self._add_admin_key(key, lambda doc: all(
+                is_broker_principal(k.principal) for k in doc.keys.values())):
+            return None
+        _write_secret(self.admin_key_path, f"{key.key_id}:{secret}\n")
         return self.admin_key_path
+
+    def broker_credentials(self, broker_id: int) -> str:
+        """Broker ``broker_id``'s own key as ``key_id:secret``: the one in
+        ``security/broker.key`` while the store still knows it, else a new key for
+        ``broker-N`` with cluster ``admin`` (replacing that principal's older keys) written
+        there, mode 0600.
+
+        1. store the new key (and the ACL) in one write; 2. write broker.key. A crash
+        between them leaves a key nobody holds, replaced at the next start."""
+        principal = broker_principal(broker_id)
+        try:
+            held = self.broker_key_path.read_text().strip()
+        except FileNotFoundError:
+            held = ""
+        key_id, _, secret = held.partition(":")
+        if key_id and secret and self.authenticate(key_id, secret) == principal:
+            return held
+        key, secret = _new_key(principal)
+
+        def replace_older(doc: _Document) -> bool:
+            for old in [k for k, v in doc.keys.items() if v.principal == principal]:
+                del doc.keys[old]
+            return True
+
+        self._add_admin_key(key, replace_older)
+        credentials = f"{key.key_id}:{secret}"
+        _write_secret(self.broker_key_path, credentials + "\n")
+        return credentials

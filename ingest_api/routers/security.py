@@ -84,7 +84,10 @@ async def create_key(cluster_id: str, request: Request) -> Response:
     """A new key: ``{key_id, secret, principal}``; the secret is shown only here."""
     check_cluster(cluster_id)
     body = decode(await read_body(request, MAX_BODY), _key)
-    key, secret = _store(request).create_key(body.principal)
+    try:
+        key, secret = _store(request).create_key(body.principal)
+    except SecurityError as exc:  # a reserved principal (broker-<id>)
+        raise ApiError(400, str(exc), 40007, "invalid_principal") from None
     return json_response({**key.public(), "secret": secret}, status=201)
 
 
