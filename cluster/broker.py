@@ -57,12 +57,15 @@ PRODUCER_EPOCHS = "/lakelog/producer_epochs"
 
 
 class ClusterBroker:
-    def __init__(self, broker_id: int, connect: str, session_timeout_ms: int,
-                 info: BrokerInfo, manager: LogManager) -> None:
+    def __init__(self, broker_id: int, session: ZkSession, info: BrokerInfo,
+                 manager: LogManager) -> None:
+        """``session``: started already (the server reads its security from ZooKeeper
+        before the logs are open)."""
         self.broker_id = broker_id
         self.info = info
         self.manager = manager
-        self.session = ZkSession(connect, session_timeout_ms, self._new_session)
+        self.session = session
+        session.on_new_session = self._new_session
         self.client = self.session.client
         self.view = ClusterView(self.client)
         self.controller = Controller(self.client, broker_id)
@@ -72,7 +75,6 @@ class ClusterBroker:
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, timeout_s: float = 60) -> None:
-        self.session.start(timeout_s)
         self._join_cluster()
         self._register(timeout_s)
         self.view.start()

@@ -33,14 +33,14 @@ class ZkSession:
     (the broker re-registers and the controller election runs again)."""
 
     def __init__(self, connect: str, session_timeout_ms: int,
-                 on_new_session: Callable[[], None]) -> None:
+                 on_new_session: Callable[[], None] | None = None) -> None:
         self.connect = connect
         self.session_timeout_s = session_timeout_ms / 1000
         self.client = KazooClient(
             hosts=connect, timeout=self.session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, max_delay=1.0))
-        self._on_new_session = on_new_session
+        self.on_new_session = on_new_session
         self._lease_from = float("-inf")
         self._session_id: int | None = None
         self._stop = threading.Event()
@@ -126,7 +126,8 @@ class ZkSession:
 
     def _new_session(self, ident: int | None) -> None:
         try:
-            self._on_new_session()
+            if self.on_new_session is not None:
+                self.on_new_session()
         except Exception:
             log.exception("re-registering with ZooKeeper after a new session failed")
             return

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import msgspec
@@ -15,6 +16,8 @@ from fastapi.openapi.utils import get_openapi
 
 from cluster.broker import ClusterBroker
 from cluster.model import BrokerInfo
+from cluster.session import ZkSession
+from cluster.znode import VersionedZnode
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
 from consumer_groups.subscriptions import SubscriptionWriter
@@ -31,7 +34,7 @@ from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.service import ProduceService
 from ingest_api.routers import admin, cluster, records, security, topics
 from ingest_api.routers import groups as groups_router
-from ingest_api.security import SecurityStore
+from ingest_api.security import ZNODE_PATH, SecurityStore, forward_headers
 from ingest_api.settings import ApiSettings
 from ingest_api.state import AppState
 from log_tables.cold.tiered_storage import TieredStorage
@@ -55,7 +58,11 @@ def create_app(settings: ApiSettings | None = None,
                services: Sequence[BackgroundService] = ()) -> FastAPI:
     """An app serving ``settings.data_dir``; the logs are opened (recovered) at startup."""
     settings = settings or ApiSettings()
-    store = SecurityStore(settings.data_dir) if settings.auth == "api-key" else None
+    session = _zookeeper(settings)
+    znode = VersionedZnode(session.client, ZNODE_PATH) if session is not None else None
+    store = SecurityStore(settings.data_dir, znode) if settings.auth == "api-key" else None
+    credentials = store.broker_credentials(settings.broker_id) \
+        if store is not None and settings.broker_id is not None and session is not None else None
     if store is not None and (admin_key := store.bootstrap()) is not None:
         log.warning("no API key existed: made one for principal 'admin' (cluster admin) in "
                     "%s, readable only by this user; the CLI uses it from there, curl with "
@@ -75,8 +82,8 @@ def create_app(settings: ApiSettings | None = None,
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
-        link = await asyncio.to_thread(_join_cluster, settings, manager) \
-            if settings.zookeeper else None
+        link = await asyncio.to_thread(_join_cluster, settings, manager, session, credentials) \
+            if session is not None else None
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
@@ -164,21 +171,40 @@ async def _upkeep(manager: LogManager, tiered: TieredStorage, settings: ApiSetti
             log.exception("removing tiered hot segments failed")
 
 
-def _join_cluster(settings: ApiSettings, manager: LogManager) -> ClusterLink:
+def _zookeeper(settings: ApiSettings) -> ZkSession | None:
+    """A broker's ZooKeeper session (None for the cluster of one), opened before anything
+    else: the security store lives there."""
+    if settings.zookeeper is None:
+        return None
+    session = ZkSession(settings.zookeeper, settings.zookeeper_session_timeout_ms)
+    session.start()
+    return session
+
+
+def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession,
+                  credentials: str | None) -> ClusterLink:
     """Register this broker with the cluster's ZooKeeper and load its metadata."""
     assert settings.broker_id is not None and settings.zookeeper is not None
     host = settings.advertised_host or (
         "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host)
     info = BrokerInfo(settings.broker_id, host, settings.port, settings.broker_rack,
                       "https" if settings.tls_cert else "http")
-    broker = ClusterBroker(settings.broker_id, settings.zookeeper,
-                           settings.zookeeper_session_timeout_ms, info, manager)
+    broker = ClusterBroker(settings.broker_id, session, info, manager)
     broker.start()
     METADATA.attach(broker.view)
     log.info("broker %d joined cluster %s at %s (controller: broker %s)", settings.broker_id,
              broker.cluster_id, settings.zookeeper, broker.view.controller_id)
-    return ClusterLink(broker, timeout_s=settings.max_fetch_wait_ms / 1000 + 30,
-                       offsets_slots=settings.offsets_topic_num_partitions)
+    return ClusterLink(
+        broker, timeout_s=settings.max_fetch_wait_ms / 1000 + 30,
+        offsets_slots=settings.offsets_topic_num_partitions,
+        credentials=None if credentials is None else partial(forward_headers, credentials),
+        verify=_tls_verify(settings))
+
+
+def _tls_verify(settings: ApiSettings) -> bool | str:
+    """Brokers reach each other over HTTPS when they serve it; their certificates are
+    checked against the system's CAs, or ``tls_ca`` (a private CA's bundle)."""
+    return str(settings.tls_ca) if settings.tls_ca is not None else True
 
 
 def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:

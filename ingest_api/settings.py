@@ -72,6 +72,9 @@ class ApiSettings(GroupSettings):
     tls_cert: Path | None = Field(None, description="TLS certificate (PEM); with tls_key, "
                                                     "the server speaks HTTPS only.")
     tls_key: Path | None = Field(None, description="TLS private key (PEM) of tls_cert.")
+    tls_ca: Path | None = Field(None, description="CA bundle (PEM) that the other brokers' "
+                                                  "certificates are checked against; unset: "
+                                                  "the system's CAs.")
 
     broker_id: int | None = Field(None, ge=0, le=2**31 - 1,
                                   description="This broker's id in a cluster (with zookeeper); "
