@@ -87,7 +87,7 @@ def create_app(settings: ApiSettings | None = None,
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
-            GroupPoll(groups, fetch, manager), link)
+            GroupPoll(groups, fetch, manager, link), link)
         metrics.attach(Sources(manager, tiered, groups))
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
         subscriptions = SubscriptionWriter(settings.layout.data_dir)

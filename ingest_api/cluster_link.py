@@ -12,6 +12,7 @@ caller tries again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,7 @@ from fastapi.responses import Response
 from cluster.broker import ClusterBroker
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from consumer_groups.hashing import group_slot
-from ingest_api.errors import ApiError
+from ingest_api.errors import ApiError, error_of
 from ingest_api.models import ProduceRecord
 from ingest_api.produce.runs import ProduceResult, Run
 from ingest_api.state import CLUSTER_ID
@@ -36,6 +37,7 @@ from log_tables.errors import (
     LeaderNotAvailableError,
     NotControllerError,
     NotLeaderError,
+    TopicExistsError,
     UnknownTopicError,
 )
 
@@ -110,6 +112,34 @@ class ClusterLink:
                 f"the coordinator of group {group!r} (slot {slot}, broker {leader}) is down; "
                 f"try again")
         return info
+
+    async def coordinator_of(self, group: str) -> BrokerInfo | None:
+        """``coordinator``, making the coordinator slots first when the cluster has none
+        yet (Kafka makes ``__consumer_offsets`` on the first group request too, so that
+        the slots spread over the brokers running by then)."""
+        if self.broker.view.topic(OFFSETS_TOPIC) is None and \
+                not await asyncio.to_thread(self.broker.ensure_topic, OFFSETS_TOPIC):
+            await self._create_offsets_topic()
+        return self.coordinator(group)
+
+    async def _create_offsets_topic(self) -> None:
+        controller = self.controller()
+        if controller is None:
+            def create() -> None:
+                with contextlib.suppress(TopicExistsError):
+                    self.broker.controller.create_topic(OFFSETS_TOPIC, self.offsets_slots, 1,
+                                                        {}, 0)
+            await asyncio.to_thread(create)
+        else:
+            body = _encoder.encode({"topic_name": OFFSETS_TOPIC,
+                                    "partitions_count": self.offsets_slots})
+            r = await self.send(controller, "POST", f"/v3/clusters/{CLUSTER_ID}/topics",
+                                principal=None, content=body,
+                                headers={"content-type": "application/json"})
+            if r.status_code not in (200, 201) and \
+                    r.json().get("error") != TopicExistsError.code:
+                raise error_of(r)
+        await asyncio.to_thread(self.broker.ensure_topic, OFFSETS_TOPIC)
 
     def controller(self) -> BrokerInfo | None:
         """The controller's broker; None when it is this one."""
@@ -235,17 +265,6 @@ class ProduceRoute:
                 int(f["error_code"]) // 100 if f["error_code"] >= 10000 else f["error_code"],
                 f["message"], error_code=f["error_code"], name=f["error"],
                 retriable=f.get("retriable"))
-
-
-def error_of(r: httpx.Response) -> ApiError:
-    """The error of another broker's answer, as this broker answers it."""
-    try:
-        body = r.json()
-        return ApiError(r.status_code, body["message"], error_code=body["error_code"],
-                        name=body["error"], retriable=body.get("retriable"))
-    except (ValueError, KeyError, TypeError):
-        return ApiError(r.status_code, f"another broker answered {r.status_code}: "
-                                       f"{r.text[:200]}", name="broker_error")
 
 
 def _epoch_ms(text: str) -> int:

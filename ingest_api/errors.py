@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -167,3 +168,14 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_error)
+
+
+def error_of(r: httpx.Response) -> ApiError:
+    """The error of another broker's answer, as this broker answers it."""
+    try:
+        body = r.json()
+        return ApiError(r.status_code, body["message"], error_code=body["error_code"],
+                        name=body["error"], retriable=body.get("retriable"))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(r.status_code, f"another broker answered {r.status_code}: "
+                                       f"{r.text[:200]}", name="broker_error")

@@ -11,33 +11,110 @@ nothing to return the poll waits (up to ``timeout_ms``) for any of them.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from cluster.model import BrokerInfo
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from consumer_groups.offsets import OffsetKey
+from ingest_api.errors import ApiError, error_of
 from ingest_api.fetch import FetchService, Format, records_of
-from ingest_api.models import FetchedRecord
+from ingest_api.models import FetchedRecord, RemoteFetch
 from log_tables.errors import (
+    BrokerNotAvailableError,
     CorruptRecordError,
+    LeaderNotAvailableError,
+    NotLeaderError,
     OffsetOutOfRangeError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from log_tables.hot.log_manager import LogManager
 
+if TYPE_CHECKING:
+    from ingest_api.cluster_link import ClusterLink
+
 _encoder = msgspec.json.Encoder()
 
 
+_remote_fetch = msgspec.json.Decoder(RemoteFetch)
+
+
 class GroupPoll:
+    """``cluster``: in a cluster, the partitions led by other brokers are read from their
+    leaders (a fetch over HTTP), as a Kafka consumer fetches from each leader."""
+
     def __init__(self, coordinator: GroupCoordinator, fetch: FetchService,
-                 manager: LogManager) -> None:
+                 manager: LogManager, cluster: ClusterLink | None = None) -> None:
         self.coordinator = coordinator
         self.fetch = fetch
         self.manager = manager
+        self.cluster = cluster
+
+    def _leader(self, tp: TopicPartition) -> BrokerInfo | None:
+        """The leader's broker when another broker leads ``tp``; None when this one does
+        (or this is the cluster of one)."""
+        if self.cluster is None:
+            return None
+        where = self.cluster.route(tp.topic, tp.partition, forwarded=False)
+        return None if isinstance(where, int) else where
+
+    async def _remote_read(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
+                           max_records: int, max_bytes: int, fmt: Format
+                           ) -> RemoteFetch:
+        assert self.cluster is not None
+        r = await self.cluster.send(
+            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
+                           f"{tp.partition}/records", principal=None,
+            params={"offset": str(offset), "max_records": str(max_records),
+                    "max_bytes": str(max(max_bytes, 1)), "format": fmt, "timeout_ms": "0"})
+        if r.status_code == 416:
+            body = r.json()
+            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", offset,
+                                        int(body["log_start_offset"]),
+                                        int(body["high_watermark"]))
+        if r.status_code != 200:
+            raise error_of(r)
+        return _remote_fetch.decode(r.content)
+
+    async def _remote_offsets(self, broker: BrokerInfo, tp: TopicPartition) -> tuple[int, int]:
+        """(log start, high watermark) of a partition another broker leads."""
+        assert self.cluster is not None
+        r = await self.cluster.send(
+            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
+                           f"{tp.partition}/offsets", principal=None,
+            params={"spec": "earliest"})
+        if r.status_code != 200:
+            raise error_of(r)
+        body = r.json()
+        return int(body["log_start_offset"]), int(body["high_watermark"])
+
+    async def _position_anywhere(self, group: str, member: Member, tp: TopicPartition,
+                                 leader: BrokerInfo | None) -> int:
+        if leader is None:
+            return self.position(group, member, tp)
+        pos = member.positions.get(tp)
+        if pos is None:
+            committed = self.coordinator.store.latest.get(OffsetKey(group, *tp))
+            pos = committed.offset if committed is not None else \
+                await self._remote_reset(member, tp, leader, None)
+            member.positions[tp] = pos
+        return pos
+
+    async def _remote_reset(self, member: Member, tp: TopicPartition, leader: BrokerInfo,
+                            out_of_range: int | None) -> int:
+        start, end = await self._remote_offsets(leader, tp)
+        if member.auto_offset_reset == "earliest":
+            return start
+        if member.auto_offset_reset == "latest":
+            return end
+        if out_of_range is None:
+            raise NoOffsetError(f"no committed offset for {tp.topic}/{tp.partition} and "
+                                "auto_offset_reset is none: commit or reset one first")
+        raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", out_of_range, start, end)
 
     def position(self, group: str, member: Member, tp: TopicPartition) -> int:
         """The member's position in ``tp``, resolved (and remembered) when it has none."""
@@ -84,15 +161,21 @@ class GroupPoll:
         member.poll_turn = (member.poll_turn + 1) % len(assigned)
         order = [tp for tp in assigned[member.poll_turn:] + assigned[:member.poll_turn]
                  if self.coordinator.partitions_of(tp.topic)]  # deleted topics: skipped
+        leaders = {tp: self._leader(tp) for tp in order}
         # Every position first: a reset policy of "none" fails the poll before any
         # position moved, so no record read in this poll can be skipped by the error.
-        positions = {tp: self.position(group, member, tp) for tp in order}
+        positions = {tp: await self._position_anywhere(group, member, tp, leaders[tp])
+                     for tp in order}
         out: list[FetchedRecord] = []
         budget_records, budget_bytes = max_records, max_bytes
         for tp in order:
             if budget_records <= 0 or budget_bytes <= 0:
                 break
             pos = positions[tp]
+            if (leader := leaders[tp]) is not None:
+                budget_records, budget_bytes = await self._read_remote(
+                    member, tp, leader, pos, budget_records, budget_bytes, fmt, out)
+                continue
             try:
                 offset, result = await self.fetch.read(tp.topic, tp.partition, pos,
                                                        budget_records, budget_bytes)
@@ -124,3 +207,39 @@ class GroupPoll:
             elif offset > pos:  # nothing there between: go on from where the read went
                 member.positions[tp] = offset
         return out
+
+    async def _read_remote(self, member: Member, tp: TopicPartition, leader: BrokerInfo,
+                           pos: int, budget_records: int, budget_bytes: int, fmt: Format,
+                           out: list[FetchedRecord]) -> tuple[int, int]:
+        """Read ``tp`` from its leader into ``out``; the budgets left."""
+        try:
+            answer = await self._remote_read(leader, tp, pos, budget_records, budget_bytes,
+                                             fmt)
+        except OffsetOutOfRangeError as exc:
+            if pos < exc.log_start_offset or pos > exc.high_watermark:
+                member.positions[tp] = await self._remote_reset(member, tp, leader, pos)
+            return budget_records, budget_bytes
+        except (LeaderNotAvailableError, NotLeaderError, BrokerNotAvailableError,
+                UnknownTopicError, UnknownPartitionError):
+            return budget_records, budget_bytes  # moved or down: the next poll looks again
+        except ApiError as exc:  # the leader's own answer
+            if exc.retriable or exc.status in (404, 421):
+                return budget_records, budget_bytes
+            raise
+        if tp not in member.assigned:
+            return budget_records, budget_bytes
+        for r in answer.records:
+            if r.offset < pos:
+                continue
+            r.topic_name, r.partition_id = tp.topic, tp.partition
+            out.append(r)
+            budget_records -= 1
+            budget_bytes -= _size(r)
+        if answer.next_offset > pos:
+            member.positions[tp] = answer.next_offset
+        return budget_records, budget_bytes
+
+
+def _size(r: FetchedRecord) -> int:
+    return (len(r.key.data) if r.key is not None and isinstance(r.key.data, str) else 0) + \
+        (len(r.value.data) if r.value is not None and isinstance(r.value.data, str) else 0)

@@ -276,6 +276,15 @@ class FetchedRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     headers: list[Header]
 
 
+class RemoteFetch(msgspec.Struct, gc=False):
+    """The part of a fetch answer a coordinator reads from another broker's partition."""
+
+    records: list[FetchedRecord]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
 class Success(msgspec.Struct, gc=False):
     """A batch entry's delivery report: Confluent's ``ProduceResponse`` with the entry's id."""
 

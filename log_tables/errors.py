@@ -359,6 +359,16 @@ class BrokerNotAvailableError(LakelogError):
     retriable = True
 
 
+class NotCoordinatorError(LakelogError):
+    """This broker does not coordinate the group (the coordinator slots moved)."""
+
+    kafka_name = "NOT_COORDINATOR"
+    code = "not_coordinator"
+    status = 421
+    error_code = 42102
+    retriable = True
+
+
 class CoordinatorNotAvailableError(LakelogError):
     """The group's coordinator broker is down or not yet chosen."""
 
@@ -380,7 +390,7 @@ ERRORS: tuple[type[LakelogError], ...] = (
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
     GroupNotEmptyError, InconsistentGroupError, NoOffsetError, NotLeaderError,
     LeaderNotAvailableError, NotControllerError, BrokerNotAvailableError,
-    CoordinatorNotAvailableError,
+    CoordinatorNotAvailableError, NotCoordinatorError,
 )
 """Every error class a body can name: the one table of codes, names and flags."""
 

@@ -10,10 +10,13 @@ import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
+from cluster.model import BrokerInfo
 from ingest_api.body import decode, read_body
+from ingest_api.cluster_link import forwarded, principal_of
+from ingest_api.errors import error_of
 from ingest_api.models import DeleteRecordsRequest
 from ingest_api.routers.cluster import check_cluster
-from ingest_api.state import json_body, json_response, state
+from ingest_api.state import AppState, json_body, json_response, state
 from log_tables.cold import job_runs
 from log_tables.errors import UnknownPartitionError
 
@@ -31,15 +34,54 @@ async def delete_records(cluster_id: str, topic_name: Annotated[str, Path(max_le
     check_cluster(cluster_id)
     st = state(request)
     body = decode(await read_body(request, MAX_DELETE_BODY_BYTES), _delete)
-    meta = st.manager.topic(topic_name)
+    meta = st.require_topic(topic_name)
     targets: dict[int, int] = {}
     for entry in body.partitions:
         if entry.partition_id >= meta.partitions:
             raise UnknownPartitionError(topic_name, entry.partition_id, meta.partitions)
         targets[entry.partition_id] = entry.offset
-    starts = await asyncio.to_thread(st.tiered.delete_records, topic_name, targets)
-    return json_response({"topic_name": topic_name, "partitions": [
-        {"partition_id": p, "low_watermark": starts[p]} for p in sorted(starts)]})
+    rows: list[dict[str, int]] = []
+    if st.cluster is not None:  # each leader deletes in its partitions
+        by_leader: dict[int, dict[int, int]] = {}
+        local: dict[int, int] = {}
+        leaders = {}
+        for p, offset in targets.items():
+            where = st.cluster.route(topic_name, p, forwarded(request))
+            if isinstance(where, int):
+                local[p] = offset
+            else:
+                by_leader.setdefault(where.broker_id, {})[p] = offset
+                leaders[where.broker_id] = where
+        targets = local
+        rows = await _from_leaders(st, request, [
+            (leaders[b], {"partitions": [{"partition_id": p, "offset": o}
+                                         for p, o in sorted(parts.items())]})
+            for b, parts in by_leader.items()])
+    starts = await asyncio.to_thread(st.tiered.delete_records, topic_name, targets) \
+        if targets else {}
+    rows += [{"partition_id": p, "low_watermark": starts[p]} for p in starts]
+    return json_response({"topic_name": topic_name,
+                          "partitions": sorted(rows, key=lambda r: r["partition_id"])})
+
+
+async def _from_leaders(st: AppState, request: Request,
+                        parts: list[tuple[BrokerInfo, dict[str, object] | None]]
+                        ) -> list[dict[str, int]]:
+    """The same request to other brokers (with a body of their part, or none): the
+    ``partitions`` rows of their answers; the first error fails the request."""
+    assert st.cluster is not None
+    link = st.cluster
+    answers = await asyncio.gather(*(
+        link.send(broker, "POST", request.url.path, principal=principal_of(request),
+                  content=None if body is None else msgspec.json.encode(body),
+                  headers={"content-type": "application/json"})
+        for broker, body in parts))
+    rows: list[dict[str, int]] = []
+    for answer in answers:
+        if answer.status_code != 200:
+            raise error_of(answer)
+        rows += answer.json()["partitions"]
+    return rows
 
 
 @router.post("/v3/clusters/{cluster_id}/topics/{topic_name}/segments:roll")
@@ -53,8 +95,16 @@ async def roll_segments(cluster_id: str, topic_name: Annotated[str, Path(max_len
     st = state(request)
     st.require_topic(topic_name)
     sealed = await asyncio.to_thread(st.tiered.seal, topic_name)
-    return json_response({"topic_name": topic_name, "partitions": [
-        {"partition_id": p, "rolled": rolled, "end_offset": end} for p, rolled, end in sealed]})
+    rows = [{"partition_id": p, "rolled": rolled, "end_offset": end} for p, rolled, end in sealed]
+    if st.cluster is not None:  # every broker seals the partitions it leads
+        led = st.cluster.broker.led_partitions().get(topic_name, [])
+        rows = [r for r in rows if r["partition_id"] in led]
+        if not forwarded(request):
+            others = [b for b in st.cluster.broker.view.live_brokers()
+                      if b.broker_id != st.cluster.broker_id]
+            rows += await _from_leaders(st, request, [(b, None) for b in others])
+    return json_response({"topic_name": topic_name,
+                          "partitions": sorted(rows, key=lambda r: r["partition_id"])})
 
 
 @router.get("/v3/clusters/{cluster_id}/jobs/runs")

@@ -3,6 +3,8 @@ and delete (KIP-848-style: the server assigns; see ``consumer_groups.coordinator
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -17,6 +19,7 @@ from consumer_groups.lag import group_lag, log_bounds
 from consumer_groups.offsets import Change, Committed, OffsetKey
 from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
+from ingest_api.cluster_link import forwarded, principal_of
 from ingest_api.models import (
     CommitRequest,
     HeartbeatRequest,
@@ -26,7 +29,7 @@ from ingest_api.models import (
 )
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import AppState, json_body, json_response, state
-from log_tables.errors import InvalidOptionError
+from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"
@@ -50,13 +53,51 @@ def _member_body(member: Member) -> dict[str, Any]:
             "heartbeat_interval_ms": heartbeat_interval_ms(member.session_timeout_ms)}
 
 
+async def _to_coordinator(request: Request, group_id: str) -> Response | None:
+    """In a cluster, a group's requests are its coordinator's: its answer, unless this
+    broker coordinates the group (None)."""
+    link = state(request).cluster
+    if link is None:
+        return None
+    coordinator = await link.coordinator_of(group_id)
+    if coordinator is None:
+        return None
+    if forwarded(request):
+        raise NotCoordinatorError(f"broker {link.broker_id} does not coordinate group "
+                                  f"{group_id!r}; broker {coordinator.broker_id} does")
+    return await link.proxy(request, coordinator)
+
+
 @router.get(BASE)
 async def list_groups(cluster_id: str, request: Request) -> Response:
     """Every group with members or committed offsets."""
     check_cluster(cluster_id)
-    groups = state(request).groups
-    return json_response({"data": [_summary(groups, g) for g in groups.known_groups()
-                                   if may(request, "group", g, "describe")]})
+    st = state(request)
+    groups = st.groups
+    link = st.cluster
+    mine = [g for g in groups.known_groups() if may(request, "group", g, "describe")]
+    if link is None:
+        return json_response({"data": [_summary(groups, g) for g in mine]})
+    # In a cluster each broker answers for the groups it coordinates; the first broker
+    # asks the others and merges.
+    coordinated = []
+    for g in mine:
+        with contextlib.suppress(LakelogError):
+            if link.coordinator(g) is None:
+                coordinated.append(_summary(groups, g))
+    if forwarded(request):
+        return json_response({"data": coordinated})
+    others = [b for b in link.broker.view.live_brokers() if b.broker_id != link.broker_id]
+    answers = await asyncio.gather(*(link.send(b, "GET", request.url.path,
+                                               principal=principal_of(request))
+                                     for b in others), return_exceptions=True)
+    data = {g["consumer_group_id"]: g for g in coordinated}
+    for answer in answers:
+        if isinstance(answer, BaseException) or answer.status_code != 200:
+            continue  # a broker that is down: its groups are unavailable until it is back
+        for g in answer.json()["data"]:
+            data.setdefault(g["consumer_group_id"], g)
+    return json_response({"data": [data[g] for g in sorted(data)]})
 
 
 def _summary(groups: GroupCoordinator, group_id: str) -> dict[str, Any]:
@@ -75,6 +116,8 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
     none), the log start and end offsets, the lag (from the log start where nothing is
     committed) and the owner."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     st = state(request)
     groups = st.groups
     group = groups.groups.get(group_id)
@@ -99,6 +142,8 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
 async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Delete a group without members and its committed offsets."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     await state(request).groups.delete_group(group_id)
     return Response(status_code=204)
 
@@ -107,6 +152,8 @@ async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> 
 async def join(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Join: a member id, its epoch and its first assignment (heartbeat for the rest)."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _join)
     for topic in body.topics:  # the group's consume ACL is checked before routing
         require(request, "topic", topic, "consume")
@@ -122,6 +169,8 @@ async def heartbeat(cluster_id: str, group_id: GroupId, member_id: MemberId,
                     request: Request) -> Response:
     """Stay in the group; the answer carries the current epoch and assignment."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _heartbeat)
     owned = None if body.owned is None else {
         TopicPartition(o.topic_name, o.partition_id) for o in body.owned}
@@ -134,6 +183,8 @@ async def leave(cluster_id: str, group_id: GroupId, member_id: MemberId,
                 request: Request) -> Response:
     """Leave the group; its partitions move to the other members."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     state(request).groups.leave(group_id, member_id)
     return Response(status_code=204)
 
@@ -149,6 +200,8 @@ async def poll(
     """Records of the member's partitions from its positions (then past them); with none,
     waits up to ``timeout_ms``."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     st = state(request)
     s = st.settings
     body = await st.poll.poll(group_id, member_id, min(max_records or 500, s.max_fetch_records),
@@ -164,6 +217,8 @@ async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
     """Move the member's positions (Kafka's seek); an offset of null goes back to the
     committed offset. Only partitions assigned to the member."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     st = state(request)
     body = decode(await read_body(request, MAX_BODY), _seek)
     member = st.groups.member(group_id, member_id)
@@ -187,6 +242,8 @@ async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
 async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Commit offsets; answered once they are in the ``_consumer_offsets`` Delta table."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _commit)
     await state(request).groups.commit(group_id, body.member_id, body.member_epoch, [
         (o.topic_name, o.partition_id, o.offset, o.metadata) for o in body.offsets])
@@ -199,6 +256,8 @@ async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Respon
 async def committed(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """The group's committed offsets."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     return json_response({"offsets": _offset_rows(state(request).groups.committed(group_id))})
 
 
@@ -214,6 +273,8 @@ async def reset_offsets(cluster_id: str, group_id: GroupId, request: Request) ->
     """Reset a group's committed offsets (to earliest, latest, an offset or a datetime) for
     the given topics (default: those it has offsets for); only while it has no members."""
     check_cluster(cluster_id)
+    if (answer := await _to_coordinator(request, group_id)) is not None:
+        return answer
     st = state(request)
     body = decode(await read_body(request, MAX_BODY), _reset)
     groups = st.groups

@@ -14,8 +14,8 @@ from fastapi.responses import Response
 from cluster.model import OFFSETS_TOPIC
 from ingest_api.auth import may
 from ingest_api.body import decode_request
-from ingest_api.cluster_link import forwarded
-from ingest_api.errors import ApiError
+from ingest_api.cluster_link import forwarded, principal_of
+from ingest_api.errors import ApiError, error_of
 from ingest_api.metadata import (
     CLUSTER,
     METADATA,
@@ -30,7 +30,7 @@ from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig
-from log_tables.errors import InvalidConfigError, InvalidTopicError
+from log_tables.errors import InvalidConfigError, InvalidTopicError, LakelogError
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
 
@@ -87,7 +87,8 @@ def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
     """Confluent's ``PartitionData``, with lakelog's offsets and sizes added."""
     cold = st.tiered.state(topic, partition)
     url = partition_url(topic, partition)
-    leader = METADATA.placement(topic, partition).leader
+    placement = METADATA.placement(topic, partition)
+    leader = placement.leader
     return {**resource("KafkaPartition", url, f"topic={topic}/partition={partition}"),
             "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
             "leader": related(f"{url}/replicas/{leader}"), "replicas": related(f"{url}/replicas"),
@@ -97,7 +98,9 @@ def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
             "segments": len(plog.segments),
             "hot_log_start_offset": plog.log_start_offset,
             "tiered_offset": cold.tiered_offset if cold else 0,
-            "tiered_size_bytes": cold.size_bytes if cold else 0}
+            "tiered_size_bytes": cold.size_bytes if cold else 0,
+            "leader_id": leader, "replica_ids": list(placement.replicas),
+            "isr_ids": list(placement.in_sync), "leader_epoch": placement.leader_epoch}
 
 
 def _config_values(entries: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[str]]:
@@ -350,10 +353,34 @@ async def _alter(st: AppState, topic: str, to_set: dict[str, str], to_delete: li
 async def list_partitions(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
     st = state(request)
+    st.require_topic(topic_name)
     logs = st.manager.partitions(topic_name)
+    bodies = await asyncio.gather(*(_partition_anywhere(st, request, topic_name, p, plog)
+                                    for p, plog in enumerate(logs)))
     return json_response(collection("KafkaPartitionList", f"{topic_url(topic_name)}/partitions",
-                                    [partition_body(st, topic_name, plog, p)
-                                     for p, plog in enumerate(logs)]))
+                                    list(bodies)))
+
+
+async def _partition_anywhere(st: AppState, request: Request, topic: str, partition: int,
+                              plog: PartitionLog) -> dict[str, object]:
+    """A partition's body; in a cluster its offsets and sizes are its leader's (an
+    offline partition shows this broker's view, with leader -1)."""
+    link = st.cluster
+    if link is None or forwarded(request):
+        return partition_body(st, topic, plog, partition)
+    leader = link.broker.view.leader(topic, partition)
+    info = link.broker.view.broker(leader) if leader != link.broker_id else None
+    if info is None:
+        return partition_body(st, topic, plog, partition)
+    try:
+        r = await link.send(info, "GET", partition_url(topic, partition),
+                            principal=principal_of(request))
+    except LakelogError:
+        return partition_body(st, topic, plog, partition)
+    if r.status_code != 200:
+        raise error_of(r)
+    body: dict[str, object] = r.json()
+    return body
 
 
 @router.get(BASE + "/-/partitions/-/reassignment")
@@ -379,8 +406,9 @@ async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: Pa
                         request: Request) -> Response:
     check_cluster(cluster_id)
     st = state(request)
+    st.require_topic(topic_name)
     plog = st.manager.log(topic_name, partition_id)
-    return json_response(partition_body(st, topic_name, plog, partition_id))
+    return json_response(await _partition_anywhere(st, request, topic_name, partition_id, plog))
 
 
 @router.get(BASE + "/{topic_name}/partitions/{partition_id}/reassignment")
