@@ -38,12 +38,12 @@ def assign_replicas(topic: str, brokers: Sequence[tuple[int, str | None]], parti
     name, so that one-partition topics do not all land on the same broker."""
     n = len(brokers)
     if replication_factor < 1:
-        raise InvalidConfigError(f"replication factor must be at least 1, not "
-                                 f"{replication_factor}")
+        raise InvalidConfigError("replication.factor", str(replication_factor),
+                                 "must be at least 1")
     if replication_factor > n:
         raise InvalidConfigError(
-            f"replication factor {replication_factor} is larger than the {n} live "
-            f"broker(s); start more brokers or ask for at most {n}")
+            "replication.factor", str(replication_factor),
+            f"larger than the {n} live broker(s); start more brokers or ask for at most {n}")
     racked = any(rack for _, rack in brokers)
     ids = rack_alternated(brokers) if racked else sorted(b for b, _ in brokers)
     rack_of = dict(brokers)

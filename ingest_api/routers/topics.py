@@ -302,7 +302,7 @@ async def set_config(cluster_id: str, topic_name: TopicName, name: str,
     body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
     st.require_topic(topic_name)
     to_set, to_default = _config_values([(_known(name), body.value)])
-    await _alter(st, topic_name, to_set, to_default)
+    await _change_configs(st, topic_name, to_set, to_default)
     return Response(status_code=204)
 
 
@@ -315,7 +315,7 @@ async def reset_config(cluster_id: str, topic_name: TopicName, name: str,
     if (answer := await _to_controller(st, request)) is not None:
         return answer
     st.require_topic(topic_name)
-    await _alter(st, topic_name, {}, [_known(name)])
+    await _change_configs(st, topic_name, {}, [_known(name)])
     return Response(status_code=204)
 
 
@@ -332,11 +332,11 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
     st.require_topic(topic_name)
     to_set, to_delete = _config_values([(e.name, None if e.operation == "DELETE" else e.value)
                                         for e in body.data])
-    await _alter(st, topic_name, to_set, to_delete, validate_only=body.validate_only)
+    await _change_configs(st, topic_name, to_set, to_delete, validate_only=body.validate_only)
     return Response(status_code=204)
 
 
-async def _alter(st: AppState, topic: str, to_set: dict[str, str], to_delete: list[str],
+async def _change_configs(st: AppState, topic: str, to_set: dict[str, str], to_delete: list[str],
                  validate_only: bool = False) -> None:
     """Change a topic's configs: here, or (in a cluster) through the controller, which
     writes them to ZooKeeper for every broker."""
