@@ -82,7 +82,8 @@ def create_app(settings: ApiSettings | None = None,
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
-        link = await asyncio.to_thread(_join_cluster, settings, manager, session, credentials) \
+        link = await asyncio.to_thread(_join_cluster, settings, manager, session, credentials,
+                                       metrics) \
             if session is not None else None
         app.state.lakelog = AppState(
             settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
@@ -182,7 +183,7 @@ def _zookeeper(settings: ApiSettings) -> ZkSession | None:
 
 
 def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession,
-                  credentials: str | None) -> ClusterLink:
+                  credentials: str | None, metrics: Metrics) -> ClusterLink:
     """Register this broker with the cluster's ZooKeeper and load its metadata."""
     assert settings.broker_id is not None and settings.zookeeper is not None
     host = settings.advertised_host or (
@@ -198,7 +199,8 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
         broker, timeout_s=settings.max_fetch_wait_ms / 1000 + 30,
         offsets_slots=settings.offsets_topic_num_partitions,
         credentials=None if credentials is None else partial(forward_headers, credentials),
-        verify=_tls_verify(settings))
+        verify=_tls_verify(settings),
+        on_send=lambda broker_id: metrics.forwarded.labels(str(broker_id)).inc())
 
 
 def _tls_verify(settings: ApiSettings) -> bool | str:

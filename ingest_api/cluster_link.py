@@ -53,11 +53,12 @@ class ClusterLink:
 
     def __init__(self, broker: ClusterBroker, *, timeout_s: float, offsets_slots: int,
                  credentials: Callable[[str | None], Mapping[str, str]] | None = None,
-                 verify: Any = True) -> None:
+                 verify: Any = True, on_send: Callable[[int], None] | None = None) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.offsets_slots = offsets_slots
         self._credentials = credentials
+        self._on_send = on_send
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
                                        limits=httpx.Limits(max_connections=256,
                                                            max_keepalive_connections=64),
@@ -162,6 +163,8 @@ class ClusterLink:
                    principal: str | None, params: Mapping[str, str] | None = None,
                    content: bytes | None = None, headers: Mapping[str, str] | None = None
                    ) -> httpx.Response:
+        if self._on_send is not None:
+            self._on_send(broker.broker_id)
         try:
             return await self._http.request(
                 method, broker.url + path, params=params, content=content,

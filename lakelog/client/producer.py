@@ -61,7 +61,8 @@ from lakelog.client.errors import (
     error_from,
     raise_for,
 )
-from lakelog.client.http import api_client
+from lakelog.client.http import api_client, default_api_key
+from lakelog.client.leaders import Leaders
 from lakelog.client.retry import (
     MAX_RETRIES,
     Attempts,
@@ -74,6 +75,10 @@ from lakelog.client.retry import (
 )
 from lakelog.client.structs import RecordMetadata, TopicPartition
 from log_tables.partitioner import murmur2
+
+MOVED = ("not_leader_or_follower", "broker_not_available")
+"""Errors after which a request goes to the bootstrap broker (which forwards) while the
+metadata is read again."""
 
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
 SEQUENCE_SPACE = 2**31
@@ -106,6 +111,10 @@ class Producer:
         self.policy = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms,
                                   resolve_request_timeout_ms(request_timeout_ms, timeout_s, 30_000))
         self._http = api_client(url, "", api_key, verify, self.policy.request_timeout_ms / 1000)
+        self._brokers: dict[str, httpx.Client] = {}
+        self._leaders = Leaders(self.url, self._http, lambda u: self._brokers.setdefault(
+            u, api_client(u, "", api_key or default_api_key(url), verify,
+                          self.policy.request_timeout_ms / 1000)))
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
@@ -213,12 +222,15 @@ class Producer:
                     self._cond.wait(max(0.0005, min(waits)) if waits else None)
                 if not ready:
                     return
-                # One request per topic: up to batch_records of each ready partition.
+                # One request per topic and leader: up to batch_records of each ready
+                # partition that broker leads (in a cluster, straight to the leader).
                 topic = ready[0].topic
+                leader = self._leaders.url(topic, ready[0].partition)
                 taken: list[tuple[TopicPartition, list[Pending]]] = []
                 count = 0
                 for tp in ready:
-                    if tp.topic != topic or count >= MAX_BATCH_ENTRIES:
+                    if tp.topic != topic or count >= MAX_BATCH_ENTRIES or \
+                            self._leaders.url(tp.topic, tp.partition) != leader:
                         continue
                     q = self._queues[tp]
                     batch = [q.popleft() for _ in range(min(len(q), self.batch_records,
@@ -231,7 +243,7 @@ class Producer:
                 self._in_flight = [p for _, batch in taken for p in batch]
                 self._cond.notify_all()
             try:
-                self._send(topic, taken)
+                self._send(topic, taken, leader)
             except Exception as exc:  # never leave a future waiting forever
                 fail(self._in_flight, exc)
             with self._cond:
@@ -257,7 +269,8 @@ class Producer:
         self._sequences.clear()
         return self._producer
 
-    def _send(self, topic: str, taken: list[tuple[TopicPartition, list[Pending]]]) -> None:
+    def _send(self, topic: str, taken: list[tuple[TopicPartition, list[Pending]]],
+              leader: str) -> None:
         now = time.monotonic()
         delivery_s = self.delivery_timeout_ms / 1000
         live: list[tuple[TopicPartition, list[Pending]]] = []
@@ -294,12 +307,16 @@ class Producer:
             self._sequences[tp] = seq
         body = {"entries": entries}
         maybe_appended = False  # an attempt whose outcome is unknown was made
+        http = self._leaders.client(leader)
         while True:
             try:
-                r = self._http.post(f"/topics/{topic}/records:batch", params={"acks": self.acks},
-                                    json=body, timeout=attempts.timeout_s())
+                r = http.post(f"/topics/{topic}/records:batch", params={"acks": self.acks},
+                              json=body, timeout=attempts.timeout_s())
             except httpx.TransportError as exc:
                 sent = not never_sent(exc)
+                if http is not self._http:  # that broker is gone: ask any (they forward)
+                    self._leaders.invalidate(topic)
+                    http = self._http
                 if permanent(exc) or (sent and not self.idempotent):
                     fail(every, LakelogConnectionError(
                         f"{attempts.what} at {self.url}: {describe(exc)}" + (
@@ -314,6 +331,10 @@ class Producer:
                 self._after_failure(firsts, maybe_appended)
                 return
             error = error_from(r) if r.status_code >= 400 else None
+            if error is not None and http is not self._http and \
+                    error.code in MOVED:  # the leader moved: any broker forwards
+                self._leaders.invalidate(topic)
+                http = self._http
             if error is not None and again(error):
                 if self.idempotent or r.status_code == 429:  # 429: refused, nothing appended
                     maybe_appended |= r.status_code != 429
@@ -371,6 +392,8 @@ class Producer:
             self._cond.notify_all()
         self._thread.join()
         self._http.close()
+        for client in self._brokers.values():
+            client.close()
 
     def __enter__(self) -> Producer:
         return self
