@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lakelog.cli.root import app
+from lakelog.cli.root import DEFAULT_URL, Url, admin, app
 
 cluster_app = typer.Typer(help="A local cluster: ZooKeeper and N brokers on loopback.",
                           no_args_is_help=True)
@@ -64,3 +64,16 @@ def cluster_down(directory: Dir = DEFAULT_DIR) -> None:
     typer.echo(f"stopped {what}; data stays in {cluster.directory}")
     if killed:
         typer.echo(f"killed (no clean stop within the deadline): {', '.join(killed)}", err=True)
+
+
+@cluster_app.command("brokers")
+def cluster_brokers(url: Url = DEFAULT_URL) -> None:
+    """The live brokers (any broker answers) and which one is the controller."""
+    with admin(url) as client:
+        controller = str(client.describe_cluster()["controller"]["related"]).rsplit("/", 1)[-1]
+        brokers = client.list_brokers()
+    typer.echo("BROKER  ADDRESS                RACK    ROLE")
+    for b in brokers:
+        role = "controller" if str(b["broker_id"]) == controller else ""
+        typer.echo(f"{b['broker_id']:<7} {b['host']}:{b['port']:<10} "
+                   f"{b.get('rack') or '-':<7} {role}".rstrip())

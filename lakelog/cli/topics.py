@@ -51,14 +51,26 @@ def topics_list(url: Url = DEFAULT_URL) -> None:
 @topics_app.command("describe")
 def topics_describe(name: Annotated[str, typer.Argument(help="The topic.")],
                     url: Url = DEFAULT_URL) -> None:
-    """Partitions (log start, high watermark, size) and configs that differ from defaults."""
+    """Partitions as kafka-topics --describe shows them (Partition, Leader, Replicas, Isr;
+    a leader of -1: offline), with their offsets and sizes, and the configs that differ
+    from the defaults."""
     with admin(url) as client:
         topic = client.describe_topic(name)
-        typer.echo(f"topic {name}: {topic['partitions_count']} partition(s)")
+        typer.echo(f"topic {name}: {topic['partitions_count']} partition(s), "
+                   f"replication factor {topic['replication_factor']}")
+        if topic.get("replication"):
+            typer.echo(f"  ({topic['replication']})")
+        rows = [["Partition", "Leader", "Replicas", "Isr", "LeaderEpoch", "LogStart",
+                 "HighWatermark", "Bytes"]]
         for p in client.list_partitions(name):
-            typer.echo(f"  partition {p['partition_id']}: log_start_offset="
-                       f"{p['log_start_offset']} high_watermark={p['high_watermark']} "
-                       f"size_bytes={p['size_bytes']}")
+            rows.append([str(p["partition_id"]), str(p.get("leader_id", 1)),
+                         ",".join(map(str, p.get("replica_ids", [1]))),
+                         ",".join(map(str, p.get("isr_ids", [1]))),
+                         str(p.get("leader_epoch", 0)), str(p["log_start_offset"]),
+                         str(p["high_watermark"]), str(p["size_bytes"])])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            typer.echo("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
         for c in client.describe_configs(name):
             if not c.get("is_default", False):
                 typer.echo(f"  {c['name']}={c['value']}")

@@ -77,6 +77,14 @@ class AdminClient:
             "topic_name": name, "partitions_count": partitions,
             "configs": [{"name": k, "value": v} for k, v in _pairs(configs)]}, ok=(201,)))
 
+    def describe_cluster(self) -> Json:
+        """The cluster: its id and a link to its controller broker."""
+        return dict(self.request("GET", ""))
+
+    def list_brokers(self) -> list[Json]:
+        """The live brokers (id, host, port, rack)."""
+        return list(self.request("GET", "/brokers")["data"])
+
     def list_topics(self) -> list[Json]:
         return list(self.request("GET", "/topics")["data"])
 
