@@ -200,7 +200,7 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
         offsets_slots=settings.offsets_topic_num_partitions,
         credentials=None if credentials is None else partial(forward_headers, credentials),
         verify=_tls_verify(settings),
-        on_send=lambda broker_id: metrics.forwarded.labels(str(broker_id)).inc())
+        on_send=lambda broker_id, kind: metrics.forwarded.labels(str(broker_id), kind).inc())
 
 
 def _tls_verify(settings: ApiSettings) -> bool | str:

@@ -53,7 +53,8 @@ class ClusterLink:
 
     def __init__(self, broker: ClusterBroker, *, timeout_s: float, offsets_slots: int,
                  credentials: Callable[[str | None], Mapping[str, str]] | None = None,
-                 verify: Any = True, on_send: Callable[[int], None] | None = None) -> None:
+                 verify: Any = True, on_send: Callable[[int, str], None] | None = None
+                 ) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.offsets_slots = offsets_slots
@@ -164,7 +165,7 @@ class ClusterLink:
                    content: bytes | None = None, headers: Mapping[str, str] | None = None
                    ) -> httpx.Response:
         if self._on_send is not None:
-            self._on_send(broker.broker_id)
+            self._on_send(broker.broker_id, request_kind(method, path))
         try:
             return await self._http.request(
                 method, broker.url + path, params=params, content=content,
@@ -187,6 +188,19 @@ class ClusterLink:
         keep = {k: v for k, v in r.headers.items()
                 if k.lower() in ("content-type", "retry-after", "location")}
         return Response(r.content, status_code=r.status_code, headers=keep)
+
+
+def request_kind(method: str, path: str) -> str:
+    """produce, fetch, group, topic or other: what a forwarded request was, for /metrics."""
+    if method == "POST" and path.endswith(("/records", "/records:batch")):
+        return "produce"
+    if method == "GET" and path.endswith("/records") and "/partitions/" in path:
+        return "fetch"
+    if "/consumer-groups" in path:
+        return "group"
+    if "/topics" in path:
+        return "topic"
+    return "other"
 
 
 def forwarded(request: Request) -> bool:

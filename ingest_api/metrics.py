@@ -44,7 +44,7 @@ class Metrics:
         self.forwarded = Counter("lakelog_forwarded_requests",
                                  "Requests this broker sent on to another broker of its "
                                  "cluster (a leader, the controller, a group coordinator)",
-                                 ["broker"], registry=self.registry)
+                                 ["broker", "kind"], registry=self.registry)
         self.latency = Histogram(
             "lakelog_request_seconds", "HTTP request latency", ["method", "route", "status"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,

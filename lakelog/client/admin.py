@@ -64,7 +64,9 @@ class AdminClient:
         when it has no body) if its status is in ``ok``, else its ``LakelogClientError``."""
         attempts = Attempts(self.policy, time.monotonic() + self.default_api_timeout_ms / 1000,
                             f"{method} {path}", self.url, self.deadline_setting)
-        r = call(lambda _: self._http.request(method, path, json=body), attempts,
+        # "" is the cluster itself: its URL has no trailing slash (httpx's base URL has one).
+        target = path or str(self._http.base_url).rstrip("/")
+        r = call(lambda _: self._http.request(method, target, json=body), attempts,
                  idempotent=method == "GET")
         if r.status_code not in tuple(ok):
             raise error_from(r)

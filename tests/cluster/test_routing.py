@@ -1,0 +1,170 @@
+"""Any broker answers, and clients that know the metadata go to the leaders: three real
+brokers on one ZooKeeper, shared by the tests of this module."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lakelog.client import Consumer, Producer
+from lakelog.zookeeper import ZooKeeperServer
+from tests.cluster.brokers import Brokers, fresh_chroot
+
+pytestmark = pytest.mark.slow
+CLUSTER = "/v3/clusters/lakelog"
+LAKELOG = Path(sys.executable).parent / "lakelog"
+
+
+@pytest.fixture(scope="module")
+def brokers(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Brokers]:
+    with fresh_chroot(zookeeper.connect) as chroot, \
+            Brokers(tmp_path_factory.mktemp("routing"), zookeeper.connect + chroot) as b:
+        yield b
+
+
+def forwarded(b: Brokers, kind: str) -> dict[int, float]:
+    """Per broker, how many ``kind`` requests it sent on to another broker (/metrics)."""
+    out = {}
+    for i in b.ids:
+        text = httpx.get(b.url(i) + "/metrics").text
+        out[i] = sum(float(v) for v in re.findall(
+            r'^lakelog_forwarded_requests_total\{[^}]*kind="' + kind + r'"[^}]*\} (\S+)$',
+            text, re.M))
+    return out
+
+
+def create(b: Brokers, via: int, topic: str, partitions: int) -> None:
+    r = httpx.post(b.url(via) + CLUSTER + "/topics",
+                   json={"topic_name": topic, "partitions_count": partitions})
+    assert r.status_code == 201, r.text
+
+
+def leaders(b: Brokers, via: int, topic: str) -> list[int]:
+    r = httpx.get(b.url(via) + CLUSTER + f"/topics/{topic}/partitions")
+    assert r.status_code == 200, r.text
+    return [p["leader_id"] for p in sorted(r.json()["data"], key=lambda p: p["partition_id"])]
+
+
+def test_the_producer_goes_to_the_leaders_directly(brokers: Brokers) -> None:
+    create(brokers, 2, "direct", 6)
+    assert sorted(leaders(brokers, 1, "direct")) == [1, 1, 2, 2, 3, 3]
+    before = forwarded(brokers, "produce")
+    with Producer(brokers.url(1)) as producer:
+        futures = [producer.send("direct", f"v{i}", key=f"k{i}") for i in range(600)]
+        producer.flush()
+        written = [f.result(timeout=60) for f in futures]
+    assert forwarded(brokers, "produce") == before  # no broker forwarded a record
+    by_partition: dict[int, list[int]] = {}
+    for meta in written:
+        by_partition.setdefault(meta.partition, []).append(meta.offset)
+    assert len(by_partition) == 6
+    for p, offsets in by_partition.items():  # each leader holds its partition's records
+        assert sorted(offsets) == list(range(len(offsets)))
+        leader = leaders(brokers, 3, "direct")[p]
+        r = httpx.get(brokers.url(leader) + CLUSTER + f"/topics/direct/partitions/{p}/offsets")
+        assert r.json()["high_watermark"] == len(offsets)
+
+
+def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
+    create(brokers, 3, "grouped", 6)
+    with Producer(brokers.url(2)) as producer:
+        for i in range(120):
+            producer.send("grouped", f"v{i}", key=f"k{i}")
+        producer.flush()
+    got = []
+    # Two members joined through different brokers: both reach the one coordinator,
+    # which reads the partitions it does not lead from their leaders.
+    with Consumer(brokers.url(1), "g-any", ["grouped"], auto_offset_reset="earliest") as a, \
+            Consumer(brokers.url(3), "g-any", ["grouped"], auto_offset_reset="earliest") as c:
+        deadline = time.monotonic() + 60
+        while len(got) < 120 and time.monotonic() < deadline:
+            got += a.poll(0.5) + c.poll(0.5)
+        a.commit()
+        c.commit()
+        assert a.assignment() | c.assignment() == {("grouped", p) for p in range(6)}
+    assert sorted(int(r.value[1:]) for r in got) == list(range(120))  # type: ignore[index]
+    described = {i: httpx.get(brokers.url(i) + CLUSTER + "/consumer-groups/g-any/offsets")
+                 for i in brokers.ids}
+    assert all(r.status_code == 200 for r in described.values())
+    offsets = [sorted((o["partition_id"], o["offset"]) for o in r.json()["offsets"])
+               for r in described.values()]
+    assert offsets[0] == offsets[1] == offsets[2] and sum(o for _, o in offsets[0]) == 120
+    listed = httpx.get(brokers.url(2) + CLUSTER + "/consumer-groups").json()["data"]
+    assert [g["consumer_group_id"] for g in listed].count("g-any") == 1
+
+
+def test_topic_changes_through_any_broker_reach_every_broker(brokers: Brokers) -> None:
+    create(brokers, 1, "changing", 2)
+    r = httpx.patch(brokers.url(2) + CLUSTER + "/topics/changing", json={"partitions_count": 5})
+    assert r.status_code == 200, r.text
+    r = httpx.put(brokers.url(3) + CLUSTER + "/topics/changing/configs/retention.ms",
+                  json={"value": "3600000"})
+    assert r.status_code == 204, r.text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = [(httpx.get(brokers.url(i) + CLUSTER + "/topics/changing").json()
+                 ["partitions_count"],
+                 httpx.get(brokers.url(i) + CLUSTER + "/topics/changing/configs/retention.ms")
+                 .json()["value"]) for i in brokers.ids]
+        if seen == [(5, "3600000")] * 3:
+            break
+        time.sleep(0.1)
+    assert seen == [(5, "3600000")] * 3
+    r = httpx.delete(brokers.url(2) + CLUSTER + "/topics/changing")
+    assert r.status_code == 204, r.text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        codes = [httpx.get(brokers.url(i) + CLUSTER + "/topics/changing").status_code
+                 for i in brokers.ids]
+        if codes == [404] * 3:
+            break
+        time.sleep(0.1)
+    assert codes == [404] * 3
+    # Made again, it is a new topic (a new id) on every broker.
+    create(brokers, 3, "changing", 1)
+    r = httpx.get(brokers.url(1) + CLUSTER + "/topics/changing/partitions/0/offsets")
+    assert r.json()["high_watermark"] == 0
+
+
+def test_replication_factor_is_bounded_by_the_live_brokers(brokers: Brokers) -> None:
+    r = httpx.post(brokers.url(1) + CLUSTER + "/topics",
+                   json={"topic_name": "too-many", "partitions_count": 1,
+                         "replication_factor": 4})
+    assert r.status_code == 400 and r.json()["error"] == "invalid_replication_factor", r.text
+    r = httpx.post(brokers.url(1) + CLUSTER + "/topics",
+                   json={"topic_name": "three", "partitions_count": 3, "replication_factor": 3})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["replication_factor"] == 3 and "do not copy records yet" in body["replication"]
+    parts = httpx.get(brokers.url(2) + CLUSTER + "/topics/three/partitions").json()["data"]
+    for p in parts:  # three replicas, the leader first; only the leader is in sync
+        assert sorted(p["replica_ids"]) == [1, 2, 3]
+        assert p["leader_id"] == p["replica_ids"][0] and p["isr_ids"] == [p["leader_id"]]
+    assert sorted(p["leader_id"] for p in parts) == [1, 2, 3]
+
+
+def test_cli_describes_partitions_and_brokers(brokers: Brokers) -> None:
+    create(brokers, 1, "described", 3)
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(LAKELOG), *args, "--url", brokers.url(2)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    rows = [line.split() for line in run("topics", "describe", "described").splitlines()[1:]]
+    assert rows[0][:4] == ["Partition", "Leader", "Replicas", "Isr"]
+    table = {int(r[0]): r for r in rows[1:4]}
+    assert sorted(int(r[1]) for r in table.values()) == [1, 2, 3]
+    assert all(r[2] == r[1] and r[3] == r[1] for r in table.values())
+    listed = run("cluster", "brokers").splitlines()
+    assert [line.split()[0] for line in listed[1:]] == ["1", "2", "3"]
+    assert sum("controller" in line for line in listed) == 1
