@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -58,6 +58,15 @@ from log_tables.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+step_hook: Callable[[str], None] | None = None
+"""Called with each controller step's name as the controller completes it (tests kill the
+broker there): elected, epoch, leader-written, topic-written."""
+
+
+def step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
 
 
 class Controller:
@@ -133,6 +142,7 @@ class Controller:
                                ephemeral=True)
         except NodeExistsError:
             return
+        step("elected")
         while True:
             try:
                 data, stat = self.client.get(CONTROLLER_EPOCH)
@@ -151,6 +161,7 @@ class Controller:
                 continue
         self.epoch, self._epoch_version, self.active = epoch, stat.version, True
         self._seen_epochs = {}
+        step("epoch")
         log.warning("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
 
     def _commit(self, ops: list[tuple[str, tuple[object, ...], dict[str, object]]]) -> None:
@@ -225,6 +236,7 @@ class Controller:
             return 0
         log.info("%s-%d: leader %d -> %d (leader epoch %d)", topic, partition, state.leader,
                  new.leader, new.leader_epoch)
+        step("leader-written")
         return 1
 
     # -- 3. topics -------------------------------------------------------------------
@@ -251,6 +263,7 @@ class Controller:
                 self._commit(ops)
             except NodeExistsError:
                 raise TopicExistsError(f"topic {name!r} already exists") from None
+            step("topic-written")
             log.info("created topic %s: replicas %s", name, replicas)
             return assignment
 

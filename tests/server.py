@@ -44,6 +44,8 @@ class ServerProcess:
         self.scheme = "http"
         self.verify: ssl.SSLContext | bool = True
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
+        self.command: list[str] = [str(LAKELOG)]
+        """What runs ``serve`` (a test may put a launcher with a fault hook in front)."""
 
     @property
     def url(self) -> str:
@@ -53,7 +55,7 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [LAKELOG, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
+                [*self.command, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
                  "--log-level", "warning"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,32 @@
+"""``lakelog serve`` that SIGKILLs itself right after a controller step.
+
+``python -m tests.cluster.broker_proc STEP serve ARGS...``: the broker runs as usual
+until its controller completes STEP (``cluster.controller.step``), then the process is
+killed. A real kill of a real broker; the hook only picks the moment, since a crash
+cannot otherwise be aimed between two of the controller's ZooKeeper writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from cluster import controller
+from lakelog.cli import main as lakelog_main
+
+
+def run() -> None:
+    target = sys.argv[1]
+
+    def hook(done: str) -> None:
+        if done == target:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    controller.step_hook = hook
+    sys.argv = ["lakelog", *sys.argv[2:]]
+    lakelog_main()
+
+
+if __name__ == "__main__":
+    run()
