@@ -75,7 +75,7 @@ def _broker(request: Request, broker_id: int) -> Broker:
 
 @router.get("/v3/clusters/{cluster_id}/brokers", tags=["cluster"])
 async def list_brokers(cluster_id: str, request: Request) -> Response:
-    """The brokers of the cluster (this server is broker 1, the only one)."""
+    """The live brokers of the cluster (a cluster of one: this server, broker 1)."""
     check_cluster(cluster_id)
     brokers = METADATA.brokers(request.url.hostname, request.url.port)
     return json_response(collection("KafkaBrokerList", f"{CLUSTER}/brokers",
@@ -121,8 +121,14 @@ async def list_broker_replicas(cluster_id: str, broker_id: BrokerId,
 async def healthz(request: Request) -> Response:
     """Liveness and a summary: topics and partitions served."""
     st = state(request)
-    return json_response({"status": "ok", "topics": len(st.manager.registry.list()),
-                          "partitions": len(st.manager.all_logs())})
+    body: dict[str, object] = {"status": "ok", "topics": len(st.manager.registry.list()),
+                               "partitions": len(st.manager.all_logs())}
+    if st.cluster is not None:  # a broker of a cluster: its id and its ZooKeeper lease
+        broker = st.cluster.broker
+        body.update(broker_id=broker.broker_id, controller=broker.controller.active,
+                    zookeeper_lease=broker.session.has_lease,
+                    leads=sum(len(ps) for ps in broker.led_partitions().values()))
+    return json_response(body)
 
 
 @router.get("/metrics", tags=["ops"])
