@@ -1,0 +1,113 @@
+"""A healthy cluster of three real brokers: leaders spread, and every broker answers for
+every partition (produce split by leader and forwarded; fetch and offsets proxied)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from lakelog.zookeeper import ZooKeeperServer
+from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    with three_brokers(tmp_path_factory.mktemp("cluster"), zookeeper.connect) as c:
+        yield c
+
+
+def test_topic_creation_spreads_leaders_over_the_brokers(cluster: Cluster) -> None:
+    leaders = cluster.create_topic("spread", 6, via=2)
+    assert Counter(leaders.values()) == {1: 2, 2: 2, 3: 2}, leaders
+    for i in cluster.brokers.ids:  # every broker describes the same placement
+        data = cluster.get(i, "/topics/spread/partitions").json()["data"]
+        answered = {p["partition_id"]: int(p["leader"]["related"].rsplit("/", 1)[1])
+                    for p in data}
+        assert answered == leaders, (i, answered)
+    for p in range(6):
+        assert cluster.state("spread", p).leader_epoch == 0
+
+
+def _reports(r: httpx.Response) -> list[dict[str, Any]]:
+    assert r.status_code == 200, r.text
+    return [msgspec.json.decode(line) for line in r.content.splitlines() if line.strip()]
+
+
+def test_produce_and_fetch_through_any_broker(cluster: Cluster) -> None:
+    """Records produced through each broker (one at a time, as a stream, as a batch), with
+    keys over partitions led by all three, are where the reports say: the leaders hold
+    them at those offsets, and a non-leader's fetch and offsets answer as the leader's."""
+    leaders = cluster.create_topic("routed", 6, via=3)
+    keys = keys_by_partition(6, 3)
+    sent: list[tuple[int, str, str]] = []  # (partition, key, value) as reported
+    acked: dict[tuple[int, int], tuple[str, str]] = {}  # (partition, offset) -> key, value
+
+    def note(report: dict[str, Any], key: str, value: str) -> None:
+        assert report["error_code"] == 200, report
+        p = report["partition_id"]
+        assert p == next(q for q, ks in keys.items() if key in ks), (report, key)
+        assert (p, report["offset"]) not in acked, report
+        acked[(p, report["offset"])] = (key, value)
+        sent.append((p, key, value))
+
+    for via in cluster.brokers.ids:
+        # one record per request, to every partition
+        for p, ks in keys.items():
+            value = f"single-{via}-{p}"
+            r = cluster.post(via, "/topics/routed/records",
+                             json={"key": string(ks[0]), "value": string(value)})
+            assert r.status_code == 200, r.text
+            note(r.json(), ks[0], value)
+        # a stream of records, whole (content-length) and chunked
+        records = [(k, f"stream-{via}-{k}") for ks in keys.values() for k in ks]
+        body = b"".join(msgspec.json.encode({"key": string(k), "value": string(v)})
+                        for k, v in records)
+        for reports in (_reports(cluster.post(via, "/topics/routed/records", content=body,
+                                              headers={"content-type": "application/json"})),
+                        _reports(cluster.post(via, "/topics/routed/records",
+                                              content=iter([body[:len(body) // 2],
+                                                            body[len(body) // 2:]]),
+                                              headers={"content-type": "application/json"}))):
+            assert len(reports) == len(records)
+            for report, (k, v) in zip(reports, records, strict=True):
+                note(report, k, v)
+        # records:batch
+        entries = [{"id": f"e{j}", "key": string(k), "value": string(f"batch-{via}-{j}")}
+                   for j, (k, _) in enumerate(records)]
+        r = cluster.post(via, "/topics/routed/records:batch", json={"entries": entries})
+        assert r.status_code == 207, r.text
+        answer = r.json()
+        assert answer["failures"] == [], answer["failures"]
+        by_id = {s["id"]: s for s in answer["successes"]}
+        assert len(by_id) == len(entries)
+        for e in entries:
+            s = by_id[e["id"]]
+            note({"error_code": 200, "partition_id": s["partition_id"], "offset": s["offset"]},
+                 e["key"]["data"], e["value"]["data"])
+
+    assert {p for p, _, _ in sent} == set(range(6))
+    for p in range(6):
+        leader = leaders[p]
+        held = cluster.fetch(leader, "routed", p)
+        stored = {(p, rec["offset"]): (rec["key"]["data"], rec["value"]["data"]) for rec in held}
+        expected = {k: v for k, v in acked.items() if k[0] == p}
+        assert stored == expected, p
+        for via in cluster.brokers.ids:  # a non-leader answers what the leader answers
+            if via != leader:
+                assert cluster.fetch(via, "routed", p) == held
+            for spec in ("earliest", "latest"):
+                at_leader = cluster.get(leader, f"/topics/routed/partitions/{p}/offsets",
+                                        params={"spec": spec}).json()
+                answered = cluster.get(via, f"/topics/routed/partitions/{p}/offsets",
+                                       params={"spec": spec}).json()
+                assert answered == at_leader
+        assert at_leader["offset"] == len(expected)
