@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -81,7 +80,7 @@ def test_produce_and_fetch_through_any_broker(cluster: Cluster) -> None:
             for report, (k, v) in zip(reports, records, strict=True):
                 note(report, k, v)
         # records:batch
-        entries = [{"id": f"e{j}", "key": string(k), "value": string(f"batch-{via}-{j}")}
+        entries: list[dict[str, Any]] = [{"id": f"e{j}", "key": string(k), "value": string(f"batch-{via}-{j}")}
                    for j, (k, _) in enumerate(records)]
         r = cluster.post(via, "/topics/routed/records:batch", json={"entries": entries})
         assert r.status_code == 207, r.text
