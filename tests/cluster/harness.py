@@ -64,14 +64,28 @@ class Cluster:
     def __init__(self, brokers: Brokers, zk: KazooClient) -> None:
         self.brokers = brokers
         self.zk = zk
+        self.admin: tuple[str, str] | None = None
+        """The admin key (id, secret) when authentication is on: the default of requests."""
+
+    def admin_key(self) -> tuple[str, str] | None:
+        """The cluster's admin key, from the one broker whose first start made it."""
+        for i in self.brokers.ids:
+            path = self.brokers.servers[i].data_dir / "security" / "admin.key"
+            if path.exists():
+                key_id, _, secret = path.read_text().strip().partition(":")
+                return key_id, secret
+        return None
 
     def http(self, i: int, timeout_s: float = 30) -> httpx.Client:
-        return httpx.Client(base_url=self.brokers.url(i) + CLUSTER, timeout=timeout_s)
+        return httpx.Client(base_url=self.brokers.url(i) + CLUSTER, timeout=timeout_s,
+                            auth=self.admin)
 
     def get(self, i: int, path: str, **kwargs: Any) -> httpx.Response:
+        kwargs.setdefault("auth", self.admin)
         return httpx.get(self.brokers.url(i) + CLUSTER + path, timeout=30, **kwargs)
 
     def post(self, i: int, path: str, **kwargs: Any) -> httpx.Response:
+        kwargs.setdefault("auth", self.admin)
         return httpx.post(self.brokers.url(i) + CLUSTER + path, timeout=30, **kwargs)
 
     # -- what ZooKeeper says ---------------------------------------------------------
@@ -169,6 +183,8 @@ def three_brokers(directory: Path, connect: str, env: dict[str, str] | None = No
                 wait_for(lambda: len(zk.get_children("/brokers/ids")) == 3,
                          "three brokers registered")
                 cluster = Cluster(brokers, zk)
+                if (env or {}).get("LAKELOG_AUTH", "none") != "none":
+                    cluster.admin, _ = wait_for(cluster.admin_key, "the admin key made")
                 wait_for(lambda: all(cluster.controller(i) > 0 for i in brokers.ids),
                          "every broker knowing the controller")
                 try:

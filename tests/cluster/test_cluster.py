@@ -11,8 +11,9 @@ import httpx
 import msgspec
 import pytest
 
+from ingest_api.security import forward_headers
 from lakelog.zookeeper import ZooKeeperServer
-from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers
+from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +111,76 @@ def test_produce_and_fetch_through_any_broker(cluster: Cluster) -> None:
                                        params={"spec": spec}).json()
                 assert answered == at_leader
         assert at_leader["offset"] == len(expected)
+
+
+@pytest.fixture(scope="module")
+def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    with three_brokers(tmp_path_factory.mktemp("secured"), zookeeper.connect,
+                       env={"LAKELOG_AUTH": "api-key"}) as c:
+        yield c
+
+
+def _auth(key: dict[str, Any]) -> tuple[str, str]:
+    return key["key_id"], key["secret"]
+
+
+def test_keys_and_acls_hold_on_every_broker_and_for_forwarded_produce(
+        secured: Cluster) -> None:
+    """Keys and ACLs made through broker 1 work on broker 3; a produce that a non-leader
+    forwards is authorized as the user who sent it, not as the forwarding broker."""
+    brokers = secured.brokers
+    admin_keys = [brokers.servers[i].data_dir / "security" / "admin.key" for i in brokers.ids]
+    assert sum(p.exists() for p in admin_keys) == 1  # one admin bootstrap for the cluster
+    with secured.http(1) as one:
+        for name in ("orders", "payments"):
+            assert one.post("/topics", json={"topic_name": name, "partitions_count": 6}
+                            ).status_code == 201
+        alice = one.post("/api-keys", json={"principal": "alice"}).json()
+        bob = one.post("/api-keys", json={"principal": "bob"}).json()
+        for user, topic in (("alice", "orders"), ("bob", "payments")):
+            r = one.post("/acls", json={"principal": user, "operation": "produce",
+                                        "resource_type": "topic", "resource_name": topic})
+            assert r.status_code == 201, r.text
+    leaders = secured.leaders("orders", 6)
+    assert set(leaders.values()) == {1, 2, 3}
+    keys = keys_by_partition(6, 2, "auth")
+    entries: list[dict[str, Any]] = [
+        {"id": k, "key": string(k), "value": string("v")} for ks in keys.values() for k in ks]
+
+    def alice_accepted_on_3() -> bool:
+        r = secured.post(3, "/topics/orders/records:batch", auth=_auth(alice),
+                         json={"entries": entries})
+        return r.status_code == 207
+
+    wait_for(alice_accepted_on_3, "broker 3 knowing alice's key and ACL")
+    for via in brokers.ids:
+        r = secured.post(via, "/topics/orders/records:batch", auth=_auth(alice),
+                         json={"entries": entries})
+        assert r.status_code == 207 and not r.json()["failures"], r.text
+        assert {s["partition_id"] for s in r.json()["successes"]} == set(range(6))
+        # bob may write payments, not orders: refused whole, for every leader's partitions
+        denied = secured.post(via, "/topics/orders/records:batch", auth=_auth(bob),
+                              json={"entries": entries})
+        assert denied.status_code == 403 and "'bob'" in denied.json()["message"], denied.text
+        r = secured.post(via, "/topics/payments/records", auth=_auth(bob),
+                         json={"key": string("b"), "value": string("ok")})
+        assert r.status_code == 200, r.text
+    # the hop itself: a broker's key naming bob is held to bob's ACLs at the leader
+    for p, leader in leaders.items():
+        other = next(i for i in brokers.ids if i != leader)
+        credentials = (brokers.servers[other].data_dir / "security" / "broker.key"
+                       ).read_text().strip()
+        for user, status in (("bob", 403), ("alice", 200)):
+            r = secured.post(leader, "/topics/orders/records", auth=None,
+                             headers=forward_headers(credentials, user),
+                             json={"partition_id": p, "value": string(f"hop-{user}")})
+            assert r.status_code == status, (p, user, r.text)
+            if status == 403:
+                assert f"'{user}'" in r.json()["message"], r.text
+    with secured.http(2) as two:  # nothing of bob's is in orders
+        for p in range(6):
+            r = two.get(f"/topics/orders/partitions/{p}/records",
+                        params={"offset": 0, "format": "STRING", "max_records": 1000})
+            assert r.status_code == 200, r.text
+            assert "hop-bob" not in {rec["value"]["data"] for rec in r.json()["records"]}
