@@ -292,6 +292,7 @@ def test_brokers_ride_out_a_zookeeper_restart(cluster: Cluster,
     acked, failures = _produce_batch(cluster, 1, topic, keys, "before")
     assert not failures
 
+    registrations = {i: cluster.zk.exists(f"/brokers/ids/{i}").czxid for i in cluster.brokers.ids}
     # ZooKeeperServer.restart, in its two steps: what brokers answer while it is down
     zookeeper.stop()
     try:
@@ -313,6 +314,9 @@ def test_brokers_ride_out_a_zookeeper_restart(cluster: Cluster,
     measured("ZooKeeper back (answering) until all three brokers are registered and every "
              "partition takes produce through every broker", back_s)
     assert cluster.registered() == [1, 2, 3]
+    again = [i for i in cluster.brokers.ids
+             if cluster.zk.exists(f"/brokers/ids/{i}").czxid != registrations[i]]
+    print(f"\nmeasured: brokers that registered again (their session ended): {again}")
     more, failures = _produce_batch(cluster, 2, topic, keys, "after")
     assert not failures
     _assert_held(cluster, topic, acked | more)
