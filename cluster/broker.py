@@ -29,9 +29,10 @@ from cluster.model import (
     decode,
     encode,
 )
-from cluster.session import ZkSession
+from cluster.session import ZkSession, unreachable_as
 from cluster.view import ClusterView
 from log_tables.errors import (
+    BrokerNotAvailableError,
     InvalidProducerEpochError,
     LeaderNotAvailableError,
     NotLeaderError,
@@ -244,8 +245,10 @@ class ClusterBroker:
         not heard of it yet (a topic created through another broker a moment ago)."""
         if self.view.topic(name) is not None:
             return True
-        if self.view.sync_topic(name) is None:
-            return False
+        with unreachable_as(LeaderNotAvailableError,
+                            f"broker {self.broker_id} looking up topic {name!r}"):
+            if self.view.sync_topic(name) is None:
+                return False
         self._mirror(name)
         return True
 
@@ -290,6 +293,11 @@ class ClusterProducerIds:
         self._issued_below = block.last + 1
 
     def init_producer(self, producer_id: int | None = None) -> tuple[int, int]:
+        with unreachable_as(BrokerNotAvailableError,
+                            f"broker {self.broker.broker_id} issuing a producer id"):
+            return self._init_producer(producer_id)
+
+    def _init_producer(self, producer_id: int | None) -> tuple[int, int]:
         with self._lock:
             if producer_id is None:
                 if self._next > self._last:
@@ -330,7 +338,9 @@ class ClusterProducerIds:
             raise UnknownProducerIdError(f"producer id {producer_id} was never issued")
 
     def check(self, producer_id: int, epoch: int) -> None:
-        self._check_issued(producer_id)
+        with unreachable_as(BrokerNotAvailableError,
+                            f"broker {self.broker.broker_id} checking producer id {producer_id}"):
+            self._check_issued(producer_id)
         if not 0 <= epoch <= MAX_EPOCH:
             raise InvalidProducerEpochError(f"producer {producer_id} epoch {epoch} is invalid")
 

@@ -24,6 +24,7 @@ Brokers learn every change from their watches (cluster.view).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -50,6 +51,7 @@ from cluster.model import (
     state_path,
     topic_path,
 )
+from cluster.session import unreachable_as
 from log_tables.errors import (
     InvalidPartitionsError,
     NotControllerError,
@@ -240,13 +242,18 @@ class Controller:
         return 1
 
     # -- 3. topics -------------------------------------------------------------------
+    def _reachable(self) -> contextlib.AbstractContextManager[None]:
+        """A topic change that met ZooKeeper out of reach (this broker paused beyond its
+        session, say) answers NOT_CONTROLLER, retriable, as a replaced controller does."""
+        return unreachable_as(NotControllerError, f"the controller on broker {self.broker_id}")
+
     def _require_active(self) -> None:
         if not self._still_controller():
             raise NotControllerError(f"broker {self.broker_id} is not the controller")
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: Mapping[str, str], created_ms: int) -> TopicAssignment:
-        with self._lock:
+        with self._lock, self._reachable():
             self._require_active()
             live = self.live_brokers()
             brokers = [(b, info.rack) for b, (info, _) in live.items()]
@@ -268,7 +275,7 @@ class Controller:
             return assignment
 
     def add_partitions(self, name: str, partitions: int) -> TopicAssignment:
-        with self._lock:
+        with self._lock, self._reachable():
             self._require_active()
             try:
                 data, stat = self.client.get(topic_path(name))
@@ -296,7 +303,7 @@ class Controller:
             return updated
 
     def set_configs(self, name: str, configs: Mapping[str, str]) -> TopicAssignment:
-        with self._lock:
+        with self._lock, self._reachable():
             self._require_active()
             try:
                 data, stat = self.client.get(topic_path(name))
@@ -310,7 +317,7 @@ class Controller:
             return updated
 
     def delete_topic(self, name: str) -> TopicAssignment:
-        with self._lock:
+        with self._lock, self._reachable():
             self._require_active()
             try:
                 current = decode(self.client.get(topic_path(name))[0], TopicAssignment)

@@ -13,19 +13,44 @@ ZooKeeper could have ended the session and the controller moved the partitions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import (
+    ConnectionDropped,
+    ConnectionLoss,
+    KazooException,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+
+from log_tables.errors import LakelogError
 
 log = logging.getLogger(__name__)
 
 LEASE_FRACTION = 0.5  # of the session timeout: the margin covers clock rates and a slow append
+
+UNREACHABLE = (ConnectionLoss, ConnectionDropped, SessionExpiredError, OperationTimeoutError,
+               KazooTimeoutError)
+"""What kazoo raises when ZooKeeper is out of reach or the session ended (ZooKeeper
+restarting, this broker paused or cut off): passing, so the caller may try again."""
+
+
+@contextlib.contextmanager
+def unreachable_as(error: type[LakelogError], what: str) -> Iterator[None]:
+    """ZooKeeper out of reach during ``what``: a retriable ``error`` saying so, instead of
+    kazoo's exception (which a request would answer as a 500)."""
+    try:
+        yield
+    except UNREACHABLE as exc:
+        raise error(f"{what}: ZooKeeper is out of reach ({type(exc).__name__}); "
+                    f"try again") from None
 
 
 class ZkSession:
