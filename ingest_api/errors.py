@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cluster.session import UNREACHABLE
 from log_tables import errors as e
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ def status_of(exc: BaseException) -> tuple[int, int, str, str]:
         log.error("%s: answered 410 corrupt_record, never served as data", exc.message)
     if isinstance(exc, e.LakelogError):
         return exc.status, exc.error_code, exc.code, exc.message
+    if isinstance(exc, UNREACHABLE):  # a broker of a cluster: ZooKeeper restarting or cut off
+        cls = e.BrokerNotAvailableError
+        return cls.status, cls.error_code, cls.code, (
+            f"ZooKeeper is out of reach ({type(exc).__name__}); try again")
     log.exception("unexpected error", exc_info=exc)
     return 500, 50000, "internal_error", f"internal error: {type(exc).__name__}"
 
@@ -58,7 +63,8 @@ def status_of(exc: BaseException) -> tuple[int, int, str, str]:
 def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
     status, code, name, message = status_of(exc)
     body: dict[str, object] = {"error_code": code, "error": name, "message": message,
-                               "retriable": isinstance(exc, e.LakelogError) and exc.retriable}
+                               "retriable": (isinstance(exc, e.LakelogError) and exc.retriable)
+                               or isinstance(exc, UNREACHABLE)}
     if isinstance(exc, e.OffsetOutOfRangeError):
         body["log_start_offset"] = exc.log_start_offset
         body["high_watermark"] = exc.high_watermark
