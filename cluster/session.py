@@ -114,6 +114,8 @@ class ZkSession:
         return self._lease_from + self.session_timeout_s * LEASE_FRACTION - time.monotonic()
 
     def _renew(self) -> bool:
+        if self.client.state != KazooState.CONNECTED:
+            return False
         sent = time.monotonic()
         try:
             self.client.exists("/brokers")
@@ -136,10 +138,16 @@ class ZkSession:
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's event thread: never block here.
+        if state == KazooState.SUSPENDED:
+            # The session may well live on (ZooKeeper restarting, a blip): the lease runs
+            # out on its own time, which is before ZooKeeper could end the session.
+            log.warning("ZooKeeper connection lost; this broker leads for at most %.1fs "
+                        "more unless it is back", max(0.0, self.lease_left_s()))
+            return
         if state != KazooState.CONNECTED:
             self._lease_from = float("-inf")
             log.warning("ZooKeeper session %s: this broker stops leading until it is "
-                        "connected again", state.lower())
+                        "registered again", state.lower())
             return
         ident = self.client.client_id[0] if self.client.client_id else None
         if ident != self._session_id and self._session_id is not None:
