@@ -33,9 +33,10 @@ N machines give about N times that, when the load is spread and nothing else bin
 Reported per case: records/s, p50/p99 latency (with several wrk processes: the
 requests-weighted mean of their p50s and the largest p99), CPU s per million records per
 broker and in all, and ratios in the same run: ``direct`` to ``one``, ``forwarded`` to
-``direct``, each ``split`` to its ``one``. A request whose answer is not a 207 without
-failures counts in ``failed``; the high watermarks must have grown by at least the
-records wrk counted, or the run stops.
+``direct``, each ``split`` to its ``one``. ``forwards`` counts the requests the brokers sent
+on to another (their /metrics), so that each case shows it made the hops it is named for.
+A request whose answer is not a 207 without failures counts in ``failed``; the high
+watermarks must have grown by at least the records wrk counted, or the run stops.
 """
 
 from __future__ import annotations
@@ -178,6 +179,16 @@ def high_watermarks(url: str) -> int:
     return sum(int(p["high_watermark"]) for p in r.json()["data"])
 
 
+def forwards(urls: list[str]) -> int:
+    """Requests the brokers at ``urls`` sent on to another broker (their /metrics)."""
+    total = 0.0
+    for url in urls:
+        for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+            if line.startswith("lakelog_forwarded_requests_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
 def wrk(targets: list[Target], seconds: int, lua: Path, cpus: str) -> list[dict[str, Any]]:
     """Run one wrk per target, all at once; their RESULT lines."""
     procs = []
@@ -198,16 +209,17 @@ def wrk(targets: list[Target], seconds: int, lua: Path, cpus: str) -> list[dict[
     return results
 
 
-def measure(name: str, pids: dict[int, int], hw_url: str, targets: list[Target],
+def measure(name: str, pids: dict[int, int], urls: list[str], targets: list[Target],
             seconds: int, lua: Path, cpus: str) -> dict[str, Any]:
     """One case: warm up for a second, then ``seconds`` of load, with each broker's CPU."""
     os.sync()  # no writeback of the case before during this one
     wrk(targets, 1, lua, cpus)
-    hw0 = high_watermarks(hw_url)
+    hw0, sent0 = high_watermarks(urls[0]), forwards(urls)
     cpu0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
     results = wrk(targets, seconds, lua, cpus)
     cpu = {b: cpu_seconds(pid) - cpu0[b] for b, pid in pids.items()}
-    appended = high_watermarks(hw_url) - hw0
+    sent = forwards(urls) - sent0  # before reading the high watermarks, which forward too
+    appended = high_watermarks(urls[0]) - hw0
     requests = sum(r["requests"] for r in results)
     failed = sum(r["failed"] + r["errors"] for r in results)
     total = (requests - failed) * RECORDS
@@ -225,7 +237,7 @@ def measure(name: str, pids: dict[int, int], hw_url: str, targets: list[Target],
            "cpu_by_broker": " ".join(f"{b}:{v:.2f}" for b, v in per_m.items()),
            "cpu_s_per_M_by_broker": per_m,
            "rec_s_per_core": 1e6 / cpu_s_per_m if cpu_s_per_m else 0.0,
-           "failed": failed}
+           "forwards": sent, "failed": failed}
     print(f"  {name:>14} {rec_s:>12,.0f} rec/s  p99 {row['p99_ms']:.1f} ms  "
           f"cpu {cpu_s_per_m:.2f} s/M ({row['cpu_by_broker']})  failed {failed}", flush=True)
     return row
@@ -246,7 +258,7 @@ def cluster_of_one(work: Path, bodies: dict[str, list[Path]], seconds: int, lua:
         pin(server.proc.pid, broker_cpus)
         create_topic(server.url)
         pids = {1: server.proc.pid}
-        return [measure(f"one{suffix}", pids, server.url,
+        return [measure(f"one{suffix}", pids, [server.url],
                         [Target(server.url, bodies[kind], CONNECTIONS)], seconds, lua, client_cpus)
                 for kind, suffix in (("explicit", ""), ("keyed", " keyed"),
                                      ("keyless", " keyless"))]
@@ -277,7 +289,8 @@ def cluster_of_three(work: Path, bodies: dict[str, list[Path]], seconds: int, lu
         cases = [("direct", direct), ("forwarded", [Target(forwarder, elsewhere, CONNECTIONS)]),
                  ("split keyed", [Target(forwarder, bodies["keyed"], CONNECTIONS)]),
                  ("split keyless", [Target(forwarder, bodies["keyless"], CONNECTIONS)])]
-        return [measure(name, pids, forwarder, targets, seconds, lua, client_cpus)
+        order = [forwarder, *(u for u in urls.values() if u != forwarder)]
+        return [measure(name, pids, order, targets, seconds, lua, client_cpus)
                 for name, targets in cases]
     finally:
         local_cluster.down(work / "cluster")
@@ -324,7 +337,7 @@ def main() -> None:
     print()
     print_table(rows, ["case", "wrk", "connections", "rec_s", "p50_ms", "p99_ms", "cpu_s_per_M",
                        "cpu_by_broker", "rec_s_per_core", "baseline", "rec_s_ratio",
-                       "cpu_ratio", "failed"])
+                       "cpu_ratio", "forwards", "failed"])
     extra = {"seconds_per_case": seconds, "records_per_request": RECORDS,
              "partitions": PARTITIONS, "brokers": CLUSTER_BROKERS, "forwarder": FORWARDER,
              "broker_cpus": args.broker_cpus, "client_cpus": args.client_cpus}
