@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ class Broker:
 
 
 @pytest.fixture
-def brokers(tmp_path: Path) -> list[Broker]:
+def brokers(tmp_path: Path) -> Iterator[list[Broker]]:
     made = [Broker(tmp_path, i) for i in (1, 2)]
     yield made
     for b in made:
@@ -90,7 +91,12 @@ def test_brokers_tier_only_their_partitions_and_their_commits_rebase(
             ends[p] = b.manager.log("events", p).active_segment.base_offset
     # Both plan on the same table version, then commit at once: the second is rebased.
     both_staged = threading.Barrier(2, timeout=120)
-    job.step_hook = lambda step: both_staged.wait() if step == "staged" else None
+
+    def hold(step: str) -> None:
+        if step == "staged":
+            both_staged.wait()
+
+    job.step_hook = hold
     reports: dict[int, TierReport] = {}
     errors: list[BaseException] = []
 
