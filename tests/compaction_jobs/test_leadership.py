@@ -89,6 +89,8 @@ def test_brokers_tier_only_their_partitions_and_their_commits_rebase(
         for p in mine["events"]:
             produce(b.manager, "events", p, 60 + 10 * p, roll_every=25)
             ends[p] = b.manager.log("events", p).active_segment.base_offset
+    # Broker 1 also holds records of partition 2 (say it led it once): not its to tier.
+    produce(brokers[0].manager, "events", 2, 50, roll_every=25)
     # Both plan on the same table version, then commit at once: the second is rebased.
     both_staged = threading.Barrier(2, timeout=120)
 
