@@ -178,8 +178,8 @@ class CompactJob(TopicJob):
         dt = open_topic_table(uri, meta.name, meta.topic_id)
         clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, meta.partitions)
-        plans = [plan for p, st in enumerate(states)
-                 if (plan := plan_partition(p, st, config, self.now_ms)) is not None]
+        plans = [plan for p, st in enumerate(states) if self.leads(meta.name, p)
+                 and (plan := plan_partition(p, st, config, self.now_ms)) is not None]
         for plan in plans:
             self.progress(f"{'would compact' if self.dry_run else 'compacting'} {meta.name}-"
                           f"{plan.partition} offsets {plan.state.start_offset}.."

@@ -1,14 +1,23 @@
-"""What every job shares: the topics it covers, its id, the local-warehouse check, dry
-runs, and its rows in ``_job_runs`` (one per partition it touched, or one per topic or
-run that failed). ``TopicJob`` works topic by topic; the tiering job stages every
-topic's segments in one Spark job, so it runs on ``Job`` itself."""
+"""What every job shares: the topics and partitions it covers, its id, the
+local-warehouse check, dry runs, and its rows in ``_job_runs`` (one per partition it
+touched, or one per topic or run that failed). ``TopicJob`` works topic by topic; the
+tiering job stages every topic's segments in one Spark job, so it runs on ``Job`` itself.
+
+In a cluster, a broker's jobs touch only the partitions it leads (``led``, read from
+``leadership.json`` at the start of each run): one broker tiers, compacts and expires
+each partition, and work on a topic's table as a whole (vacuum, checkpoints) falls to
+the leader of its partition 0. Every commit is still guarded by the partitions' app
+transactions (log_tables.cold.commit), so a broker acting on a leadership that moved
+away mid-run loses its commit for that partition instead of doubling or dropping
+records."""
 
 from __future__ import annotations
 
 import abc
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Set
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, NamedTuple
 
 from typing_extensions import TypeVar
@@ -18,6 +27,7 @@ from log_tables.cold import job_runs
 from log_tables.cold.job_runs import DRY_RUN, FAILED, JobRun
 from log_tables.errors import StorageError
 from log_tables.layout import Layout, is_local
+from log_tables.leadership import read_cluster_id, read_leadership
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
@@ -63,6 +73,22 @@ Report = TypeVar("Report", default=JobReport)
 """What ``run`` returns: a ``JobReport`` (the tiering job has its own)."""
 
 
+Led = Mapping[str, Set[int]]
+"""Partitions by topic that a cluster's broker leads."""
+
+
+def led_here(layout: Layout, cluster: bool | None = None) -> Led | None:
+    """The partitions this data directory's broker leads now, or None (every partition)
+    when it is not a cluster's broker. ``cluster`` None: a data directory that joined a
+    cluster (it holds ``cluster.json``) is one. A broker of a cluster without
+    ``leadership.json`` (it is starting, or lost its metadata) leads nothing."""
+    if cluster is None:
+        cluster = read_cluster_id(Path(layout.data_dir)) is not None
+    if not cluster:
+        return None
+    return read_leadership(Path(layout.data_dir)) or {}
+
+
 class Job(abc.ABC, Generic[Report]):
     """A job over some topics of a layout; ``run`` records its rows in ``_job_runs``."""
 
@@ -71,7 +97,8 @@ class Job(abc.ABC, Generic[Report]):
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  dry_run: bool = False, progress: Callable[[str], None] | None = None,
-                 now_ms: int | None = None, orphan_min_age_s: float = 60.0) -> None:
+                 now_ms: int | None = None, orphan_min_age_s: float = 60.0,
+                 led: Led | None = None) -> None:
         if self.needs_local_warehouse and not is_local(layout.warehouse):
             raise StorageError(f"{layout.warehouse}: lakelog's jobs stage files on a local or "
                                "mounted file system; object-store warehouses are not supported yet")
@@ -82,9 +109,22 @@ class Job(abc.ABC, Generic[Report]):
         self.progress = progress or (lambda line: log.info("%s", line))
         self.now_ms = now_ms if now_ms is not None else job_runs.now_ms()
         self.orphan_min_age_s = orphan_min_age_s
+        self.led = led
+        """The partitions this job may touch (a cluster's broker: those it leads); None: all."""
 
     def topic_metas(self) -> list[TopicMetadata]:
-        return [t for t in self.layout.topics() if self.only is None or t.name in self.only]
+        """The topics to work on: those asked for, with at least one partition led here."""
+        return [t for t in self.layout.topics() if (self.only is None or t.name in self.only)
+                and (self.led is None or self.led.get(t.name))]
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this job may touch the partition (always, outside a cluster)."""
+        return self.led is None or partition in self.led.get(topic, ())
+
+    def leads_table(self, topic: str) -> bool:
+        """Whether this job does the table-wide work (vacuum, checkpoints) of the topic:
+        outside a cluster always, in one the leader of partition 0 does it."""
+        return self.leads(topic, 0)
 
     @abc.abstractmethod
     def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,

@@ -93,7 +93,7 @@ class OptimizeJob(TopicJob):
         clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, meta.partitions)
         stage_path = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
-        bins = [b for p, st in enumerate(states)
+        bins = [b for p, st in enumerate(states) if self.leads(meta.name, p)
                 for b in plan_bins(p, list(st.files), st.start_offset, self.target_bytes,
                                    stage_path)]
         by_partition: dict[int, list[Bin]] = {}

@@ -122,6 +122,8 @@ class RetentionJob(TopicJob):
         states = snapshot(dt, meta.partitions)
         plans: list[RetentionPlan] = []
         for p, state in enumerate(states):
+            if not self.leads(meta.name, p):
+                continue  # its leader's hot log (elsewhere) counts towards its size
             units, active = partition_units(state, self.layout.partition_dir(meta.name, p))
             plan = plan_partition(p, state, units, active, config, self.now_ms)
             if plan is not None:

@@ -21,6 +21,10 @@ The child and everything it starts end with the server, however the server ends:
 The child leads a process group of its own, so a Ctrl-C in the server's
 terminal reaches the server alone, which then stops the child cleanly.
 
+In a cluster (``cluster``), each run reads ``leadership.json`` first and works only on
+the partitions this broker leads (compaction_jobs.job); the brokers share the warehouse,
+and their commits to one topic's table rebase on each other (log_tables.cold.commit).
+
 The jobs only need the data directory and the warehouse: everything they change
 is committed to Delta, and the server's hot tier follows the log start they
 commit (``TieredStorage.follow_log_start``), as it does for ``lakelog jobs``.
@@ -45,6 +49,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from compaction_jobs.compact import CompactJob
+from compaction_jobs.job import Led, led_here
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
@@ -83,10 +88,13 @@ class Intervals(NamedTuple):
 class JobScheduler:
     """Runs the jobs every interval; ``runs`` and ``last_error`` say how it goes."""
 
-    def __init__(self, layout: Layout, intervals: Intervals, spark_master: str) -> None:
+    def __init__(self, layout: Layout, intervals: Intervals, spark_master: str,
+                 cluster: bool = False) -> None:
         self.layout = layout
         self.intervals = intervals
         self.spark_master = spark_master
+        self.cluster = cluster
+        """A cluster's broker: each run touches only the partitions it leads."""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,18 +135,23 @@ class JobScheduler:
                      time.monotonic() - started)
         return self._spark
 
+    def _led(self) -> Led | None:
+        """Read at the start of every run: leadership moves between runs."""
+        return led_here(self.layout, self.cluster)
+
     def _tier(self) -> object:
-        return TierJob(self.layout).run(self._session)
+        return TierJob(self.layout, led=self._led()).run(self._session)
 
     def _retention(self) -> object:
-        return RetentionJob(self.layout).run()
+        return RetentionJob(self.layout, led=self._led()).run()
 
     def _compact(self) -> object:
-        return CompactJob(self.layout).run(self._session)
+        return CompactJob(self.layout, led=self._led()).run(self._session)
 
     def _upkeep(self) -> object:
-        OptimizeJob(self.layout).run(self._session)
-        return VacuumJob(self.layout, retention_hours=self.intervals.vacuum_retention_hours).run()
+        OptimizeJob(self.layout, led=self._led()).run(self._session)
+        return VacuumJob(self.layout, retention_hours=self.intervals.vacuum_retention_hours,
+                         led=self._led()).run()
 
     def loop(self) -> None:
         while not self._stopping.is_set():
@@ -184,11 +197,12 @@ class JobProcess:
     """
 
     def __init__(self, layout: Layout, intervals: Intervals, spark_master: str,
-                 log_level: str = "info") -> None:
+                 log_level: str = "info", *, cluster: bool = False) -> None:
         self.layout = layout
         self.intervals = intervals
         self.spark_master = spark_master
         self.log_level = log_level
+        self.cluster = cluster
         self._proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None
         """The write end of the child's stdin."""
@@ -206,7 +220,8 @@ class JobProcess:
     def start(self, manager: LogManager | None = None) -> None:
         spec = {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
                 "spark_master": self.spark_master, "intervals": self.intervals._asdict(),
-                "log_level": self.log_level.upper(), "parent_pid": os.getpid()}
+                "log_level": self.log_level.upper(), "parent_pid": os.getpid(),
+                "cluster": self.cluster}
         # A process group of its own: the child can take its JVM with it in one kill,
         # and a Ctrl-C meant for the server does not reach it.
         self._proc = subprocess.Popen(
@@ -305,7 +320,8 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=spec.get("log_level", "INFO"),
                         format="%(levelname)s:     [jobs] %(name)s: %(message)s")
     scheduler = JobScheduler(Layout(spec["data_dir"], spec["warehouse"]),
-                             Intervals(**spec["intervals"]), spec["spark_master"])
+                             Intervals(**spec["intervals"]), spec["spark_master"],
+                             spec.get("cluster", False))
     scheduler.start()
     stdin = sys.stdin.fileno()
     while True:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from compaction_jobs.job import Job, session_of, step
+from compaction_jobs.job import Job, Led, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold import job_runs
 from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
@@ -223,8 +223,10 @@ class TierJob(Job[TierReport]):
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None,
-                 orphan_min_age_s: float = 60.0, skip_damaged: bool = False) -> None:
-        super().__init__(layout, topics, progress=progress, orphan_min_age_s=orphan_min_age_s)
+                 orphan_min_age_s: float = 60.0, skip_damaged: bool = False,
+                 led: Led | None = None) -> None:
+        super().__init__(layout, topics, progress=progress, orphan_min_age_s=orphan_min_age_s,
+                         led=led)
         self.skip_damaged = skip_damaged
         """Tier around damaged batches (an operator's choice: their records are lost)."""
         self._new_damage: list[DamagedPartition] = []
@@ -306,6 +308,8 @@ class TierJob(Job[TierReport]):
         stage = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
         works: list[SegmentWork] = []
         for p in range(partitions):
+            if not self.leads(topic, p):
+                continue  # another broker's: its hot log here is an empty mirror
             directory = self.layout.partition_dir(topic, p)
             # Only durable segments: one rolled moments ago may still await its fdatasync,
             # and a tiered record must never be one that an OS crash could take back.

@@ -62,6 +62,8 @@ class VacuumJob(TopicJob):
 
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
+        if not self.leads_table(meta.name):
+            return []  # another broker's: the leader of partition 0 vacuums the table
         began = now_ms()
         dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
         root = delta_path(dt.table_uri).rstrip("/") + "/"
@@ -84,7 +86,11 @@ class VacuumJob(TopicJob):
     def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
             record: bool = True) -> JobReport:
         report = super().run(spark, record=record)
-        if not self.dry_run:
+        # In a cluster one broker trims the shared _job_runs table: the leader of
+        # partition 0 of the first topic by name (every broker mirrors the same topics).
+        names = sorted(t.name for t in self.layout.topics())
+        trims = self.led is None or (bool(names) and self.leads_table(names[0]))
+        if not self.dry_run and trims:
             try:
                 job_runs.trim(self.layout.warehouse)
             except Exception:  # bookkeeping must not fail the job

@@ -66,7 +66,8 @@ def _spark_log() -> Iterator[Path]:
 
 
 def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
-            master: str | None, as_json: bool, max_rows: int) -> Iterator[str]:
+            master: str | None, as_json: bool, max_rows: int, zookeeper: str | None = None
+            ) -> Iterator[str]:
     """Lines of output: a table with a row count, or one JSON object per row."""
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
@@ -80,7 +81,7 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     # before raising: the error below says what matters, on one line.
     for name in QUERY_CONTEXT_LOGGERS:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-    register_views(spark)
+    register_views(spark, zookeeper=zookeeper)
     try:
         df = spark.sql(query)
         rows = df.limit(max_rows + 1).collect()

@@ -29,7 +29,9 @@ def jobs_tier(
                        "so that all of them are tiered now.")] = False,
     url: Url = DEFAULT_URL,
 ) -> None:
-    """Roll sealed hot segments into the topics' Delta tables, exactly once."""
+    """Roll sealed hot segments into the topics' Delta tables, exactly once (on a
+    cluster's broker, of the partitions it leads)."""
+    from compaction_jobs.job import led_here
     from compaction_jobs.tier import TierJob
     from log_tables.layout import Layout
     from log_tables.spark.session import lakelog_session
@@ -45,8 +47,11 @@ def jobs_tier(
             for t in rolled:
                 for part in client.roll_segments(t):
                     ends[(t, part["partition_id"])] = part["end_offset"]
+    led = led_here(layout)
+    if led is not None:  # a cluster's broker: the other partitions are tiered by theirs
+        ends = {(t, p): end for (t, p), end in ends.items() if p in led.get(t, ())}
     report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
-                     skip_damaged=skip_damaged).run(
+                     skip_damaged=skip_damaged, led=led).run(
         lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
                                 app_name="lakelog-tier"))
     typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition range(s)"
@@ -71,7 +76,7 @@ Topics = Annotated[list[str] | None, typer.Option("--topic", help="Only this top
 def _run_jobs(names: list[str], data_dir: Path, warehouse: str | None, topic: list[str] | None,
               master: str | None, dry_run: bool, target_bytes: int, retention_hours: int) -> None:
     from compaction_jobs.compact import CompactJob
-    from compaction_jobs.job import Job, JobReport
+    from compaction_jobs.job import Job, JobReport, led_here
     from compaction_jobs.optimize import OptimizeJob
     from compaction_jobs.retention import RetentionJob
     from compaction_jobs.vacuum import VacuumJob
@@ -79,6 +84,7 @@ def _run_jobs(names: list[str], data_dir: Path, warehouse: str | None, topic: li
     from log_tables.spark.session import lakelog_session
 
     layout = Layout.of(data_dir, warehouse)
+    led = led_here(layout)  # a cluster's broker: only the partitions it leads
     session: list[Any] = []
 
     def spark() -> Any:
@@ -100,15 +106,15 @@ def _run_jobs(names: list[str], data_dir: Path, warehouse: str | None, topic: li
             continue
         job: Job
         if name == "retention":
-            job = RetentionJob(layout, topic, dry_run=dry_run, progress=echo)
+            job = RetentionJob(layout, topic, dry_run=dry_run, progress=echo, led=led)
         elif name == "compact":
-            job = CompactJob(layout, topic, dry_run=dry_run, progress=echo)
+            job = CompactJob(layout, topic, dry_run=dry_run, progress=echo, led=led)
         elif name == "optimize":
             job = OptimizeJob(layout, topic, target_bytes=target_bytes, dry_run=dry_run,
-                              progress=echo)
+                              progress=echo, led=led)
         else:
             job = VacuumJob(layout, topic, retention_hours=retention_hours, dry_run=dry_run,
-                            progress=echo)
+                            progress=echo, led=led)
         report: JobReport = job.run(spark)
         typer.echo(report.summary())
         for run in report.failed:

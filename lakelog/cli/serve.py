@@ -67,7 +67,7 @@ def serve(
     scheduler = JobProcess(settings.layout, Intervals(
         settings.tier_interval_ms, settings.retention_interval_ms, settings.compact_interval_ms,
         settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
-        settings.log_level)
+        settings.log_level, cluster=settings.zookeeper is not None)
     services = [scheduler] if scheduler.enabled else []
     from ingest_api.http_protocol import bounded_protocol
 

@@ -6,6 +6,12 @@ commit is guarded by checking the versions on the handle that planned it and
 committing on that same handle, so a racing writer's commit turns ours into a
 ``CommitFailedError``. Then the handle is refreshed, partitions whose versions
 moved are given up (the caller re-plans them) and the rest is retried.
+
+Several writers (a cluster's brokers, each on the partitions it leads) commit to one
+table: commits that touch other partitions' app transactions and files do not conflict,
+and delta-rs rebases ours onto theirs by itself. Each commit records the version it was
+planned on (``lakelog.readVersion``): a commit at a later version than that plus one was
+rebased past another writer's.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from log_tables.errors import StaleTableError, StorageError
 from log_tables.layout import delta_path
 
 MAX_COMMIT_ATTEMPTS = 8
+"""Commits that lost to another writer's on the same partitions, then retried; delta-rs
+itself retries (rebases) a commit that only raced commits on other partitions."""
+READ_VERSION = "lakelog.readVersion"
 
 
 class PartitionChange(NamedTuple):
@@ -89,7 +98,8 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
                 actions, "append", Schema.from_arrow(TABLE_SCHEMA), partition_by=PARTITION_COLUMNS,
                 commit_properties=CommitProperties(
                     app_transactions=txns,
-                    custom_metadata={"lakelog.job": job, "lakelog.jobId": job_id}))
+                    custom_metadata={"lakelog.job": job, "lakelog.jobId": job_id,
+                                     READ_VERSION: str(dt.version())}))
         except CommitFailedError:
             dt.update_incremental()
             continue
