@@ -27,7 +27,7 @@ from cluster.broker import ClusterBroker
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from consumer_groups.hashing import group_slot
 from ingest_api.errors import ApiError, error_of
-from ingest_api.models import ProduceRecord
+from ingest_api.models import BatchEntry, ProduceRecord
 from ingest_api.produce.runs import ProduceResult, Run
 from ingest_api.state import CLUSTER_ID
 from log_tables.errors import (
@@ -239,15 +239,12 @@ class ProduceRoute:
             by_broker.setdefault(self._leaders[run.partition].broker_id, []).extend(
                 run.indices.tolist())
         bodies: list[tuple[BrokerInfo, list[int], bytes]] = []
+        partitions = result.partitions
         for broker_id, indices in by_broker.items():
             indices.sort()  # the request's order, per partition too
-            entries = []
-            for i in indices:
-                fields = msgspec.structs.asdict(records[i])
-                fields.update(partition_id=int(result.partitions[i]), id=str(i))
-                entries.append(fields)
+            entries = [_entry(records[i], i, int(partitions[i])) for i in indices]
             info = next(b for b in self._leaders.values() if b.broker_id == broker_id)
-            bodies.append((info, indices, _encoder.encode({"entries": entries})))
+            bodies.append((info, indices, b'{"entries":[' + b",".join(entries) + b"]}"))
         return self._send_all(topic, bodies, result, acks)
 
     async def _send_all(self, topic: str, bodies: list[tuple[BrokerInfo, list[int], bytes]],
@@ -271,17 +268,55 @@ class ProduceRoute:
             for i in indices:
                 result.errors[i] = err
             return
-        answer = r.json()
-        for s in answer["successes"]:
-            i = int(s["id"])
-            result.offsets[i] = s["offset"]
-            if s.get("timestamp"):
-                result.timestamps[i] = _epoch_ms(s["timestamp"])
-        for f in answer["failures"]:
-            result.errors[int(f["id"])] = ApiError(
-                int(f["error_code"]) // 100 if f["error_code"] >= 10000 else f["error_code"],
-                f["message"], error_code=f["error_code"], name=f["error"],
-                retriable=f.get("retriable"))
+        answer = _answer.decode(r.content)
+        times: dict[str, int] = {}
+        offsets, timestamps = result.offsets, result.timestamps
+        for ok in answer.successes:
+            i = int(ok.id)
+            offsets[i] = ok.offset
+            if ok.timestamp is not None:
+                ms = times.get(ok.timestamp)
+                if ms is None:
+                    ms = times[ok.timestamp] = _epoch_ms(ok.timestamp)
+                timestamps[i] = ms
+        for f in answer.failures:
+            result.errors[int(f.id)] = ApiError(
+                f.error_code // 100 if f.error_code >= 10000 else f.error_code,
+                f.message, error_code=f.error_code, name=f.error, retriable=f.retriable)
+
+
+class _Ok(msgspec.Struct, gc=False):
+    id: str
+    offset: int
+    timestamp: str | None = None
+
+
+class _Failed(msgspec.Struct, gc=False):
+    id: str
+    error_code: int
+    error: str
+    message: str
+    retriable: bool | None = None
+
+
+class _Answer(msgspec.Struct, gc=False):
+    """The part of a leader's 207 that the forwarding broker reads."""
+
+    successes: list[_Ok]
+    failures: list[_Failed]
+
+
+_answer = msgspec.json.Decoder(_Answer)
+
+
+def _entry(record: ProduceRecord, index: int, partition: int) -> bytes:
+    """One ``records:batch`` entry: the record with its partition, id its index in the
+    request (a batch entry's own id is replaced; it is put back from the index)."""
+    if isinstance(record, BatchEntry):
+        return _encoder.encode(msgspec.structs.replace(record, id=str(index),
+                                                       partition_id=partition))
+    body = _encoder.encode(msgspec.structs.replace(record, partition_id=partition))
+    return b'{"id":"%d",' % index + body[1:]
 
 
 def _epoch_ms(text: str) -> int:
