@@ -71,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets", "group", "commit"),
     _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets:reset", "group", "alter"),
     _rule("DELETE", _B + rf"/consumer-groups/{_NAME}", "group", "delete"),
-    _rule("GET", _B + rf"/consumer-groups/{_NAME}(/offsets)?", "group", "describe"),
+    _rule("GET", _B + rf"/consumer-groups/{_NAME}(/offsets|/coordinator)?", "group", "describe"),
     _rule("POST GET DELETE", _B + rf"/consumer-groups/{_NAME}/members(/[^/]+(/heartbeat|"
           r"/records|/positions)?)?", "group", "consume"),
     _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),

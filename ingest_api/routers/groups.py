@@ -138,6 +138,18 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
     return json_response({**_summary(groups, group_id), "members": members, "offsets": rows})
 
 
+@router.get(BASE + "/{group_id}/coordinator")
+async def find_coordinator(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Kafka's FindCoordinator: the broker that coordinates the group (a client sends the
+    group's requests there; any other broker forwards them)."""
+    check_cluster(cluster_id)
+    st = state(request)
+    if st.cluster is None:  # this server, at whatever address the client used
+        return json_response({"broker_id": 1, "host": None, "port": None})
+    info = await st.cluster.coordinator_of(group_id) or st.cluster.broker.info
+    return json_response({"broker_id": info.broker_id, "host": info.host, "port": info.port})
+
+
 @router.delete(BASE + "/{group_id}", status_code=204)
 async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Delete a group without members and its committed offsets."""

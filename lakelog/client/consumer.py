@@ -35,7 +35,7 @@ from typing import Any, Literal
 import httpx
 
 from lakelog.client.errors import LakelogClientError, error_from, raise_for
-from lakelog.client.http import api_client
+from lakelog.client.http import api_client, default_api_key, find_coordinator
 from lakelog.client.membership import GroupMember
 from lakelog.client.retry import (
     RetryPolicy,
@@ -75,9 +75,13 @@ class Consumer(GroupMember):
         if default_api_timeout_ms <= 0:
             raise ValueError("default_api_timeout_ms must be above 0")
         path, timeout = f"/consumer-groups/{group}", policy.request_timeout_ms / 1000
+        key = api_key or default_api_key(url)
+        # Kafka's FindCoordinator: the group's requests go to its coordinator (any broker
+        # would forward them); the URL given when it cannot be found.
+        home = find_coordinator(url, group, key, verify, timeout)
         super().__init__(url, group, policy, default_api_timeout_ms,
-                         api_client(url, path, api_key, verify, timeout),
-                         api_client(url, path, api_key, verify, timeout))
+                         api_client(home, path, key, verify, timeout),
+                         api_client(home, path, key, verify, timeout))
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -40,3 +41,21 @@ def api_client(url: str, path: str, api_key: str | None, verify: str | bool | ss
     return httpx.Client(base_url=url.rstrip("/") + CLUSTER + path, timeout=timeout_s,
                         auth=http_auth(api_key or default_api_key(url)),
                         verify=tls_verify(verify))
+
+
+def find_coordinator(url: str, group: str, api_key: str | None,
+                     verify: str | bool | ssl.SSLContext, timeout_s: float) -> str:
+    """The URL of the broker that coordinates ``group`` (``url`` itself for a cluster of
+    one, or when the answer does not come: any broker forwards a group's requests)."""
+    base = url.rstrip("/")
+    try:
+        with api_client(base, "", api_key, verify, timeout_s) as http:
+            r = http.get(f"/consumer-groups/{group}/coordinator")
+    except httpx.TransportError:
+        return base
+    if r.status_code != 200:
+        return base
+    body = r.json()
+    if not body.get("host") or not body.get("port"):  # "this server" (a cluster of one)
+        return base
+    return f"{urlsplit(base).scheme or 'http'}://{body['host']}:{body['port']}"

@@ -80,8 +80,10 @@ def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
             producer.send("grouped", f"v{i}", key=f"k{i}")
         producer.flush()
     got = []
-    # Two members joined through different brokers: both reach the one coordinator,
-    # which reads the partitions it does not lead from their leaders.
+    before = forwarded(brokers, "group")
+    # Two members given different brokers: both find the group's coordinator and talk to
+    # it (no broker forwards their group requests); it reads the partitions it does not
+    # lead from their leaders.
     with Consumer(brokers.url(1), "g-any", ["grouped"], auto_offset_reset="earliest") as a, \
             Consumer(brokers.url(3), "g-any", ["grouped"], auto_offset_reset="earliest") as c:
         deadline = time.monotonic() + 60
@@ -90,6 +92,7 @@ def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
         a.commit()
         c.commit()
         assert a.assignment() | c.assignment() == {("grouped", p) for p in range(6)}
+    assert forwarded(brokers, "group") == before
     assert sorted(int(r.value[1:]) for r in got) == list(range(120))  # type: ignore[index]
     described = {i: httpx.get(brokers.url(i) + CLUSTER + "/consumer-groups/g-any/offsets")
                  for i in brokers.ids}
@@ -99,6 +102,11 @@ def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
     assert offsets[0] == offsets[1] == offsets[2] and sum(o for _, o in offsets[0]) == 120
     listed = httpx.get(brokers.url(2) + CLUSTER + "/consumer-groups").json()["data"]
     assert [g["consumer_group_id"] for g in listed].count("g-any") == 1
+    # Through a broker that is not its coordinator, a group request is forwarded.
+    found = httpx.get(brokers.url(1) + CLUSTER + "/consumer-groups/g-any/coordinator").json()
+    other = next(i for i in brokers.ids if i != found["broker_id"])
+    r = httpx.get(brokers.url(other) + CLUSTER + "/consumer-groups/g-any")
+    assert r.status_code == 200 and forwarded(brokers, "group")[other] >= 1
 
 
 def test_topic_changes_through_any_broker_reach_every_broker(brokers: Brokers) -> None:
