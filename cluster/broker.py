@@ -67,6 +67,7 @@ class ClusterBroker:
         self.manager = manager
         self.session = session
         session.on_new_session = self._new_session
+        session.on_lease_change = lambda _held: self._write_leadership()
         self.client = self.session.client
         self.view = ClusterView(self.client)
         self.controller = Controller(self.client, broker_id)
@@ -186,7 +187,8 @@ class ClusterBroker:
         """``<data_dir>/leadership.json``: the partitions this broker leads, for its job
         process (which tiers, compacts and expires only those)."""
         with self._leadership_lock:
-            led = self.led_partitions()
+            # Without the lease this broker leads nothing: its job process stops too.
+            led = self.led_partitions() if self.session.has_lease else {}
             if led == self._leadership_written:
                 return
             write_leadership(self.manager.data_dir, self.broker_id, led)

@@ -66,6 +66,8 @@ class ZkSession:
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, max_delay=1.0))
         self.on_new_session = on_new_session
+        self.on_lease_change: Callable[[bool], None] | None = None
+        """Called (on the heartbeat thread) when the lease is lost or held again."""
         self._lease_from = float("-inf")
         self._session_id: int | None = None
         self._stop = threading.Event()
@@ -131,9 +133,17 @@ class ZkSession:
 
     def _heartbeat(self) -> None:
         every = self.session_timeout_s / 6
+        held = self.has_lease
         while not self._stop.is_set():
             self._renew()
-            self._wake.wait(every)
+            if self.has_lease != held:
+                held = not held
+                if self.on_lease_change is not None:
+                    try:
+                        self.on_lease_change(held)
+                    except Exception:
+                        log.exception("acting on the ZooKeeper lease's change failed")
+            self._wake.wait(min(every, max(0.05, self.lease_left_s())) if held else every)
             self._wake.clear()
 
     def _state_changed(self, state: str) -> None:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from lakelog.zookeeper import ZooKeeperServer
+from log_tables.leadership import read_leadership
 from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers, wait_for
 
 pytestmark = pytest.mark.slow
@@ -308,12 +309,20 @@ def test_brokers_ride_out_a_zookeeper_restart(cluster: Cluster,
         _, fenced_s = wait_for(fenced, "brokers refusing produce without ZooKeeper")
         measured("ZooKeeper stopped until every broker refuses produce (its lease ran out)",
                  fenced_s)
+        # Without its lease a broker leads nothing: its job process is told so too.
+        wait_for(lambda: all(read_leadership(cluster.brokers.servers[i].data_dir) == {}
+                             for i in cluster.brokers.ids),
+                 "leadership.json emptied on every broker")
     finally:
         zookeeper.start()
     back_s = cluster.wait_serving(topic, 6, timeout_s=60)
     measured("ZooKeeper back (answering) until all three brokers are registered and every "
              "partition takes produce through every broker", back_s)
     assert cluster.registered() == [1, 2, 3]
+    wait_for(lambda: sum(len(ps) for i in cluster.brokers.ids
+                         for ps in (read_leadership(cluster.brokers.servers[i].data_dir)
+                                    or {}).values()) >= 6,
+             "leadership.json written again")
     again = [i for i in cluster.brokers.ids
              if cluster.zk.exists(f"/brokers/ids/{i}").czxid != registrations[i]]
     print(f"\nmeasured: brokers that registered again (their session ended): {again}")
