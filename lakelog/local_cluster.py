@@ -84,9 +84,15 @@ class Cluster:
 
     @property
     def admin_key(self) -> Path | None:
-        """Broker 1's admin key, for the CLI (``LAKELOG_DATA_DIR``) when auth is api-key."""
+        """The admin key, for the CLI (``LAKELOG_DATA_DIR``) when auth is api-key: in the
+        data directory of the broker whose first start made it (keys are cluster-wide, so
+        it works on every broker)."""
         if self.auth != "api-key" or not self.brokers:
             return None
+        for broker in self.brokers:
+            key = Path(broker.data_dir) / "security" / "admin.key"
+            if key.exists():
+                return key
         return Path(self.brokers[0].data_dir) / "security" / "admin.key"
 
     def alive(self) -> list[str]:

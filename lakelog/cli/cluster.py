@@ -26,7 +26,8 @@ def cluster_up(
         help="A running ZooKeeper HOST:PORT (or HOST:PORT/CHROOT); unset: start one in DIR/zookeeper "
              "(Debian's zookeeper package).")] = None,
     auth: Annotated[str, typer.Option(
-        help="api-key (the admin key is in DIR/broker-1/security/admin.key) or none.")
+        help="api-key (the admin key is in the data directory of the broker that made it: "
+             "'up' prints where) or none.")
     ] = "api-key",
 ) -> None:
     """Start ZooKeeper and the brokers as background processes; 'cluster down' stops them."""
@@ -75,5 +76,6 @@ def cluster_brokers(url: Url = DEFAULT_URL) -> None:
     typer.echo("BROKER  ADDRESS                RACK    ROLE")
     for b in brokers:
         role = "controller" if str(b["broker_id"]) == controller else ""
-        typer.echo(f"{b['broker_id']:<7} {b['host']}:{b['port']:<10} "
-                   f"{b.get('rack') or '-':<7} {role}".rstrip())
+        address = f"{b['host']}:{b['port']}"
+        typer.echo(f"{b['broker_id']:<7} {address:<22} {b.get('rack') or '-':<7} "
+                   f"{role}".rstrip())
