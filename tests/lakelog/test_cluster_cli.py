@@ -47,8 +47,15 @@ def test_up_two_brokers_then_down(tmp_path: Path) -> None:
             assert httpx.get(b["url"] + "/healthz", timeout=5).status_code == 200
             assert b["url"] in up.stdout and b["log"] in up.stdout
             assert Path(b["log"]).exists()
-        key = directory / "broker-1" / "security" / "admin.key"
-        assert key.exists() and str(key) in up.stdout  # auth api-key by default
+        # auth api-key by default: one admin key, made by whichever broker started first
+        keys = [directory / f"broker-{i}" / "security" / "admin.key" for i in (1, 2)]
+        assert [k.exists() for k in keys].count(True) == 1
+        key = next(k for k in keys if k.exists())
+        assert str(key) in up.stdout
+        listed = subprocess.run([str(LAKELOG), "topics", "list", "--url", state["brokers"][1]["url"]],
+                                env={**os.environ, "LAKELOG_DATA_DIR": str(key.parents[1])},
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr  # the key works on every broker
         assert state["zookeeper"] in up.stdout and "lakelog cluster down" in up.stdout
         assert f"zookeeper = {state['zookeeper']}" in (directory / "broker-2.log").read_text()
         assert all(process_alive(pid) for pid in _pids(state))
