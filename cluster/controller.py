@@ -60,6 +60,8 @@ from log_tables.errors import (
 )
 
 log = logging.getLogger(__name__)
+Ops = list[tuple[str, tuple[object, ...], dict[str, object]]]
+"""A ZooKeeper transaction's operations: (method of kazoo's transaction, args, kwargs)."""
 
 step_hook: Callable[[str], None] | None = None
 """Called with each controller step's name as the controller completes it (tests kill the
@@ -166,7 +168,7 @@ class Controller:
         step("epoch")
         log.warning("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
 
-    def _commit(self, ops: list[tuple[str, tuple[object, ...], dict[str, object]]]) -> None:
+    def _commit(self, ops: Ops) -> None:
         """One ZooKeeper transaction, fenced by the controller epoch."""
         tx = self.client.transaction()
         tx.check(CONTROLLER_EPOCH, self._epoch_version)
@@ -259,13 +261,9 @@ class Controller:
             brokers = [(b, info.rack) for b, (info, _) in live.items()]
             replicas = assign_replicas(name, brokers, partitions, replication_factor)
             assignment = TopicAssignment(replicas, dict(configs), uuid.uuid4().hex, created_ms)
-            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
-                ("create", (topic_path(name), encode(assignment)), {}),
-                ("create", (partitions_path(name), b""), {})]
-            for p, rs in enumerate(replicas):
-                ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
-                ops.append(("create", (state_path(name, p), encode(
-                    PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
+            ops: Ops = [("create", (topic_path(name), encode(assignment)), {}),
+                        ("create", (partitions_path(name), b""), {}),
+                        *self._new_partitions(name, 0, replicas)]
             try:
                 self._commit(ops)
             except NodeExistsError:
@@ -274,14 +272,28 @@ class Controller:
             log.info("created topic %s: replicas %s", name, replicas)
             return assignment
 
+    def _topic(self, name: str) -> tuple[TopicAssignment, int]:
+        """A topic's assignment and its znode's version (for a conditional write)."""
+        try:
+            data, stat = self.client.get(topic_path(name))
+        except NoNodeError:
+            raise UnknownTopicError(name) from None
+        return decode(data, TopicAssignment), stat.version
+
+    def _new_partitions(self, name: str, first: int, replicas: list[list[int]]) -> Ops:
+        """Creating partitions ``first..`` with their first state: the first replica
+        leads, alone in the ISR, at leader epoch 0."""
+        ops: Ops = []
+        for p, rs in enumerate(replicas, start=first):
+            ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
+            ops.append(("create", (state_path(name, p), encode(
+                PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
+        return ops
+
     def add_partitions(self, name: str, partitions: int) -> TopicAssignment:
         with self._lock, self._reachable():
             self._require_active()
-            try:
-                data, stat = self.client.get(topic_path(name))
-            except NoNodeError:
-                raise UnknownTopicError(name) from None
-            current = decode(data, TopicAssignment)
+            current, version = self._topic(name)
             if partitions < current.partitions:
                 raise InvalidPartitionsError(f"topic {name!r} has {current.partitions} "
                                              f"partitions; the count can only grow")
@@ -293,37 +305,26 @@ class Controller:
                                     current.replication_factor, current.partitions)
             updated = TopicAssignment(current.replicas + added, current.configs,
                                       current.topic_id, current.created_ms)
-            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
-                ("set_data", (topic_path(name), encode(updated)), {"version": stat.version})]
-            for p, rs in enumerate(added, start=current.partitions):
-                ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
-                ops.append(("create", (state_path(name, p), encode(
-                    PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
-            self._commit(ops)
+            self._commit([("set_data", (topic_path(name), encode(updated)),
+                           {"version": version}),
+                          *self._new_partitions(name, current.partitions, added)])
             return updated
 
     def set_configs(self, name: str, configs: Mapping[str, str]) -> TopicAssignment:
         with self._lock, self._reachable():
             self._require_active()
-            try:
-                data, stat = self.client.get(topic_path(name))
-            except NoNodeError:
-                raise UnknownTopicError(name) from None
-            current = decode(data, TopicAssignment)
+            current, version = self._topic(name)
             updated = TopicAssignment(current.replicas, dict(configs), current.topic_id,
                                       current.created_ms)
             self._commit([("set_data", (topic_path(name), encode(updated)),
-                           {"version": stat.version})])
+                           {"version": version})])
             return updated
 
     def delete_topic(self, name: str) -> TopicAssignment:
         with self._lock, self._reachable():
             self._require_active()
-            try:
-                current = decode(self.client.get(topic_path(name))[0], TopicAssignment)
-            except NoNodeError:
-                raise UnknownTopicError(name) from None
-            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+            current, _ = self._topic(name)
+            ops: Ops = []
             for p in range(current.partitions):
                 ops.append(("delete", (state_path(name, p),), {}))
                 ops.append(("delete", (f"{partitions_path(name)}/{p}",), {}))
