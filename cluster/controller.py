@@ -9,7 +9,8 @@ was paused, say) cannot change anything: its transaction fails and it stops.
 
 Its steps, each numbered in docs/architecture.md with the test that kills a broker there:
 
-1. elect: create ``/controller``; bump ``/controller_epoch``;
+1. elect: create ``/controller`` (one this session made in an interrupted try counts as
+   made); bump ``/controller_epoch``;
 2. reconcile: read the live brokers (and the czxid of each registration, its broker
    epoch: a broker that restarted has a new one) and every partition state; a partition
    whose leader is gone or restarted gets a new leader from its ISR (the first live one,
@@ -145,7 +146,16 @@ class Controller:
                                                         "timestamp": int(time.time() * 1000)}),
                                ephemeral=True)
         except NodeExistsError:
-            return
+            # Ours when an earlier try of this session made it and was then interrupted
+            # (its answer lost, or a failure before the epoch was raised): finish that
+            # election, since nobody else can hold the node while this session lives.
+            try:
+                _, stat = self.client.get(CONTROLLER)
+            except NoNodeError:
+                self.poke()  # gone meanwhile: try again
+                return
+            if stat.ephemeralOwner != self.client.client_id[0]:
+                return
         step("elected")
         while True:
             try:

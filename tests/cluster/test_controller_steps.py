@@ -24,13 +24,15 @@ import httpx
 import msgspec
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError
 
+from cluster import controller
 from cluster.model import (
     BROKERS,
     CONTROLLER,
     CONTROLLER_EPOCH,
     NO_LEADER,
+    TOPICS,
     PartitionState,
     TopicAssignment,
     decode,
@@ -358,3 +360,30 @@ def test_killed_after_topic_written(brokers: Brokers, zk: KazooClient) -> None:
             return None if r.status_code == 503 else r  # no controller known there yet
         r = wait_for(f"broker {i} answers a second create", answered)
         assert (r.status_code, r.json()["error"]) == (400, "topic_already_exists"), r.text
+
+
+def test_an_election_interrupted_after_elected_is_finished_by_its_session(
+        zk: KazooClient) -> None:
+    """Step 1a, interrupted without a death (a ConnectionLoss between the two writes, say):
+    the /controller node is this session's own, so the same controller goes on to raise
+    the epoch, rather than waiting for a node nobody will ever remove."""
+    for path in (BROKERS, TOPICS):
+        zk.ensure_path(path)
+    interrupted: list[str] = []
+
+    def once(done: str) -> None:
+        if done == "elected" and not interrupted:
+            interrupted.append(done)
+            raise ConnectionLoss("lost right after creating /controller")
+
+    controller.step_hook = once
+    ctl = controller.Controller(zk, 7)
+    try:
+        ctl.start()
+        ctl.poke()
+        wait_for("the interrupted controller active", lambda: ctl.active, timeout_s=20)
+    finally:
+        ctl.stop()
+        controller.step_hook = None
+    assert interrupted == ["elected"]
+    assert controller_id(zk) == 7 and controller_epoch(zk) == ctl.epoch == 1
