@@ -243,10 +243,14 @@ class ClusterBroker:
         self._unmirror(name)
 
     def ensure_topic(self, name: str) -> bool:
-        """Whether the topic exists in the cluster, reading ZooKeeper when this broker has
-        not heard of it yet (a topic created through another broker a moment ago)."""
-        if self.view.topic(name) is not None:
-            return True
+        """Whether the topic exists in the cluster, and if so mirrored here as ZooKeeper
+        holds it now: a topic made or changed a moment ago (through another broker, or by
+        this one's controller) is read, not awaited from the watches.
+
+        Called only off the hot path (an unknown topic, the answer to a topic change).
+        The view alone is not enough: it holds a new topic before the watch's listener
+        has mirrored it into the registry, and a changed topic only once the watch fires.
+        """
         with unreachable_as(LeaderNotAvailableError,
                             f"broker {self.broker_id} looking up topic {name!r}"):
             if self.view.sync_topic(name) is None:
