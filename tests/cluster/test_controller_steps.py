@@ -149,6 +149,15 @@ def create(b: Brokers, via: int, topic: str, partitions: int) -> httpx.Response:
                             "replication_factor": 1})
 
 
+def created(b: Brokers, via: int, topic: str, partitions: int) -> httpx.Response:
+    """``create``'s answer once it is not a 503 (a broker whose view has not caught up with
+    a new controller yet, or that forwarded to the dead one, says to try again)."""
+    def answered() -> httpx.Response | None:
+        r = create(b, via, topic, partitions)
+        return None if r.status_code == 503 else r
+    return wait_for(f"broker {via} answers the creation of {topic}", answered)
+
+
 def leaders(zk: KazooClient, topic: str) -> list[int]:
     return [s.leader for _, s in sorted(states(zk, topic).items())]
 
@@ -159,7 +168,7 @@ def earlier_life(b: Brokers, zk: KazooClient) -> dict[int, PartitionState]:
     Returns the states they left."""
     start(b, 1, 2, 3)
     wait_for("a controller", lambda: controller_id(zk))
-    r = create(b, 1, "before", 6)
+    r = created(b, 1, "before", 6)
     assert r.status_code == 201, r.text
     before = states(zk, "before")
     assert sorted(s.leader for s in before.values()) == [1, 1, 2, 2, 3, 3]
@@ -175,14 +184,29 @@ def is_controller(zk: KazooClient, among: set[int], above_epoch: int) -> int | N
     return None
 
 
-def offline(zk: KazooClient, topic: str, before: dict[int, PartitionState], dead: set[int]
+def settled(zk: KazooClient, topic: str, before: dict[int, PartitionState], dead: set[int]
             ) -> dict[int, PartitionState] | None:
     """``topic``'s states once every partition the ``dead`` brokers led (in ``before``) is
-    offline."""
+    offline and every other one is led by its leader in ``before``."""
     now = states(zk, topic)
-    if all(now[p].leader == NO_LEADER for p, s in before.items() if s.leader in dead):
+    if all(now[p].leader == (NO_LEADER if s.leader in dead else s.leader)
+           for p, s in before.items()):
         return now
     return None
+
+
+def assert_taken_over(after: dict[int, PartitionState], before: dict[int, PartitionState],
+                      dead: int, controller_epoch: int) -> None:
+    """The new controller (at ``controller_epoch``) took the ``dead`` broker's partitions
+    offline, each leader epoch raised once and its ISR kept; the live brokers keep their
+    leaders: untouched, or (a broker that registered only after the new controller's first
+    look) offline for a moment and back, two leader epochs up."""
+    for p, s in after.items():
+        b = before[p]
+        if b.leader == dead:
+            assert s == PartitionState(NO_LEADER, b.leader_epoch + 1, [dead], controller_epoch)
+        elif s != b:
+            assert s == PartitionState(b.leader, b.leader_epoch + 2, b.isr, controller_epoch)
 
 
 def led_again(zk: KazooClient, topic: str, before: dict[int, PartitionState]
@@ -240,14 +264,11 @@ def test_killed_after_elected(brokers: Brokers, zk: KazooClient) -> None:
     """Step 1a: /controller made, /controller_epoch not raised yet."""
     before, epoch, new = dead_controller_then_another(brokers, zk, "elected")
     # It acts: broker 1's partitions go offline at a higher leader epoch, written at the
-    # new controller epoch; brokers 2's and 3's keep their leaders, untouched.
-    after = wait_for("broker 1's partitions offline", lambda: offline(zk, "before", before, {1}))
-    for p, s in after.items():
-        if before[p].leader == 1:
-            assert s == PartitionState(NO_LEADER, before[p].leader_epoch + 1, [1], epoch + 1)
-        else:
-            assert s == before[p]
-    r = create(brokers, 2, "after", 4)
+    # new controller epoch; brokers 2's and 3's keep their leaders.
+    after = wait_for("broker 1's partitions offline, the others led",
+                     lambda: settled(zk, "before", before, {1}))
+    assert_taken_over(after, before, 1, epoch + 1)
+    r = created(brokers, 2, "after", 4)
     assert r.status_code == 201, r.text
     assert sorted(leaders(zk, "after")) == [2, 2, 3, 3]
     assert {s.controller_epoch for s in states(zk, "after").values()} == {epoch + 1}
@@ -259,13 +280,10 @@ def test_killed_after_epoch(brokers: Brokers, zk: KazooClient) -> None:
     dead controller's epoch; the next one writes at its own."""
     before, epoch, new = dead_controller_then_another(brokers, zk, "epoch")
     dead_epoch, new_epoch = epoch + 1, epoch + 2
-    after = wait_for("broker 1's partitions offline", lambda: offline(zk, "before", before, {1}))
-    for p, s in after.items():
-        if before[p].leader == 1:
-            assert s == PartitionState(NO_LEADER, before[p].leader_epoch + 1, [1], new_epoch)
-        else:
-            assert s == before[p]
-    r = create(brokers, 3, "after", 4)
+    after = wait_for("broker 1's partitions offline, the others led",
+                     lambda: settled(zk, "before", before, {1}))
+    assert_taken_over(after, before, 1, new_epoch)
+    r = created(brokers, 3, "after", 4)
     assert r.status_code == 201, r.text
     assert sorted(leaders(zk, "after")) == [2, 2, 3, 3]
     # Broker 1 returns (plainly): it leads its partitions again, at a higher leader epoch.
@@ -311,7 +329,7 @@ def test_killed_after_one_leader_written(brokers: Brokers, zk: KazooClient) -> N
     # offline, its leader epoch raised once; broker 3's keep their leader.
     wait_for("broker 3 controls", lambda: is_controller(zk, {3}, epoch))
     after = wait_for("brokers 1's and 2's partitions offline",
-                     lambda: offline(zk, "t", before, {1, 2}))
+                     lambda: settled(zk, "t", before, {1, 2}))
     for p, s in after.items():
         if p in of[3]:
             assert s == before[p]
@@ -355,10 +373,7 @@ def test_killed_after_topic_written(brokers: Brokers, zk: KazooClient) -> None:
         assert r.status_code == 200 and r.json()["partitions_count"] == 6, r.text
     wait_for("another controller", lambda: is_controller(zk, {2, 3}, epoch))
     for i in (2, 3):  # one asks the new controller, the other forwards to it
-        def answered(i: int = i) -> httpx.Response | None:
-            r = create(brokers, i, "t", 6)
-            return None if r.status_code == 503 else r  # no controller known there yet
-        r = wait_for(f"broker {i} answers a second create", answered)
+        r = created(brokers, i, "t", 6)
         assert (r.status_code, r.json()["error"]) == (400, "topic_already_exists"), r.text
 
 
