@@ -318,65 +318,44 @@ class NoOffsetError(LakelogError):
     error_code = 41602
 
 
-class NotLeaderError(LakelogError):
-    """This broker does not lead the partition (any more): ask the metadata again and go
-    to the leader it names."""
+# -- a cluster: retriable; the request goes to another broker, or again later -----------
+# (kafka_name, code, status, error_code, retriable) on one line each.
 
-    kafka_name = "NOT_LEADER_OR_FOLLOWER"
-    code = "not_leader_or_follower"
-    status = 421
-    error_code = 42101
-    retriable = True
+
+class NotLeaderError(LakelogError):
+    """This broker does not lead the partition (any more): go where the metadata says."""
+    kafka_name, code, status, error_code, retriable = (
+        "NOT_LEADER_OR_FOLLOWER", "not_leader_or_follower", 421, 42101, True)
 
 
 class LeaderNotAvailableError(LakelogError):
     """The partition has no leader now (its broker is down, or an election is under way)."""
-
-    kafka_name = "LEADER_NOT_AVAILABLE"
-    code = "leader_not_available"
-    status = 503
-    error_code = 50302
-    retriable = True
+    kafka_name, code, status, error_code, retriable = (
+        "LEADER_NOT_AVAILABLE", "leader_not_available", 503, 50302, True)
 
 
 class NotControllerError(LakelogError):
     """This broker is not (or no longer) the controller."""
-
-    kafka_name = "NOT_CONTROLLER"
-    code = "not_controller"
-    status = 503
-    error_code = 50304
-    retriable = True
+    kafka_name, code, status, error_code, retriable = (
+        "NOT_CONTROLLER", "not_controller", 503, 50304, True)
 
 
 class BrokerNotAvailableError(LakelogError):
-    """The broker a request must go to did not answer."""
-
-    kafka_name = "BROKER_NOT_AVAILABLE"
-    code = "broker_not_available"
-    status = 503
-    error_code = 50305
-    retriable = True
+    """The broker a request must go to did not answer (or ZooKeeper is out of reach)."""
+    kafka_name, code, status, error_code, retriable = (
+        "BROKER_NOT_AVAILABLE", "broker_not_available", 503, 50305, True)
 
 
 class NotCoordinatorError(LakelogError):
     """This broker does not coordinate the group (the coordinator slots moved)."""
-
-    kafka_name = "NOT_COORDINATOR"
-    code = "not_coordinator"
-    status = 421
-    error_code = 42102
-    retriable = True
+    kafka_name, code, status, error_code, retriable = (
+        "NOT_COORDINATOR", "not_coordinator", 421, 42102, True)
 
 
 class CoordinatorNotAvailableError(LakelogError):
     """The group's coordinator broker is down or not yet chosen."""
-
-    kafka_name = "COORDINATOR_NOT_AVAILABLE"
-    code = "coordinator_not_available"
-    status = 503
-    error_code = 50306
-    retriable = True
+    kafka_name, code, status, error_code, retriable = (
+        "COORDINATOR_NOT_AVAILABLE", "coordinator_not_available", 503, 50306, True)
 
 
 # -- the table ---------------------------------------------------------------------------
