@@ -176,3 +176,26 @@ def test_cli_describes_partitions_and_brokers(brokers: Brokers) -> None:
     listed = run("cluster", "brokers").splitlines()
     assert [line.split()[0] for line in listed[1:]] == ["1", "2", "3"]
     assert sum("controller" in line for line in listed) == 1
+
+
+def test_a_batch_for_one_other_leader_is_passed_on_whole(brokers: Brokers) -> None:
+    create(brokers, 1, "passed", 3)
+    owner = leaders(brokers, 1, "passed")
+    via = next(i for i in brokers.ids if i != owner[0])
+    before = forwarded(brokers, "produce")
+    body = {"entries": [{"id": f"e{i}", "partition_id": 0, "value": {"type": "STRING",
+                                                                    "data": f"v{i}"}}
+                        for i in range(50)]}
+    r = httpx.post(brokers.url(via) + CLUSTER + "/topics/passed/records:batch", json=body)
+    assert r.status_code == 207, r.text
+    answer = r.json()
+    assert answer["failures"] == []
+    assert [(s["id"], s["partition_id"], s["offset"]) for s in answer["successes"]] == [
+        (f"e{i}", 0, i) for i in range(50)]
+    after = forwarded(brokers, "produce")
+    assert after[via] - before[via] == 1  # one request on, whole
+    # A partition beyond the topic is refused here, per entry, as by the leader.
+    bad = {"entries": [{"id": "x", "partition_id": 7, "value": None}]}
+    r = httpx.post(brokers.url(via) + CLUSTER + "/topics/passed/records:batch", json=bad)
+    assert r.status_code == 207 and r.json()["failures"][0]["error"] == \
+        "unknown_topic_or_partition", r.text
