@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -175,10 +174,8 @@ class ClusterBroker:
                              f"broker {placement.leader} does")
 
     def led_partitions(self) -> dict[str, list[int]]:
-        with self.view._lock:
-            states = dict(self.view.states)
         led: dict[str, list[int]] = {}
-        for (topic, p), state in sorted(states.items()):
+        for (topic, p), state in sorted(self.view.all_states().items()):
             if state.leader == self.broker_id and topic != OFFSETS_TOPIC:
                 led.setdefault(topic, []).append(p)
         return led
@@ -257,9 +254,6 @@ class ClusterBroker:
                 return False
         self._mirror(name)
         return True
-
-    def data_dir(self) -> Path:
-        return self.manager.data_dir
 
 
 class ClusterProducerIds:

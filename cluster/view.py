@@ -103,6 +103,10 @@ class ClusterView:
             state = self.states.get((topic, partition))
         return state.leader_epoch if state is not None else -1
 
+    def all_states(self) -> dict[tuple[str, int], PartitionState]:
+        with self._lock:
+            return dict(self.states)
+
     def broker(self, broker_id: int) -> BrokerInfo | None:
         with self._lock:
             return self.brokers.get(broker_id)
