@@ -10,7 +10,6 @@ import asyncio
 import stat
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,27 +46,16 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = WAIT
         time.sleep(0.02)
 
 
-@pytest.fixture(scope="module")
-def security_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper for this module's tests."""
-    zk = ZooKeeperServer(tmp_path_factory.mktemp("zk-security")).start()
-    yield zk
-    zk.stop()
+pytestmark = pytest.mark.slow  # a real ZooKeeper (the session's, tests/cluster/conftest.py)
 
 
 @pytest.fixture
-def zk_session(security_zk: ZooKeeperServer) -> Iterator[Callable[[], KazooClient]]:
+def zk_session(zookeeper: ZooKeeperServer, chroot: str) -> Iterator[Callable[[], KazooClient]]:
     """Factory of ZooKeeper sessions (one per broker) chrooted to this test's own path."""
-    chroot = f"/security-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=security_zk.connect)
-    root.start(timeout=30)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
     clients: list[KazooClient] = []
 
     def connect() -> KazooClient:
-        client = KazooClient(hosts=security_zk.connect + chroot)
+        client = KazooClient(hosts=zookeeper.connect + chroot)
         client.start(timeout=30)
         clients.append(client)
         return client
