@@ -29,6 +29,7 @@ from consumer_groups.hashing import group_slot
 from ingest_api.errors import ApiError, error_of
 from ingest_api.models import BatchEntry, ProduceRecord
 from ingest_api.produce.runs import ProduceResult, Run
+from ingest_api.security import is_broker_principal
 from ingest_api.state import CLUSTER_ID
 from log_tables.errors import (
     BrokerNotAvailableError,
@@ -204,7 +205,15 @@ def request_kind(method: str, path: str) -> str:
 
 
 def forwarded(request: Request) -> bool:
-    return FORWARDED in request.headers
+    """Sent on by another broker: the header, and (with authentication on) a broker's own
+    key, so that a user cannot pass as a broker to dodge forwarding or reach what only
+    brokers may ask (the coordinator slots)."""
+    if FORWARDED not in request.headers:
+        return False
+    if request.app.state.security is None:
+        return True
+    return getattr(request.state, "forwarded_by", None) is not None or \
+        is_broker_principal(getattr(request.state, "principal", None) or "")
 
 
 def principal_of(request: Request) -> str | None:
