@@ -45,8 +45,10 @@ from log_tables.errors import (
 log = logging.getLogger(__name__)
 
 FORWARDED = "lakelog-forwarded-by"
+INTERNAL = "lakelog-internal"
+"""A broker's own request (not one it forwards for a user): making the coordinator slots."""
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "authorization",
-               FORWARDED, "lakelog-principal", "keep-alive", "accept-encoding"}
+               FORWARDED, INTERNAL, "lakelog-principal", "keep-alive", "accept-encoding"}
 
 
 class ClusterLink:
@@ -138,7 +140,8 @@ class ClusterLink:
                                     "partitions_count": self.offsets_slots})
             r = await self.send(controller, "POST", f"/v3/clusters/{CLUSTER_ID}/topics",
                                 principal=None, content=body,
-                                headers={"content-type": "application/json"})
+                                headers={"content-type": "application/json",
+                                         INTERNAL: OFFSETS_TOPIC})
             if r.status_code not in (200, 201) and \
                     r.json().get("error") != TopicExistsError.code:
                 raise error_of(r)
@@ -206,13 +209,21 @@ def request_kind(method: str, path: str) -> str:
 
 def forwarded(request: Request) -> bool:
     """Sent on by another broker: the header, and (with authentication on) a broker's own
-    key, so that a user cannot pass as a broker to dodge forwarding or reach what only
-    brokers may ask (the coordinator slots)."""
+    key, so that a user cannot pass as a broker to dodge forwarding."""
     if FORWARDED not in request.headers:
         return False
     if request.app.state.security is None:
         return True
     return getattr(request.state, "forwarded_by", None) is not None or \
+        is_broker_principal(getattr(request.state, "principal", None) or "")
+
+
+def internal(request: Request) -> bool:
+    """A broker's own request: the header, from a broker's key (no user's request, even
+    one a broker forwards, carries it: forwarding drops it)."""
+    if request.headers.get(INTERNAL) != OFFSETS_TOPIC:
+        return False
+    return request.app.state.security is None or \
         is_broker_principal(getattr(request.state, "principal", None) or "")
 
 

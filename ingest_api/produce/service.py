@@ -76,7 +76,9 @@ class ProduceService:
                 submitted.append((run, self.appender(plog).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
-        forwarded = route.forward(meta.name, records, elsewhere, result, acks) \
+        # The other leaders' parts are sent now, beside the local appends.
+        forwarded = asyncio.ensure_future(route.forward(meta.name, records, elsewhere, result,
+                                                        acks)) \
             if route is not None and elsewhere else None
         return self._finish(meta, result, submitted, acks, route, epochs, forwarded)
 

@@ -205,7 +205,8 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
     with st.in_flight.reserve(content_length(request, limit) or 0):
         raw = await read_body(request, limit)
         entries, rejected = _decode_batch(raw, st.settings.max_batch_entries)
-        if (leader := _one_other_leader(st, request, meta, entries, rejected)) is not None:  # the whole request is another broker's: passed on as it is
+        leader = _one_other_leader(st, request, meta, entries, rejected)
+        if leader is not None:  # the whole request is another broker's: passed on as it is
             assert st.cluster is not None
             return await st.cluster.proxy(request, leader, raw)
         count = len(entries) + len(rejected)

@@ -15,6 +15,7 @@ from cluster.model import OFFSETS_TOPIC
 from ingest_api.auth import may
 from ingest_api.body import decode_request
 from ingest_api.cluster_link import forwarded, principal_of
+from ingest_api.cluster_link import internal as is_internal
 from ingest_api.errors import ApiError, error_of
 from ingest_api.metadata import (
     CLUSTER,
@@ -192,7 +193,7 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
 async def _create_in_cluster(st: AppState, request: Request, body: TopicCreate) -> Response:
     assert st.cluster is not None
     internal = body.topic_name == OFFSETS_TOPIC
-    if internal and not forwarded(request):
+    if internal and not is_internal(request):
         raise InvalidTopicError(f"{OFFSETS_TOPIC} is the cluster's own (its partitions are the "
                                 f"consumer group coordinators)")
     if body.replicas_assignments is not None:

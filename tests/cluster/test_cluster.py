@@ -184,8 +184,10 @@ def test_keys_and_acls_hold_on_every_broker_and_for_forwarded_produce(
                         params={"offset": 0, "format": "STRING", "max_records": 1000})
             assert r.status_code == 200, r.text
             assert "hop-bob" not in {rec["value"]["data"] for rec in r.json()["records"]}
-    # A user (even the admin) sending the forwarding header is not a broker: it is neither
-    # answered as forwarded nor allowed what only brokers ask (the coordinator slots).
-    r = secured.post(1, "/topics", headers={"Lakelog-Forwarded-By": "2"},
-                     json={"topic_name": "__consumer_offsets", "partitions_count": 3})
-    assert r.status_code == 400 and r.json()["error"] == "invalid_topic", r.text
+    # A user (even the admin) sending the brokers' own headers is not a broker: the
+    # coordinator slots are made by brokers alone, through the controller or not.
+    for via in brokers.ids:
+        r = secured.post(via, "/topics", headers={"Lakelog-Forwarded-By": "2",
+                                                 "Lakelog-Internal": "__consumer_offsets"},
+                         json={"topic_name": "__consumer_offsets", "partitions_count": 3})
+        assert r.status_code == 400 and r.json()["error"] == "invalid_topic", (via, r.text)
