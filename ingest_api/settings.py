@@ -85,7 +85,9 @@ class ApiSettings(GroupSettings):
     zookeeper_session_timeout_ms: int = Field(
         18_000, ge=2_000, le=120_000,
         description="ZooKeeper session: a broker silent this long loses its partitions' "
-                    "leadership (Kafka's zookeeper.session.timeout.ms).")
+                    "leadership (Kafka's zookeeper.session.timeout.ms). Keep it within the "
+                    "ZooKeeper server's minSessionTimeout..maxSessionTimeout (2 to 20 "
+                    "ticks by default): the broker's lease is half of it.")
     broker_rack: str | None = Field(None, max_length=255,
                                     description="Rack (or zone) of this broker: replicas of a "
                                                 "partition are spread across racks.")
