@@ -149,6 +149,31 @@ def create(b: Brokers, via: int, topic: str, partitions: int) -> httpx.Response:
                             "replication_factor": 1})
 
 
+def produce_acked(b: Brokers, via: int, topic: str, partitions: int, per: int = 5
+                  ) -> dict[tuple[int, int], str]:
+    """``per`` records to every partition through broker ``via`` (acks=all): the
+    acknowledged ((partition, offset) -> value); every one must be acknowledged."""
+    entries = [{"id": f"{p}-{j}", "partition_id": p, "value": {"type": "STRING",
+                                                               "data": f"{topic}-{p}-{j}"}}
+               for p in range(partitions) for j in range(per)]
+    r = httpx.post(b.url(via) + CLUSTER + f"/topics/{topic}/records:batch", timeout=30,
+                   params={"acks": "all"}, json={"entries": entries})
+    assert r.status_code == 207 and r.json()["failures"] == [], r.text
+    values = {e["id"]: e["value"]["data"] for e in entries}  # type: ignore[index]
+    return {(s["partition_id"], s["offset"]): values[s["id"]] for s in r.json()["successes"]}
+
+
+def fetched(b: Brokers, via: int, topic: str, partition: int) -> list[dict[str, object]] | None:
+    """Every record of the partition through broker ``via``; None while it is refused."""
+    r = httpx.get(b.url(via) + CLUSTER + f"/topics/{topic}/partitions/{partition}/records",
+                  params={"offset": 0, "format": "STRING", "max_records": 1000}, timeout=30)
+    if r.status_code in (421, 503):
+        return None
+    assert r.status_code == 200, r.text
+    records: list[dict[str, object]] = r.json()["records"]
+    return records
+
+
 def created(b: Brokers, via: int, topic: str, partitions: int) -> httpx.Response:
     """``create``'s answer once it is not a 503 (a broker whose view has not caught up with
     a new controller yet, or that forwarded to the dead one, says to try again)."""
@@ -311,6 +336,7 @@ def test_killed_after_one_leader_written(brokers: Brokers, zk: KazooClient) -> N
     before = states(zk, "t")
     assert sorted(s.leader for s in before.values()) == [1, 1, 2, 2, 3, 3]
     of = {b: sorted(p for p, s in before.items() if s.leader == b) for b in (1, 2, 3)}
+    acked = produce_acked(brokers, 1, "t", 6)
     # Broker 2 dies: when its session ends, the controller takes its two partitions
     # offline one by one, and is killed after the first.
     brokers.kill(2)
@@ -343,6 +369,13 @@ def test_killed_after_one_leader_written(brokers: Brokers, zk: KazooClient) -> N
         assert s.leader_epoch >= after[p].leader_epoch >= before[p].leader_epoch
         assert s.leader_epoch == before[p].leader_epoch + (0 if p in of[3] else 2)
     assert controller_epoch(zk) == epoch + 1
+    # Every record acknowledged before the kills is at its offset, once; none lost.
+    for p in range(6):
+        log = wait_for(f"t-{p} readable through broker 3", lambda p=p: fetched(brokers, 3, "t", p))
+        values = [rec["value"]["data"] for rec in log]
+        mine = {o: v for (q, o), v in acked.items() if q == p}
+        assert {o: values[o] for o in mine if o < len(values)} == mine, (p, values)
+        assert all(values.count(v) == 1 for v in mine.values()), (p, values)
 
 
 def test_killed_after_topic_written(brokers: Brokers, zk: KazooClient) -> None:

@@ -53,11 +53,16 @@ def _produce_batch(cluster: Cluster, via: int, topic: str, keys: dict[int, list[
 
 
 def _assert_held(cluster: Cluster, topic: str, acked: dict[tuple[int, int], str]) -> None:
-    """Every acknowledged record is where it was acknowledged, read through broker 1."""
+    """Every acknowledged record is where it was acknowledged, once (no value twice),
+    read through broker 1."""
     for p in sorted({p for p, _ in acked}):
-        held = {rec["offset"]: rec["value"]["data"] for rec in cluster.fetch(1, topic, p)}
+        log = cluster.fetch(1, topic, p)
+        held = {rec["offset"]: rec["value"]["data"] for rec in log}
         lost = {o: v for (q, o), v in acked.items() if q == p and held.get(o) != v}
         assert not lost, f"{topic}-{p}: acknowledged but not held: {lost}"
+        values = [rec["value"]["data"] for rec in log]
+        twice = {v for (q, _), v in acked.items() if q == p and values.count(v) > 1}
+        assert not twice, f"{topic}-{p}: acknowledged records held more than once: {twice}"
 
 
 def _refused(r: httpx.Response) -> dict[str, Any]:
