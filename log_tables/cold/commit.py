@@ -75,6 +75,7 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
     """
     live = {c.partition: c for c in changes}
     lost: list[PartitionChange] = []
+    planned_on = dt.version()  # kept across retries: a rebase shows as a later commit version
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         for p, change in list(live.items()):
             if any((dt.transaction_version(app) or 0) != v
@@ -99,7 +100,7 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
                 commit_properties=CommitProperties(
                     app_transactions=txns,
                     custom_metadata={"lakelog.job": job, "lakelog.jobId": job_id,
-                                     READ_VERSION: str(dt.version())}))
+                                     READ_VERSION: str(planned_on)}))
         except CommitFailedError:
             dt.update_incremental()
             continue
