@@ -50,6 +50,7 @@ from log_tables.cold.rows import file_stats, to_table_rows, write_rows
 from log_tables.cold.table import STAGE_DIR, open_table, snapshot, tier_app_id
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot.damage import Damage
+from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.hot.segment_reads import records_from
 from log_tables.layout import Layout, local_path
@@ -314,6 +315,9 @@ class TierJob(Job[TierReport]):
             # Only durable segments: one rolled moments ago may still await its fdatasync,
             # and a tiered record must never be one that an OS crash could take back.
             durable = recovery_point(directory)
+            published = read_high_watermark(directory)  # replicated: below it only
+            if published is not None:
+                durable = min(durable, published)
             for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
                 if nxt.base_offset > durable:
                     break

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from log_tables.cold.rows import to_table_rows
 from log_tables.cold.table import PartitionState, log_start, open_table, read_files, snapshot
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
+from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import PartitionReader, list_segments
 from log_tables.layout import Layout
 
@@ -142,8 +143,13 @@ def partition_bounds(layout: Layout, topic: str, partition: int,
 
 
 def hot_end_offset(layout: Layout, topic: str, partition: int) -> int:
-    """The hot tier's readable end (the high watermark as other processes see it)."""
-    return PartitionReader(layout.partition_dir(topic, partition)).end_offset()
+    """The hot tier's readable end (the high watermark as other processes see it): the
+    last complete batch's end, or, for a replicated partition, the published high
+    watermark if that is lower (records not yet on every in-sync replica are not read)."""
+    directory = layout.partition_dir(topic, partition)
+    end = PartitionReader(directory).end_offset()
+    published = read_high_watermark(directory)
+    return end if published is None else min(end, published)
 
 
 def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_ms: int,

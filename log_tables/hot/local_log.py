@@ -17,12 +17,14 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import NamedTuple, Self
 
 from log_tables.clock import Clock
 from log_tables.config import TopicConfig
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError, StorageError
-from log_tables.hot.batch import MAX_BATCH_BYTES, EncodedBatch
+from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner, EncodedBatch
+from log_tables.hot.high_watermark import read_high_watermark, write_high_watermark
+from log_tables.hot.leader_epochs import LeaderEpochCache
 from log_tables.hot.producer_state import ProducerStateManager
 from log_tables.hot.recovery import write_checkpoint, write_producer_snapshot
 from log_tables.hot.segment import LogSegment
@@ -30,6 +32,14 @@ from log_tables.hot.segment_reads import records_from
 from log_tables.records import FetchResult, LogBatch
 
 log = logging.getLogger(__name__)
+
+
+class RawBatches(NamedTuple):
+    """Stored batches as they are on disk (a replica fetch): offsets ``[first, next)``."""
+
+    data: bytes
+    first_offset: int
+    next_offset: int
 
 
 class LocalLog:
@@ -57,12 +67,57 @@ class LocalLog:
         """Sealed segments whose fdatasync is still to come (oldest first)."""
         self.recovered_from: list[str] = []
         self.producers = ProducerStateManager(name)
+        self.leader_epochs = LeaderEpochCache(directory, name)
+        self._hw: int | None = read_high_watermark(directory)
+        """None: not replicated (readers see up to the log end); else the high watermark."""
+        self._hw_written = self._hw
 
     # -- properties ---------------------------------------------------------------
     @property
-    def high_watermark(self) -> int:
-        """The offset the next record gets (the log end offset)."""
+    def log_end_offset(self) -> int:
+        """The offset the next record gets."""
         return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers (consumers, tiering, Spark) see the records below this: the log end for
+        a partition of one replica; for a replicated one, the offset below which every
+        in-sync replica has the records (the leader advances it, followers learn it)."""
+        hw = self._hw
+        if hw is None:
+            return self._next_offset
+        return max(self._log_start_offset, min(hw, self._next_offset))
+
+    @property
+    def replicated(self) -> bool:
+        return self._hw is not None
+
+    def start_replication(self) -> None:
+        """From now on readers see only below the high watermark: the checkpointed one, or
+        the log start (it rises as the in-sync replicas fetch)."""
+        with self._lock:
+            if self._hw is None:
+                self._hw = self._log_start_offset
+                self.checkpoint_high_watermark()
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        """Raise the high watermark to ``offset`` (at most the log end); True if it moved."""
+        with self._lock:
+            if self._hw is None:
+                return False
+            new = min(offset, self._next_offset)
+            if new <= self._hw:
+                return False
+            self._hw = new
+            return True
+
+    def checkpoint_high_watermark(self) -> None:
+        """Publish the high watermark to readers in other processes (``high-watermark``,
+        written without fsync: a stale or missing one only shows them less)."""
+        hw = self._hw
+        if hw is not None and hw != self._hw_written:
+            write_high_watermark(self.directory, self.name, self.high_watermark)
+            self._hw_written = hw
 
     @property
     def log_start_offset(self) -> int:
@@ -249,11 +304,14 @@ class LocalLog:
         damaged batch ends the read: the records before it are returned, and a read that
         starts at it raises CorruptRecordError naming the offsets it hides.
         """
-        high_watermark = self._next_offset
+        log_end = self._next_offset
+        high_watermark = self.high_watermark
         log_start = self._log_start_offset
         segments = self._segments
-        if not log_start <= offset <= high_watermark:
+        if not log_start <= offset <= log_end:
             raise OffsetOutOfRangeError(self.name, offset, log_start, high_watermark)
+        if offset >= high_watermark:  # replicated, and not yet in every in-sync replica
+            return FetchResult([], high_watermark, log_start)
         end = high_watermark if max_records is None else min(high_watermark, offset + max_records)
         out: list[LogBatch] = []
         bases = [s.base_offset for s in segments]
@@ -282,9 +340,50 @@ class LocalLog:
                 break  # stopped inside this segment for the byte budget
         return FetchResult(out, high_watermark, log_start)
 
+    def read_raw(self, offset: int, max_bytes: int) -> RawBatches:
+        """Whole stored batches, as stored, from the one holding ``offset`` on, up to about
+        ``max_bytes`` (at least one batch) and the end of its segment: what a follower
+        fetches. It reads below the log end, not the high watermark, and checks no CRC (the
+        follower checks every batch it appends)."""
+        log_end = self._next_offset
+        log_start = self._log_start_offset
+        segments = self._segments
+        if not log_start <= offset <= log_end:
+            raise OffsetOutOfRangeError(self.name, offset, log_start, self.high_watermark)
+        if offset == log_end:
+            return RawBatches(b"", offset, offset)
+        seg = segments[max(0, bisect_right([s.base_offset for s in segments], offset) - 1)]
+        index_offset, position = seg.offset_index.lookup(offset)
+        scanner = BatchScanner(seg._fd, str(seg.path), position, seg.size,
+                               expected_offset=index_offset, verify_crc=False,
+                               read_ahead=min(max_bytes, 8 << 20))
+        parts: list[memoryview] = []
+        first = total = 0
+        nxt = offset
+        try:
+            for b in scanner:
+                if b.header.next_offset <= offset:
+                    continue
+                if parts and total + b.header.size > max_bytes:
+                    break
+                if not parts:
+                    first = b.header.base_offset
+                parts.append(memoryview(b.raw))
+                total += b.header.size
+                nxt = b.header.next_offset
+        except OSError:
+            parts = []  # the segment was deleted meanwhile
+        if not parts:
+            if scanner.stop is not None and not scanner.stop.torn:
+                raise CorruptRecordError(str(seg.path), scanner.stop.position,
+                                         scanner.stop.reason, first_offset=offset)
+            raise OffsetOutOfRangeError(self.name, offset, self._log_start_offset,
+                                        self.high_watermark)
+        return RawBatches(b"".join(parts), first, nxt)
+
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp``; None if there is none."""
-        high_watermark = self._next_offset
+        high_watermark = self.high_watermark
         for seg in self._segments:
             if seg.max_timestamp < timestamp or seg.next_offset == seg.base_offset:
                 continue

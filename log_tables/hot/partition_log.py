@@ -15,6 +15,7 @@ producers' state, truncation and shutdown are here.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,12 +24,23 @@ import pyarrow as pa
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.config import TopicConfig
 from log_tables.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from log_tables.hot.batch import MAX_BATCH_BYTES, NO_PRODUCER_ID, assign, prepare
+from log_tables.hot.batch import (
+    HEADER_SIZE,
+    MAX_BATCH_BYTES,
+    NO_PRODUCER_ID,
+    EncodedBatch,
+    assign,
+    check_header,
+    decode_header,
+    prepare,
+    verify,
+)
 from log_tables.hot.local_log import LocalLog
 from log_tables.hot.producer_state import seq_add
 from log_tables.hot.recovery import rebuild_producer_state, recover, write_clean_marker
@@ -155,6 +167,84 @@ class PartitionLog(LocalLog):
         return AppendInfo(h.base_offset, h.last_offset, append_time, h.max_timestamp, h.size,
                           tuple(duplicates))
 
+    # -- replication -----------------------------------------------------------------
+    def become_leader(self, leader_epoch: int) -> None:
+        """This replica leads from ``leader_epoch`` on: that epoch starts at the log end."""
+        with self._lock:
+            self.leader_epochs.assign(leader_epoch, self._next_offset)
+
+    def append_replica(self, data: bytes | memoryview,
+                       epochs: Sequence[tuple[int, int]] = ()) -> int:
+        """Append batches fetched from the leader as they are: same offsets, bytes and CRCs.
+
+        Each must start at this log's end and pass its CRC; the first that does not ends
+        the append with CorruptRecordError (the batches before it stay). ``epochs``: the
+        leader's epoch entries (epoch, start offset) for the fetched range, copied into
+        this replica's leader-epoch cache. The producers' state follows the headers, so a
+        retry sent to this replica once it leads is still answered with the first offsets.
+        Returns the new log end.
+        """
+        view = memoryview(data)
+        pending = sorted(epochs)
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.name} is closed")
+            pos = 0
+            while pos < len(view):
+                header = decode_header(view, pos) if len(view) - pos >= HEADER_SIZE else None
+                problem = ("a torn batch" if header is None else
+                           check_header(header, self.name, pos, MAX_BATCH_BYTES))
+                if header is not None and problem is None:
+                    if header.base_offset != self._next_offset:
+                        problem = (f"batch at offset {header.base_offset}, but the log ends "
+                                   f"at {self._next_offset}")
+                    elif pos + header.size > len(view):
+                        problem = "a torn batch"
+                    elif not verify(header, pa.py_buffer(view[pos:pos + header.size])):
+                        problem = "CRC mismatch"
+                if problem is not None or header is None:
+                    raise CorruptRecordError(f"replica fetch of {self.name}", pos,
+                                             problem or "a torn batch",
+                                             first_offset=self._next_offset)
+                while pending and pending[0][1] <= header.base_offset:
+                    epoch, start = pending.pop(0)
+                    self.leader_epochs.assign(epoch, start)
+                raw = view[pos:pos + header.size]
+                batch = EncodedBatch(header, bytes(raw[:HEADER_SIZE]),
+                                     pa.py_buffer(raw[HEADER_SIZE:]))
+                self._maybe_roll_for(batch)
+                active = self._segments[-1]
+                if active.size == 0:
+                    active.first_append_ms = self.clock.now_ms()
+                active.append(batch)
+                self._next_offset = header.next_offset
+                self.producers.apply(header)
+                pos += header.size
+            return self._next_offset
+
+    def truncate_fully(self, offset: int, log_start: int | None = None) -> None:
+        """Drop every record and start the log at ``offset`` (a follower whose log ends
+        below the leader's log start: Kafka's truncateFullyAndStartAt). ``log_start``: the
+        leader's, when it falls inside the batch at ``offset`` (readers start there)."""
+        with self._flush_lock, self._lock:
+            old = self._segments
+            new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes,
+                                    self.clock.now_ms())
+            self._segments = (new,)
+            self._unsynced = ()
+            self._next_offset = offset
+            self._log_start_offset = max(offset, log_start or 0)
+            self._flushed_offset = self._recovery_point = offset
+            if self._hw is not None:
+                self._hw = offset
+            self._write_checkpoint()
+            for seg in old:
+                if seg.base_offset != offset:
+                    seg.delete()
+            self.leader_epochs.clear()
+            self.producers = type(self.producers)(self.name)
+            self._write_producer_snapshot()
+
     # -- deletion and truncation -------------------------------------------------
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start to ``offset`` and drop whole segments below it."""
@@ -167,6 +257,7 @@ class PartitionLog(LocalLog):
             self._log_start_offset = offset
             self._write_checkpoint()
             self._delete_below_log_start()
+            self.leader_epochs.truncate_from_start(offset)
             return offset
 
     def delete_segments_below(self, offset: int) -> list[LogSegment]:
@@ -230,6 +321,9 @@ class PartitionLog(LocalLog):
             self._unsynced = tuple(s for s in self._unsynced if s is not seg)
             self._segments = tuple(segments)
             self._next_offset = offset
+            if self._hw is not None:
+                self._hw = min(self._hw, offset)
+            self.leader_epochs.truncate_from_end(offset)
             self._flushed_offset = min(self._flushed_offset, offset)
             self._recovery_point = min(self._recovery_point, seg.base_offset)
             self._write_checkpoint()
@@ -250,6 +344,7 @@ class PartitionLog(LocalLog):
             active.flush()
             self._recovery_point = active.base_offset
             self._write_checkpoint()
+            self.checkpoint_high_watermark()
             self._write_producer_snapshot()
             write_clean_marker(self.directory, self._next_offset, self._segments)
             for seg in self._segments:
