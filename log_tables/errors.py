@@ -318,45 +318,20 @@ class NoOffsetError(LakelogError):
     error_code = 41602
 
 
-# -- a cluster: retriable; the request goes to another broker, or again later -----------
-# (kafka_name, code, status, error_code, retriable) on one line each.
-
-
-class NotLeaderError(LakelogError):
-    """This broker does not lead the partition (any more): go where the metadata says."""
-    kafka_name, code, status, error_code, retriable = (
-        "NOT_LEADER_OR_FOLLOWER", "not_leader_or_follower", 421, 42101, True)
-
-
-class LeaderNotAvailableError(LakelogError):
-    """The partition has no leader now (its broker is down, or an election is under way)."""
-    kafka_name, code, status, error_code, retriable = (
-        "LEADER_NOT_AVAILABLE", "leader_not_available", 503, 50302, True)
-
-
-class NotControllerError(LakelogError):
-    """This broker is not (or no longer) the controller."""
-    kafka_name, code, status, error_code, retriable = (
-        "NOT_CONTROLLER", "not_controller", 503, 50304, True)
-
-
-class BrokerNotAvailableError(LakelogError):
-    """The broker a request must go to did not answer (or ZooKeeper is out of reach)."""
-    kafka_name, code, status, error_code, retriable = (
-        "BROKER_NOT_AVAILABLE", "broker_not_available", 503, 50305, True)
-
-
-class NotCoordinatorError(LakelogError):
-    """This broker does not coordinate the group (the coordinator slots moved)."""
-    kafka_name, code, status, error_code, retriable = (
-        "NOT_COORDINATOR", "not_coordinator", 421, 42102, True)
-
-
-class CoordinatorNotAvailableError(LakelogError):
-    """The group's coordinator broker is down or not yet chosen."""
-    kafka_name, code, status, error_code, retriable = (
-        "COORDINATOR_NOT_AVAILABLE", "coordinator_not_available", 503, 50306, True)
-
+# -- a cluster and its replicas: log_tables.cluster_errors (imported here for the table) --
+from log_tables.cluster_errors import (  # noqa: E402
+    BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    NotControllerError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+)
 
 # -- the table ---------------------------------------------------------------------------
 
@@ -369,7 +344,9 @@ ERRORS: tuple[type[LakelogError], ...] = (
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
     GroupNotEmptyError, InconsistentGroupError, NoOffsetError, NotLeaderError,
     LeaderNotAvailableError, NotControllerError, BrokerNotAvailableError,
-    CoordinatorNotAvailableError, NotCoordinatorError,
+    CoordinatorNotAvailableError, NotCoordinatorError, NotEnoughReplicasError,
+    NotEnoughReplicasAfterAppendError, FencedLeaderEpochError, UnknownLeaderEpochError,
+    RequestTimedOutError,
 )
 """Every error class a body can name: the one table of codes, names and flags."""
 
