@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 
 from cluster.broker import ClusterBroker
 from cluster.model import BrokerInfo
+from cluster.replica_manager import ReplicaManager
 from cluster.session import ZkSession
 from cluster.znode import VersionedZnode
 from consumer_groups.coordinator import GroupCoordinator
@@ -32,7 +33,8 @@ from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.service import ProduceService
-from ingest_api.routers import admin, cluster, records, security, topics
+from ingest_api.replica_fetcher import Fetchers
+from ingest_api.routers import admin, cluster, records, replication, security, topics
 from ingest_api.routers import groups as groups_router
 from ingest_api.security import ZNODE_PATH, SecurityStore, forward_headers
 from ingest_api.settings import ApiSettings
@@ -40,6 +42,7 @@ from ingest_api.state import AppState
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownTopicError
 from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 SESSION_CHECK_S = 0.1
@@ -85,8 +88,17 @@ def create_app(settings: ApiSettings | None = None,
         link = await asyncio.to_thread(_join_cluster, settings, manager, session, credentials,
                                        metrics) \
             if session is not None else None
+        produce = ProduceService(manager, notifier, settings.max_queued_records,
+                                 acks_all_fsync=settings.acks_all_fsync,
+                                 timeout_s=settings.produce_timeout_ms / 1000)
+        if link is not None:
+            loop = asyncio.get_running_loop()
+            link.replicas = produce.replicas = await asyncio.to_thread(
+                _start_replication, settings, link, credentials,
+                lambda plog: loop.call_soon_threadsafe(notifier.notify, plog.name))
+            metrics.attach_replicas(link.replicas)
         app.state.lakelog = AppState(
-            settings, manager, ProduceService(manager, notifier, settings.max_queued_records),
+            settings, manager, produce,
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
             GroupPoll(groups, fetch, manager, link), link)
         metrics.attach(Sources(manager, tiered, groups))
@@ -115,6 +127,8 @@ def create_app(settings: ApiSettings | None = None,
             await asyncio.to_thread(_close_subscriptions, subscriptions)
             metrics.attach(None)
             if link is not None:
+                if link.replicas is not None:
+                    await asyncio.to_thread(link.replicas.stop)
                 await link.close()
                 await asyncio.to_thread(link.broker.stop)
                 METADATA.attach(None)
@@ -133,6 +147,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(admin.router)
     app.include_router(groups_router.router)
     app.include_router(security.router)
+    app.include_router(replication.router)
     app.state.security = store
     app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
@@ -201,6 +216,20 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
         credentials=None if credentials is None else partial(forward_headers, credentials),
         verify=_tls_verify(settings),
         on_send=lambda broker_id, kind: metrics.forwarded.labels(str(broker_id), kind).inc())
+
+
+def _start_replication(settings: ApiSettings, link: ClusterLink, credentials: str | None,
+                       on_high_watermark: Callable[[PartitionLog], None]) -> ReplicaManager:
+    """The leader's replica state and the follower's fetcher threads of this broker."""
+    fetchers = Fetchers(link.broker,
+                        headers={} if credentials is None else forward_headers(credentials, None),
+                        verify=_tls_verify(settings),
+                        max_wait_ms=settings.replica_fetch_wait_max_ms,
+                        on_high_watermark=on_high_watermark)
+    replicas = ReplicaManager(link.broker, lag_time_max_ms=settings.replica_lag_time_max_ms,
+                              followers=fetchers, on_high_watermark=on_high_watermark)
+    replicas.start()
+    return replicas
 
 
 def _tls_verify(settings: ApiSettings) -> bool | str:

@@ -77,6 +77,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),
     _rule("GET POST", _B + r"/(acls|acls:delete|api-keys)", "cluster", "admin"),
     _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),
+    _rule("POST", r"^/internal/replica/(fetch|epoch-end)", None),  # brokers only: see there
 )
 OPEN_PATHS = frozenset({"/healthz"})
 ADMIN = Rule(frozenset(), re.compile(""), "cluster", "admin")

@@ -25,6 +25,7 @@ from fastapi.responses import Response
 
 from cluster.broker import ClusterBroker
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
+from cluster.replica_manager import ReplicaManager
 from consumer_groups.hashing import group_slot
 from ingest_api.errors import ApiError, error_of
 from ingest_api.models import BatchEntry, ProduceRecord
@@ -61,6 +62,8 @@ class ClusterLink:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.offsets_slots = offsets_slots
+        self.replicas: ReplicaManager | None = None
+        """Set once replication starts (after the broker joined)."""
         self._credentials = credentials
         self._on_send = on_send
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,6 +17,9 @@ from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import all_group_lag, log_bounds
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from cluster.replica_manager import ReplicaManager
 
 
 class Sources(NamedTuple):
@@ -51,10 +54,44 @@ class Metrics:
                      10, 30),
             registry=self.registry)
         self.registry.register(self._partitions)
+        self._replicas = _ReplicaCollector()
+        self.registry.register(self._replicas)
 
     def attach(self, sources: Sources | None) -> None:
         """Report the partitions and groups of ``sources`` (None: nothing, at shutdown)."""
         self._partitions.sources = sources
+
+    def attach_replicas(self, replicas: ReplicaManager | None) -> None:
+        """Report a cluster broker's replication (None: nothing)."""
+        self._replicas.replicas = replicas
+
+
+class _ReplicaCollector(Collector):
+    def __init__(self) -> None:
+        self.replicas: ReplicaManager | None = None
+
+    def collect(self) -> Iterator[Any]:
+        rm = self.replicas
+        urp = GaugeMetricFamily(
+            "lakelog_under_replicated_partitions", "Partitions this broker leads whose ISR is "
+            "smaller than their replicas (Kafka's UnderReplicatedPartitions)")
+        isr = GaugeMetricFamily("lakelog_partition_isr_size", "In-sync replicas of each "
+                                "partition this broker leads", labels=["topic", "partition"])
+        lag = GaugeMetricFamily(
+            "lakelog_replica_lag_records", "Records each follower is behind this leader's log "
+            "end, as of its last fetch (-1: none since this broker leads)",
+            labels=["topic", "partition", "replica"])
+        shrinks = CounterMetricFamily("lakelog_isr_shrinks", "ISR shrinks this broker made")
+        expands = CounterMetricFamily("lakelog_isr_expands", "ISR expansions this broker made")
+        if rm is not None:
+            urp.add_metric([], len(rm.under_replicated()))
+            for (topic, p), lp in list(rm.leaders.items()):
+                isr.add_metric([topic, str(p)], len(lp.isr))
+                for replica, behind in lp.lag().items():
+                    lag.add_metric([topic, str(p), str(replica)], behind)
+            shrinks.add_metric([], rm.isr_shrinks)
+            expands.add_metric([], rm.isr_expands)
+        yield from (urp, isr, lag, shrinks, expands)
 
 
 class _PartitionCollector(Collector):
@@ -62,8 +99,12 @@ class _PartitionCollector(Collector):
         self.sources: Sources | None = None
 
     def collect(self) -> Iterator[Any]:
-        end = GaugeMetricFamily("lakelog_partition_high_watermark", "Log end offset",
-                                labels=["topic", "partition"])
+        end = GaugeMetricFamily("lakelog_partition_high_watermark",
+                                "High watermark: consumers read below it (the log end, for "
+                                "a partition of one replica)", labels=["topic", "partition"])
+        log_end = GaugeMetricFamily("lakelog_partition_log_end_offset",
+                                    "The offset this broker's replica appends at next",
+                                    labels=["topic", "partition"])
         start = GaugeMetricFamily("lakelog_partition_log_start_offset",
                                   "Log start offset (the lowest offset either tier holds)",
                                   labels=["topic", "partition"])
@@ -81,7 +122,7 @@ class _PartitionCollector(Collector):
             "A group's committed offset (absent where it has committed nothing)",
             labels=["group", "topic", "partition"])
         src = self.sources
-        families = (end, start, hot_start, size, lag, committed)
+        families = (end, log_end, start, hot_start, size, lag, committed)
         if src is None:
             yield from families
             return
@@ -93,6 +134,7 @@ class _PartitionCollector(Collector):
             if bounds is None:
                 continue
             end.add_metric([topic, partition], bounds.high_watermark)
+            log_end.add_metric([topic, partition], plog.log_end_offset)
             start.add_metric([topic, partition], bounds.log_start_offset)
             hot_start.add_metric([topic, partition], plog.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)

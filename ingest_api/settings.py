@@ -101,6 +101,24 @@ class ApiSettings(GroupSettings):
         50, ge=1, le=1000, description="Coordinator slots: a consumer group's coordinator "
                                        "leads slot hash(group) % this (Kafka's "
                                        "offsets.topic.num.partitions).")
+    # -- replication (Kafka's names, with _ for .) ---------------------------------------
+    replica_lag_time_max_ms: int = Field(
+        30_000, ge=100, description="A follower that has not caught up with its leader for "
+                                    "this long leaves the ISR (Kafka's "
+                                    "replica.lag.time.max.ms).")
+    replica_fetch_wait_max_ms: int = Field(
+        500, ge=0, le=10_000, description="How long a follower's fetch waits at the leader "
+                                          "for new records (replica.fetch.wait.max.ms).")
+    acks_all_fsync: Literal["always", "when-alone"] = Field(
+        "when-alone", description="always: acks=all also waits for the leader's fsync; "
+                                  "when-alone: only when the leader is its partition's only "
+                                  "in-sync replica (one replica included), otherwise the "
+                                  "copies in the other brokers' memory are the durability, as "
+                                  "in Kafka.")
+    produce_timeout_ms: int = Field(
+        30_000, ge=100, description="How long acks=all waits for the in-sync replicas "
+                                    "before answering REQUEST_TIMED_OUT "
+                                    "(Kafka's request.timeout.ms).")
 
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:

@@ -10,6 +10,7 @@ that cannot fit alone is refused.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -24,10 +25,14 @@ from log_tables.hot.producer_state import seq_add
 class PartitionAppender:
     """Coalesces the runs queued during two event-loop turns into batches of one partition."""
 
-    def __init__(self, plog: PartitionLog, notifier: AppendNotifier, max_queued: int) -> None:
+    def __init__(self, plog: PartitionLog, notifier: AppendNotifier, max_queued: int,
+                 on_appended: Callable[[], None] | None = None) -> None:
         self.plog = plog
         self.notifier = notifier
         self.max_queued = max_queued
+        self.on_appended = on_appended
+        """Called after each round of appends (a replicated partition's leader moves its
+        high watermark when it is the only in-sync replica)."""
         self._queue: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         self._queued = 0
         self._scheduled = False
@@ -68,6 +73,8 @@ class PartitionAppender:
                     size += items[i][0].size
                     i += 1
             self._append(group)
+        if self.on_appended is not None:
+            self.on_appended()
         self.notifier.notify(self.plog.name)
 
     def _append(self, group: list[tuple[Run, asyncio.Future[list[Piece]]]]) -> None:

@@ -2,7 +2,8 @@
 
 ``ProducePlanner`` checks the records and cuts them into runs, each partition's
 ``PartitionAppender`` appends them, and the service answers per ``acks``: acks=all
-waits for the group commit, acks=1 for the append, acks=0 for neither.
+waits for the group commit (and, for a partition with more than one replica, for every
+in-sync replica), acks=1 for the append, acks=0 for neither.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Coroutine, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -19,10 +20,13 @@ from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.appender import PartitionAppender
 from ingest_api.produce.planner import ProducePlanner
 from ingest_api.produce.runs import Piece, ProduceResult, Run
-from log_tables.errors import LakelogError, NotLeaderError
+from log_tables.errors import LakelogError, NotLeaderError, RequestTimedOutError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
+
+if TYPE_CHECKING:
+    from cluster.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +36,31 @@ Acks = Literal["0", "1", "all"]
 class ProduceService:
     """Turns decoded produce requests into appends and per-record results."""
 
-    def __init__(self, manager: LogManager, notifier: AppendNotifier, max_queued: int) -> None:
+    def __init__(self, manager: LogManager, notifier: AppendNotifier, max_queued: int, *,
+                 acks_all_fsync: str = "when-alone", timeout_s: float = 30.0) -> None:
         self.manager = manager
         self.notifier = notifier
         self.max_queued = max_queued
+        self.acks_all_fsync = acks_all_fsync
+        self.timeout_s = timeout_s
         self.planner = ProducePlanner(manager)
+        self.replicas: ReplicaManager | None = None
+        """A cluster's: the partitions this broker leads with more than one replica."""
         self._appenders: dict[str, PartitionAppender] = {}
 
-    def appender(self, plog: PartitionLog) -> PartitionAppender:
+    def appender(self, plog: PartitionLog, topic: str = "", partition: int = 0
+                 ) -> PartitionAppender:
         appender = self._appenders.get(plog.name)
         if appender is None or appender.plog is not plog:
-            appender = PartitionAppender(plog, self.notifier, self.max_queued)
+            appender = PartitionAppender(plog, self.notifier, self.max_queued,
+                                         lambda: self._appended(topic, partition))
             self._appenders[plog.name] = appender
         return appender
+
+    def _appended(self, topic: str, partition: int) -> None:
+        lp = self.replicas.leader(topic, partition) if self.replicas is not None else None
+        if lp is not None and lp.maybe_advance() and self.replicas is not None:
+            self.replicas.published(lp.plog)
 
     async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks,
                       route: Route | None = None) -> ProduceResult:
@@ -73,7 +89,10 @@ class ProduceService:
                         continue
                     epochs[run.partition] = epoch
                 plog = self.manager.log(meta.name, run.partition)
-                submitted.append((run, self.appender(plog).submit(run)))
+                if acks == "all" and self.replicas is not None and (
+                        lp := self.replicas.leader(meta.name, run.partition)) is not None:
+                    lp.check_min_isr(plog.config.min_insync_replicas)
+                submitted.append((run, self.appender(plog, meta.name, run.partition).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
         # The other leaders' parts are sent now, beside the local appends.
@@ -135,7 +154,40 @@ class ProduceService:
                 if prev is None or end > prev[1]:
                     durable[run.partition] = (self.manager.log(meta.name, run.partition), end)
         if acks == "all" and durable:
-            await self._wait_durable(durable, result)
+            await self._wait_acked(meta.name, durable, result)
+
+    async def _wait_acked(self, topic: str, targets: dict[int, tuple[PartitionLog, int]],
+                          result: ProduceResult) -> None:
+        """acks=all: a replicated partition's records once every in-sync replica has them
+        (and the leader's fsync, per ``acks_all_fsync``); one replica's once fsynced."""
+        synced: dict[int, tuple[PartitionLog, int]] = {}
+        replicated: list[tuple[int, asyncio.Future[int]]] = []
+        for p, (plog, end) in targets.items():
+            lp = self.replicas.leader(topic, p) if self.replicas is not None else None
+            if lp is None:
+                synced[p] = (plog, end)
+                continue
+            replicated.append((p, asyncio.wrap_future(
+                lp.wait(end, plog.config.min_insync_replicas))))
+            if self.acks_all_fsync == "always" or lp.isr == {lp.broker_id}:
+                synced[p] = (plog, end)
+        fsynced = asyncio.ensure_future(self._wait_durable(synced, result)) if synced else None
+        if replicated:
+            _, pending = await asyncio.wait([f for _, f in replicated],
+                                               timeout=self.timeout_s)
+            for p, fut in replicated:
+                if fut in pending:
+                    fut.cancel()
+                    err: BaseException | None = RequestTimedOutError(
+                        f"{topic}-{p}: the in-sync replicas did not all have the records "
+                        f"within {self.timeout_s:g} s; not acknowledged (they may still be)")
+                else:
+                    err = fut.exception()
+                if err is not None:
+                    _fail_partition(result, p, err if isinstance(err, LakelogError)
+                                    else LakelogError(f"{topic}-{p}: {err}"))
+        if fsynced is not None:
+            await fsynced
 
     async def _wait_durable(self, targets: dict[int, tuple[PartitionLog, int]],
                             result: ProduceResult) -> None:
@@ -149,11 +201,8 @@ class ProduceService:
             outcomes = [exc] * len(partitions)
         for p, outcome in zip(partitions, outcomes, strict=True):
             if outcome is not None:
-                err = outcome if isinstance(outcome, LakelogError) else LakelogError(
-                    f"flush of partition {p} failed: {outcome}")
-                for i in np.flatnonzero((result.partitions == p) & (result.offsets >= 0)).tolist():
-                    result.errors[i] = err
-                    result.offsets[i] = -1
+                _fail_partition(result, p, outcome if isinstance(outcome, LakelogError)
+                                else LakelogError(f"flush of partition {p} failed: {outcome}"))
 
 
 class Route(Protocol):
@@ -178,6 +227,13 @@ def _unacknowledge(result: ProduceResult, partition: int, topic: str) -> None:
         if i not in result.errors:
             result.errors[i] = err
             result.offsets[i] = -1
+
+
+def _fail_partition(result: ProduceResult, partition: int, err: LakelogError) -> None:
+    """The partition's appended records are not acknowledged (an error each)."""
+    for i in np.flatnonzero((result.partitions == partition) & (result.offsets >= 0)).tolist():
+        result.errors[i] = err
+        result.offsets[i] = -1
 
 
 def _fail_run(result: ProduceResult, run: Run, exc: LakelogError) -> None:
