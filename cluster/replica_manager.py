@@ -188,13 +188,18 @@ class ReplicaManager:
             if not out and not joining:
                 continue
             new_isr = sorted((lp.isr - out) | joining)
+            lp.expanding(joining)  # counted before the write; dropped only after it
             try:
                 state, version = alter_isr(self.broker.client, tp[0], tp[1], self.broker_id,
                                            lp.leader_epoch, new_isr, lp.version)
             except IsrConflictError as exc:
+                lp.expanding(())
                 log.info("%s: ISR change refused (%s); reading the state again", lp.name, exc)
                 self.broker.view.sync_topic(tp[0])
                 continue
+            except Exception:
+                lp.expanding(())
+                raise
             if out:
                 self.isr_shrinks += 1
                 log.warning("%s: ISR shrinks from %s to %s (behind for more than "

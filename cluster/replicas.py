@@ -87,6 +87,10 @@ class LeaderPartition:
         # thrown out of the ISR before it had replica.lag.time.max.ms to fetch.
         self.followers = {r: FollowerState(last_caught_up_ms=started)
                           for r in self.replicas if r != broker_id}
+        self.joining: frozenset[int] = frozenset()
+        """Followers being added to the ISR in ZooKeeper: counted for the high watermark
+        from before the write (the "maximal ISR" of Kafka's KIP-497), so that nothing is
+        acknowledged that a member of the ISR ZooKeeper holds might lack."""
         self._lock = threading.Lock()
         self._waiters: list[_Waiter] = []
         self.closed: LakelogError | None = None
@@ -104,6 +108,8 @@ class LeaderPartition:
             return False
         at = now_ms() if at_ms is None else at_ms
         leader_end = self.plog.log_end_offset
+        if fetch_offset > leader_end:
+            return False  # a log longer than the leader's: it truncates by epoch first
         with self._lock:
             if fetch_offset >= leader_end:
                 state.last_caught_up_ms = max(state.last_caught_up_ms, at)
@@ -119,7 +125,7 @@ class LeaderPartition:
         acks=all waits it passes. True if it moved."""
         with self._lock:
             ends = [self.plog.log_end_offset]
-            for r in self.isr:
+            for r in self.isr | self.joining:
                 if r != self.broker_id:
                     ends.append(self.followers[r].log_end_offset if r in self.followers else -1)
             target = min(ends)
@@ -188,12 +194,19 @@ class LeaderPartition:
                     and f.log_end_offset >= max(hw, self.epoch_start)}
 
     def set_isr(self, isr: Iterable[int], version: int) -> None:
+        """The ISR ZooKeeper holds now (at znode ``version``)."""
         with self._lock:
             if version < self.version:
                 return
             self.isr = frozenset(isr) | {self.broker_id}
             self.version = version
+            self.joining = self.joining - self.isr
         self.maybe_advance()
+
+    def expanding(self, joining: Iterable[int]) -> None:
+        """Followers about to be written into the ISR (``joining``); empty: done."""
+        with self._lock:
+            self.joining = frozenset(joining)
 
     def close(self, why: LakelogError) -> None:
         """No longer the leader: acks=all waits fail (the producer sends again)."""
