@@ -48,18 +48,12 @@ ADMIN_BODY_LIMIT = 1 << 20
 
 
 def topic_body(meta: TopicMetadata, factor: int | None = None) -> dict[str, object]:
-    """Confluent's ``TopicData`` (``topic_id`` is Kafka's, an addition; in a cluster,
-    ``replication`` says what replicas beyond the leader do today)."""
+    """Confluent's ``TopicData`` (``topic_id`` is Kafka's, an addition)."""
     url = topic_url(meta.name)
     factor = METADATA.replication_factor(meta.name) if factor is None else factor
-    extra: dict[str, object] = {}
-    if METADATA.view is not None and factor > 1:
-        extra["replication"] = (
-            "leader-only: the replicas beyond the leader are assigned (and shown) but do not "
-            "copy records yet; a partition is offline while its leader's broker is down")
     return {**resource("KafkaTopic", url, f"topic={meta.name}"), "cluster_id": CLUSTER_ID,
             "topic_name": meta.name, "topic_id": meta.topic_id, "is_internal": False,
-            **extra, "replication_factor": factor,
+            "replication_factor": factor,
             "partitions_count": meta.partitions,
             "partitions": related(f"{url}/partitions"), "configs": related(f"{url}/configs"),
             "partition_reassignments": related(f"{url}/partitions/-/reassignment")}

@@ -58,8 +58,6 @@ def topics_describe(name: Annotated[str, typer.Argument(help="The topic.")],
         topic = client.describe_topic(name)
         typer.echo(f"topic {name}: {topic['partitions_count']} partition(s), "
                    f"replication factor {topic['replication_factor']}")
-        if topic.get("replication"):
-            typer.echo(f"  ({topic['replication']})")
         rows = [["Partition", "Leader", "Replicas", "Isr", "LeaderEpoch", "LogStart",
                  "HighWatermark", "Bytes"]]
         for p in client.list_partitions(name):

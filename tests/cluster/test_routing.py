@@ -151,11 +151,11 @@ def test_replication_factor_is_bounded_by_the_live_brokers(brokers: Brokers) -> 
                    json={"topic_name": "three", "partitions_count": 3, "replication_factor": 3})
     assert r.status_code == 201, r.text
     body = r.json()
-    assert body["replication_factor"] == 3 and "do not copy records yet" in body["replication"]
+    assert body["replication_factor"] == 3 and "replication" not in body
     parts = httpx.get(brokers.url(2) + CLUSTER + "/topics/three/partitions").json()["data"]
-    for p in parts:  # three replicas, the leader first; only the leader is in sync
+    for p in parts:  # three replicas, the leader first, all in sync
         assert sorted(p["replica_ids"]) == [1, 2, 3]
-        assert p["leader_id"] == p["replica_ids"][0] and p["isr_ids"] == [p["leader_id"]]
+        assert p["leader_id"] == p["replica_ids"][0] and sorted(p["isr_ids"]) == [1, 2, 3]
     assert sorted(p["leader_id"] for p in parts) == [1, 2, 3]
 
 
