@@ -100,5 +100,5 @@ def test_broker_defaults_apply_where_a_topic_sets_nothing() -> None:
     assert config_value("min.insync.replicas", {}, broker) == 2
     assert config_value("min.insync.replicas", {"min.insync.replicas": "1"}, broker) == 1
     assert config_value("unclean.leader.election.enable", {}, None) is False
-    with pytest.raises(InvalidConfigError, match="min.insync.replicas"):
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
         TopicConfig.from_overrides({}, {"min.insync.replicas": "0"})
