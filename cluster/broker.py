@@ -15,10 +15,11 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from cluster.controller import Controller
+from cluster.controller import BalanceOptions, Controller
 from cluster.model import (
     OFFSETS_TOPIC,
     PRODUCER_ID_BLOCK,
@@ -30,6 +31,7 @@ from cluster.model import (
 )
 from cluster.session import ZkSession, unreachable_as
 from cluster.view import ClusterView
+from log_tables.config import config_value
 from log_tables.errors import (
     BrokerNotAvailableError,
     InvalidProducerEpochError,
@@ -58,10 +60,14 @@ PRODUCER_EPOCHS = "/lakelog/producer_epochs"
 
 class ClusterBroker:
     def __init__(self, broker_id: int, session: ZkSession, info: BrokerInfo,
-                 manager: LogManager) -> None:
+                 manager: LogManager, *, topic_defaults: Mapping[str, str] | None = None,
+                 balance: BalanceOptions | None = None) -> None:
         """``session``: started already (the server reads its security from ZooKeeper
-        before the logs are open)."""
+        before the logs are open). ``topic_defaults``: this broker's defaults of topic
+        configs by Kafka name (``ApiSettings.topic_defaults``), for topics that do not
+        set their own; ``balance``: the controller's preferred leader rebalancing."""
         self.broker_id = broker_id
+        self.topic_defaults = dict(topic_defaults or {})
         self.info = info
         self.manager = manager
         self.session = session
@@ -69,7 +75,8 @@ class ClusterBroker:
         session.on_lease_change = lambda _held: self._write_leadership()
         self.client = self.session.client
         self.view = ClusterView(self.client)
-        self.controller = Controller(self.client, broker_id)
+        self.controller = Controller(self.client, broker_id,
+                                     topic_defaults=self.topic_defaults, **(balance or {}))
         self.view.listeners.append(self._changed)
         self._leadership_written: dict[str, list[int]] | None = None
         self._leadership_lock = threading.Lock()
@@ -172,6 +179,13 @@ class ClusterBroker:
                 f"are down; it comes back when one returns")
         raise NotLeaderError(f"broker {self.broker_id} does not lead {topic}-{partition}; "
                              f"broker {placement.leader} does")
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's ``min.insync.replicas``: its own, else this broker's default (an
+        acks=all produce needs an ISR at least this large)."""
+        assignment = self.view.topic(topic)
+        configs = assignment.configs if assignment is not None else {}
+        return int(config_value("min.insync.replicas", configs, self.topic_defaults))
 
     def led_partitions(self) -> dict[str, list[int]]:
         led: dict[str, list[int]] = {}

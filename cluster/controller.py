@@ -12,13 +12,20 @@ Its steps, each numbered in docs/architecture.md with the test that kills a brok
 1. elect: create ``/controller`` (one this session made in an interrupted try counts as
    made); bump ``/controller_epoch``;
 2. reconcile: read the live brokers (and the czxid of each registration, its broker
-   epoch: a broker that restarted has a new one) and every partition state; a partition
-   whose leader is gone or restarted gets a new leader from its ISR (the first live one,
-   in replica order), or none (-1, offline) when no ISR member lives; a partition whose
-   leader is none gets one as soon as an ISR member lives again. Every change raises the
-   leader epoch;
+   epoch: a broker that restarted has a new one) and every partition state; a broker
+   gone or restarted leaves the ISR of every partition it is in (never the last member),
+   and a partition whose leader is gone or restarted gets a new leader from its ISR,
+   the unclean election if its topic allows it, or none (-1, offline) until an ISR
+   member returns: the rules are cluster.election's. Only a change of leader raises the
+   leader epoch. Each change is one conditional write of the state (on its znode
+   version, since the partition's leader changes the ISR too: cluster.isr);
 3. topics: create (assign replicas over the live brokers, rack-aware; write the topic and
-   its partition states in one transaction), add partitions, alter configs, delete.
+   its partition states in one transaction), add partitions, alter configs, delete;
+4. preferred leaders: every ``leader_imbalance_check_interval_seconds`` (with
+   ``auto_leader_rebalance_enable``), per broker whose preferred partitions (it is their
+   first replica) are led elsewhere beyond ``leader_imbalance_per_broker_percentage``,
+   each of them moves back to it where it is live and in the ISR; ``elect_preferred``
+   does it at once for every partition (or a topic's).
 
 Brokers learn every change from their watches (cluster.view).
 """
@@ -30,17 +37,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypedDict
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from cluster.assign import assign_replicas
+from cluster.election import after_brokers_changed, imbalanced, to_preferred
 from cluster.model import (
     BROKERS,
     CONTROLLER,
     CONTROLLER_EPOCH,
-    NO_LEADER,
     TOPICS,
     BrokerInfo,
     PartitionState,
@@ -53,7 +61,9 @@ from cluster.model import (
     topic_path,
 )
 from cluster.session import unreachable_as
+from log_tables.config import config_value
 from log_tables.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     NotControllerError,
     TopicExistsError,
@@ -66,7 +76,24 @@ Ops = list[tuple[str, tuple[object, ...], dict[str, object]]]
 
 step_hook: Callable[[str], None] | None = None
 """Called with each controller step's name as the controller completes it (tests kill the
-broker there): elected, epoch, leader-written, topic-written."""
+broker there): elected, epoch, leader-written, isr-written, topic-written,
+preferred-written."""
+
+MAX_WRITE_ATTEMPTS = 16
+"""Tries of one partition's conditional write that lose to its leader's ISR changes;
+then the partition waits for the next reconcile."""
+UNCLEAN = "unclean.leader.election.enable"
+RECONCILE_EVERY_S = 5.0
+"""Also a periodic check, in case a watch was missed."""
+
+
+class BalanceOptions(TypedDict, total=False):
+    """Kafka's preferred leader rebalancing settings, by their Kafka names (``_`` for
+    ``.``); the Controller's keyword arguments, with Kafka's defaults there."""
+
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_seconds: float
+    leader_imbalance_per_broker_percentage: int
 
 
 def step(name: str) -> None:
@@ -77,9 +104,21 @@ def step(name: str) -> None:
 class Controller:
     """Runs on every broker; acts only while elected."""
 
-    def __init__(self, client: KazooClient, broker_id: int) -> None:
+    def __init__(self, client: KazooClient, broker_id: int, *,
+                 topic_defaults: Mapping[str, str] | None = None,
+                 auto_leader_rebalance_enable: bool = True,
+                 leader_imbalance_check_interval_seconds: float = 300,
+                 leader_imbalance_per_broker_percentage: int = 10) -> None:
+        """``topic_defaults``: the broker's defaults of topic configs by Kafka name (the
+        controller reads ``unclean.leader.election.enable`` there for a topic that does
+        not set its own)."""
         self.client = client
         self.broker_id = broker_id
+        self.topic_defaults = dict(topic_defaults or {})
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_check_interval_s = float(leader_imbalance_check_interval_seconds)
+        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
+        self._next_balance_check = float("inf")
         self.epoch = 0
         self._epoch_version = -1
         self.active = False
@@ -105,20 +144,35 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(5.0)  # also a periodic check, in case a watch was missed
+            self._wake.wait(self._idle_s())
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
-                with self._lock:
-                    if not self._still_controller():
-                        self._elect()
-                    if self.active:
-                        self.reconcile()
+                self.run_once()
             except Exception:
                 log.exception("controller step failed; trying again")
                 time.sleep(0.5)
                 self._wake.set()
+
+    def run_once(self) -> None:
+        """One turn of the controller's thread, now: be elected if nobody is; while
+        elected, reconcile, and check the preferred leaders when that is due."""
+        with self._lock:
+            if not self._still_controller():
+                self._elect()
+            if self.active:
+                self.reconcile()
+                if self.auto_leader_rebalance_enable and \
+                        time.monotonic() >= self._next_balance_check:
+                    self._next_balance_check = \
+                        time.monotonic() + self.leader_imbalance_check_interval_s
+                    self.check_leader_imbalance()
+
+    def _idle_s(self) -> float:
+        if not (self.active and self.auto_leader_rebalance_enable):
+            return RECONCILE_EVERY_S
+        return min(RECONCILE_EVERY_S, max(0.05, self._next_balance_check - time.monotonic()))
 
     # -- 1. election -----------------------------------------------------------------
     def _still_controller(self) -> bool:
@@ -175,6 +229,7 @@ class Controller:
                 continue
         self.epoch, self._epoch_version, self.active = epoch, stat.version, True
         self._seen_epochs = {}
+        self._next_balance_check = time.monotonic() + self.leader_imbalance_check_interval_s
         step("epoch")
         log.warning("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
 
@@ -215,43 +270,125 @@ class Controller:
             bounced = {b for b, e in epochs.items()
                        if b in self._seen_epochs and self._seen_epochs[b] != e}
             changed = 0
-            for topic in self.client.get_children(TOPICS):
-                try:
-                    assignment = decode(self.client.get(topic_path(topic))[0], TopicAssignment)
-                except NoNodeError:
-                    continue
+            for topic, assignment in self._assignments():
+                unclean = self._unclean(topic, assignment)
                 for p, replicas in enumerate(assignment.replicas):
-                    changed += self._elect_leader(topic, p, replicas, epochs, bounced)
+                    changed += self._reconcile_partition(topic, p, replicas, epochs, bounced,
+                                                         unclean)
             self._seen_epochs = epochs
             return changed
 
-    def _elect_leader(self, topic: str, partition: int, replicas: Sequence[int],
-                      live: Mapping[int, int], bounced: set[int]) -> int:
+    def _assignments(self, only: str | None = None) -> Iterator[tuple[str, TopicAssignment]]:
+        """Every topic (or ``only``) with its assignment, as ZooKeeper holds it now."""
+        for topic in [only] if only is not None else self.client.get_children(TOPICS):
+            try:
+                yield topic, decode(self.client.get(topic_path(topic))[0], TopicAssignment)
+            except NoNodeError:
+                if only is not None:
+                    raise UnknownTopicError(only) from None
+
+    def _unclean(self, topic: str, assignment: TopicAssignment) -> bool:
+        """The topic's unclean.leader.election.enable, else this broker's default."""
+        try:
+            return bool(config_value(UNCLEAN, assignment.configs, self.topic_defaults))
+        except InvalidConfigError:
+            log.exception("topic %s: %s is invalid; electing clean only", topic, UNCLEAN)
+            return False
+
+    def _reconcile_partition(self, topic: str, partition: int, replicas: Sequence[int],
+                             live: Mapping[int, int], bounced: set[int], unclean: bool) -> int:
+        """One partition's step 2: its state after the brokers' changes, written on the
+        znode version it was read at (read again when its leader changed the ISR)."""
         path = state_path(topic, partition)
-        try:
-            data, stat = self.client.get(path)
-        except NoNodeError:
-            return 0
-        state = decode(data, PartitionState)
-        if state.leader != NO_LEADER and state.leader in live and state.leader not in bounced:
-            return 0
-        candidates = [r for r in replicas if r in state.isr and r in live]
-        if candidates:
-            new = PartitionState(candidates[0], state.leader_epoch + 1, [candidates[0]],
-                                 self.epoch)
-        elif state.leader == NO_LEADER:
-            return 0  # still offline: nothing to change
-        else:  # offline: keep the last ISR, so that its member leads again when it returns
-            new = PartitionState(NO_LEADER, state.leader_epoch + 1, list(state.isr), self.epoch)
-        try:
-            self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
-        except BadVersionError:
-            self.poke()  # changed meanwhile: read again
-            return 0
-        log.info("%s-%d: leader %d -> %d (leader epoch %d)", topic, partition, state.leader,
-                 new.leader, new.leader_epoch)
-        step("leader-written")
-        return 1
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                return 0
+            state = decode(data, PartitionState)
+            change = after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
+            if change is None:
+                return 0
+            new = change.state
+            try:
+                self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
+            except BadVersionError:
+                continue  # its leader changed the ISR meanwhile: decide again
+            if change.kind == "isr":
+                log.info("%s-%d: ISR %s -> %s (leader %d, leader epoch %d)", topic, partition,
+                         state.isr, new.isr, new.leader, new.leader_epoch)
+                step("isr-written")
+                return 1
+            if change.kind == "unclean":
+                log.warning("%s-%d: unclean leader election: no in-sync replica of %s is "
+                            "alive, so out-of-sync broker %d leads (leader epoch %d); "
+                            "acknowledged records it does not have are lost", topic,
+                            partition, state.isr, new.leader, new.leader_epoch)
+            else:
+                log.info("%s-%d: leader %d -> %d (leader epoch %d, ISR %s)", topic, partition,
+                         state.leader, new.leader, new.leader_epoch, new.isr)
+            step("leader-written")
+            return 1
+        self.poke()  # lost every race to the ISR's changes: the next reconcile tries again
+        return 0
+
+    # -- 4. preferred leaders --------------------------------------------------------
+    def elect_preferred(self, topic: str | None = None) -> int:
+        """Kafka's preferred replica election, now: every partition (of ``topic``) whose
+        first replica is live and in the ISR but does not lead gets it as leader (leader
+        epoch + 1, ISR unchanged); returns how many moved."""
+        with self._lock, self._reachable():
+            self._require_active()
+            live = set(self.live_brokers())
+            moved = 0
+            for name, assignment in self._assignments(topic):
+                for p, replicas in enumerate(assignment.replicas):
+                    moved += self._to_preferred(name, p, replicas, live)
+            return moved
+
+    def check_leader_imbalance(self) -> int:
+        """Kafka's auto leader rebalance, once: for each broker whose preferred partitions
+        are led elsewhere beyond ``leader_imbalance_per_broker_percentage``, move each of
+        them back (where it can be); returns how many moved."""
+        with self._lock, self._reachable():
+            self._require_active()
+            live = set(self.live_brokers())
+            placements: dict[tuple[str, int], tuple[Sequence[int], PartitionState]] = {}
+            replicas_of: dict[tuple[str, int], Sequence[int]] = {}
+            for name, assignment in self._assignments():
+                for p, replicas in enumerate(assignment.replicas):
+                    try:
+                        state = decode(self.client.get(state_path(name, p))[0], PartitionState)
+                    except NoNodeError:
+                        continue
+                    placements[(name, p)] = (replicas, state)
+                    replicas_of[(name, p)] = replicas
+            moved = 0
+            for name, p in imbalanced(placements, self.leader_imbalance_per_broker_percentage):
+                moved += self._to_preferred(name, p, replicas_of[(name, p)], live)
+            return moved
+
+    def _to_preferred(self, topic: str, partition: int, replicas: Sequence[int],
+                      live: set[int]) -> int:
+        path = state_path(topic, partition)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                return 0
+            state = decode(data, PartitionState)
+            new = to_preferred(state, replicas, live, self.epoch)
+            if new is None:
+                return 0
+            try:
+                self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
+            except BadVersionError:
+                continue
+            log.info("%s-%d: leader %d -> %d, its preferred replica (leader epoch %d)", topic,
+                     partition, state.leader, new.leader, new.leader_epoch)
+            step("preferred-written")
+            return 1
+        return 0
 
     # -- 3. topics -------------------------------------------------------------------
     def _reachable(self) -> contextlib.AbstractContextManager[None]:
@@ -292,12 +429,13 @@ class Controller:
 
     def _new_partitions(self, name: str, first: int, replicas: list[list[int]]) -> Ops:
         """Creating partitions ``first..`` with their first state: the first replica
-        leads, alone in the ISR, at leader epoch 0."""
+        leads at leader epoch 0, every replica in the ISR (Kafka: every live one; they
+        were assigned over the live brokers, and an empty log is in sync)."""
         ops: Ops = []
         for p, rs in enumerate(replicas, start=first):
             ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
             ops.append(("create", (state_path(name, p), encode(
-                PartitionState(rs[0], 0, [rs[0]], self.epoch))), {}))
+                PartitionState(rs[0], 0, list(rs), self.epoch))), {}))
         return ops
 
     def add_partitions(self, name: str, partitions: int) -> TopicAssignment:

@@ -21,7 +21,8 @@ MAX_TOPICS = 100_000
 def read_placements(connect: str, timeout_s: float = 10.0
                     ) -> tuple[str | None, dict[tuple[str, int], Placement]]:
     """(the cluster's id, every partition's placement) at ``connect`` ("HOST:PORT/chroot");
-    a partition without a state yet has leader -1 and leader epoch -1."""
+    a partition without a state yet has leader -1 and leader epoch -1 (and, its ISR
+    empty, is under-replicated: ``Placement.under_replicated``)."""
     client = KazooClient(hosts=connect, timeout=timeout_s)
     client.start(timeout=timeout_s)
     try:

@@ -2,9 +2,12 @@
 current by ZooKeeper watches (Kafka's metadata cache).
 
 Watch callbacks only queue events; one thread applies them in order, reading ZooKeeper
-where a watch says only "changed". A partition state whose leader epoch is below the one
-held is ignored (a stale read or a late event), so the broker never steps back to an
-older leadership.
+where a watch says only "changed". Each partition state is held with its znode's
+version (a leader changes its ISR by a write conditional on it: cluster.isr). A state
+older than the one held is ignored (a stale read or a late event), so the broker never
+steps back to an older leadership or ISR: older is a lower (leader epoch, znode version)
+of the same znode, since an ISR change keeps the leader epoch but not the version; a
+state znode made again (its topic deleted and created anew) is newer whatever it holds.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from cluster.model import (
@@ -44,6 +48,11 @@ class Placement:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
 
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than assigned (Kafka's UnderReplicatedPartitions)."""
+        return len(self.isr) < len(self.replicas)
+
 
 class ClusterView:
     """Thread-safe snapshot of the metadata; ``listeners`` hear every applied change as
@@ -56,6 +65,8 @@ class ClusterView:
         self.broker_epochs: dict[int, int] = {}  # czxid of the registration: a new one per start
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
+        self._stamps: dict[tuple[str, int], tuple[int, int, int]] = {}
+        """Each held state's (czxid, leader epoch, version) of its znode: what is newer."""
         self.controller_id: int | None = None
         self.listeners: list[Callable[[str, str], None]] = []
         self._watched_topics: set[str] = set()
@@ -103,6 +114,17 @@ class ClusterView:
             state = self.states.get((topic, partition))
         return state.leader_epoch if state is not None else -1
 
+    def state_with_version(self, topic: str, partition: int
+                           ) -> tuple[PartitionState, int] | None:
+        """The partition's state and its znode version (what ``cluster.isr.alter_isr``
+        writes on); None before a state is known."""
+        with self._lock:
+            state = self.states.get((topic, partition))
+            stamp = self._stamps.get((topic, partition))
+        if state is None or stamp is None:
+            return None
+        return state, stamp[2]
+
     def all_states(self) -> dict[tuple[str, int], PartitionState]:
         with self._lock:
             return dict(self.states)
@@ -119,6 +141,10 @@ class ClusterView:
         with self._lock:
             return self.topics.get(name)
 
+    def all_topics(self) -> dict[str, TopicAssignment]:
+        with self._lock:
+            return dict(self.topics)
+
     # -- reads on demand -------------------------------------------------------------
     def sync_topic(self, name: str) -> TopicAssignment | None:
         """Read a topic and its partition states from ZooKeeper now (after a sync, so
@@ -132,10 +158,10 @@ class ClusterView:
         self._apply_topic(name, assignment)
         for p in range(assignment.partitions):
             try:
-                raw, _ = self.client.get(state_path(name, p))
+                raw, stat = self.client.get(state_path(name, p))
             except NoNodeError:
                 continue
-            self._apply_state(name, p, decode(raw, PartitionState))
+            self._apply_state(name, p, decode(raw, PartitionState), stat)
         self._watch_topic(name)
         return assignment
 
@@ -168,12 +194,12 @@ class ClusterView:
                 return
             self._watched_states.add(key)
 
-        def changed(data: bytes | None, _stat: object) -> bool:
+        def changed(data: bytes | None, stat: ZnodeStat | None) -> bool:
             with self._lock:
                 if key not in self._watched_states:
                     return False
-            if data is not None:
-                self._events.put(("state", (name, partition, data)))
+            if data is not None and stat is not None:
+                self._events.put(("state", (name, partition, data, stat)))
             return True
 
         DataWatch(self.client, state_path(name, partition), changed)
@@ -196,9 +222,10 @@ class ClusterView:
                     else:
                         self._apply_topic(name, decode(data, TopicAssignment))  # type: ignore[arg-type]
                 elif kind == "state":
-                    name, partition, data = args
+                    name, partition, data, stat = args
                     self._apply_state(name, partition,  # type: ignore[arg-type]
-                                      decode(data, PartitionState))  # type: ignore[arg-type]
+                                      decode(data, PartitionState),  # type: ignore[arg-type]
+                                      stat)
                 elif kind == "controller":
                     data = args[0]
                     with self._lock:
@@ -235,6 +262,7 @@ class ClusterView:
             before = self.topics.get(name)
             if before is not None and before.topic_id != assignment.topic_id:
                 self.states = {k: v for k, v in self.states.items() if k[0] != name}
+                self._stamps = {k: v for k, v in self._stamps.items() if k[0] != name}
             self.topics[name] = assignment
         for p in range(assignment.partitions):
             self._watch_state(name, p)
@@ -250,19 +278,24 @@ class ClusterView:
             self._watched_topics.discard(name)
             self._watched_states = {k for k in self._watched_states if k[0] != name}
             self.states = {k: v for k, v in self.states.items() if k[0] != name}
+            self._stamps = {k: v for k, v in self._stamps.items() if k[0] != name}
         if known:
             self._notify("topic-deleted", name)
 
-    def _apply_state(self, name: str, partition: int, state: PartitionState) -> None:
+    def _apply_state(self, name: str, partition: int, state: PartitionState,
+                     stat: ZnodeStat) -> None:
+        key = (name, partition)
+        stamp = (int(stat.czxid), state.leader_epoch, int(stat.version))
         with self._lock:
-            held = self.states.get((name, partition))
-            if held is not None and state.leader_epoch < held.leader_epoch:
-                log.info("%s-%d: ignoring a state of leader epoch %d below the held %d",
-                         name, partition, state.leader_epoch, held.leader_epoch)
+            held, held_stamp = self.states.get(key), self._stamps.get(key)
+            if held_stamp is not None and stamp <= held_stamp:
+                if stamp < held_stamp:
+                    log.info("%s-%d: ignoring a state of (leader epoch, version) %s below "
+                             "the held %s", name, partition, stamp[1:], held_stamp[1:])
                 return
+            self.states[key], self._stamps[key] = state, stamp
             if held == state:
-                return
-            self.states[(name, partition)] = state
+                return  # rewritten as it was: the version is all that changed
         self._notify("state", name)
 
     def _notify(self, kind: str, name: str) -> None:
@@ -271,3 +304,14 @@ class ClusterView:
                 listener(kind, name)
             except Exception:
                 log.exception("a cluster metadata listener failed on %s %s", kind, name)
+
+
+def under_replicated(view: ClusterView) -> list[tuple[str, int]]:
+    """Every partition of the view whose ISR is smaller than its replicas, in order."""
+    out: list[tuple[str, int]] = []
+    for topic, assignment in sorted(view.all_topics().items()):
+        for p in range(assignment.partitions):
+            placement = view.placement(topic, p)
+            if placement is not None and placement.under_replicated:
+                out.append((topic, p))
+    return out

@@ -205,7 +205,13 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
         "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host)
     info = BrokerInfo(settings.broker_id, host, settings.port, settings.broker_rack,
                       "https" if settings.tls_cert else "http")
-    broker = ClusterBroker(settings.broker_id, session, info, manager)
+    broker = ClusterBroker(
+        settings.broker_id, session, info, manager, topic_defaults=settings.topic_defaults,
+        balance={"auto_leader_rebalance_enable": settings.auto_leader_rebalance_enable,
+                 "leader_imbalance_check_interval_seconds":
+                     settings.leader_imbalance_check_interval_seconds,
+                 "leader_imbalance_per_broker_percentage":
+                     settings.leader_imbalance_per_broker_percentage})
     broker.start()
     METADATA.attach(broker.view)
     log.info("broker %d joined cluster %s at %s (controller: broker %s)", settings.broker_id,

@@ -97,6 +97,27 @@ class ApiSettings(GroupSettings):
     default_replication_factor: int = Field(1, ge=1, le=32767,
                                              description="Replicas of a topic created without "
                                                          "replication_factor.")
+    min_insync_replicas: int = Field(
+        1, ge=1, le=2**31 - 1,
+        description="min.insync.replicas of a topic that does not set its own: acks=all is "
+                    "refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller.")
+    unclean_leader_election_enable: bool = Field(
+        False, description="unclean.leader.election.enable of a topic that does not set its "
+                           "own: with no in-sync replica alive, an out-of-sync one may lead "
+                           "(acknowledged records may be lost).")
+    auto_leader_rebalance_enable: bool = Field(
+        True, description="The controller moves leadership back to each partition's "
+                          "preferred replica (the first) once it is alive and in sync "
+                          "(Kafka's auto.leader.rebalance.enable).")
+    leader_imbalance_check_interval_seconds: int = Field(
+        300, ge=1, le=86_400,
+        description="How often the controller checks the preferred leaders (Kafka's "
+                    "leader.imbalance.check.interval.seconds).")
+    leader_imbalance_per_broker_percentage: int = Field(
+        10, ge=0, le=100,
+        description="A broker's preferred partitions led elsewhere may reach this share "
+                    "before the controller moves them back (Kafka's "
+                    "leader.imbalance.per.broker.percentage).")
     offsets_topic_num_partitions: int = Field(
         50, ge=1, le=1000, description="Coordinator slots: a consumer group's coordinator "
                                        "leads slot hash(group) % this (Kafka's "
@@ -139,6 +160,14 @@ class ApiSettings(GroupSettings):
                 f"auth=api-key, a loopback host, or allow_insecure_non_loopback=true when "
                 f"something in front of lakelog authenticates")
         return self
+
+    @property
+    def topic_defaults(self) -> dict[str, str]:
+        """The broker's defaults of topic configs, by their Kafka names: a topic's own
+        value wins (``TopicConfig.from_overrides(overrides, defaults)``)."""
+        return {"min.insync.replicas": str(self.min_insync_replicas),
+                "unclean.leader.election.enable":
+                    str(self.unclean_leader_election_enable).lower()}
 
     @property
     def hot_dir(self) -> Path:

@@ -26,8 +26,10 @@ def _human(name: str, value: object) -> str:
     """``value`` as code, with a readable size or duration when the name says its unit."""
     if value is None:
         return "unset"
+    if isinstance(value, bool):  # as Kafka and the environment write them
+        return f"`{str(value).lower()}`"
     text = f"`{value}`"
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not isinstance(value, int) or value <= 0:
         return text
     if name.endswith(("_ms", ".ms")):
         if value == (1 << 63) - 1:

@@ -7,7 +7,8 @@ so they are registered here, above both: ``lakelog sql`` and notebooks call
 ``register_views``. Their names are reserved for topics (``log_tables.config``).
 
 ``partitions`` also says where each partition lives (Kafka's Leader, Replicas, Isr and
-the leader epoch). A cluster's are read from its ZooKeeper, where the controller writes
+the leader epoch) and whether it is under-replicated (fewer replicas in sync than
+assigned). A cluster's are read from its ZooKeeper, where the controller writes
 them: the newest state any broker knows, with or without brokers up. (Asking a broker's
 HTTP API instead would need it up, its key, and would answer from its cache.) The cluster
 of one is broker 1, the only replica of everything, at leader epoch 0.
@@ -38,9 +39,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PARTITIONS, JOB_RUNS = LOG_VIEWS
 CONF_ZOOKEEPER = "spark.lakelog.zookeeper"
-PLACEMENT_DDL = "leader INT, replicas ARRAY<INT>, isr ARRAY<INT>, leader_epoch INT"
+PLACEMENT_DDL = "leader INT, replicas ARRAY<INT>, isr ARRAY<INT>, leader_epoch INT, " \
+                "under_replicated BOOLEAN"
 """Columns ``partitions`` adds after the storage ones (null: not known)."""
-Placing = Callable[[str, int], tuple[int | None, list[int] | None, list[int] | None, int | None]]
+Place = tuple[int | None, list[int] | None, list[int] | None, int | None, bool | None]
+Placing = Callable[[str, int], Place]
 
 
 def register_views(spark: SparkSession, topics: list[str] | None = None, *,
@@ -71,15 +74,16 @@ def register_views(spark: SparkSession, topics: list[str] | None = None, *,
 
 
 def placing(layout: Layout, zookeeper: str | None) -> Placing:
-    """Each partition's (leader, replicas, isr, leader epoch): from the cluster's ZooKeeper,
-    or the cluster of one's; unknown (nulls) for a cluster's data directory without one."""
+    """Each partition's (leader, replicas, isr, leader epoch, under-replicated): from the
+    cluster's ZooKeeper, or the cluster of one's; unknown (nulls) for a cluster's data
+    directory without one."""
     cluster_id = read_cluster_id(Path(layout.data_dir))
     if zookeeper is None:
         if cluster_id is None:
-            return lambda topic, partition: (BROKER_ID, [BROKER_ID], [BROKER_ID], 0)
+            return lambda topic, partition: (BROKER_ID, [BROKER_ID], [BROKER_ID], 0, False)
         log.warning("%s belongs to cluster %s: give its ZooKeeper (LAKELOG_ZOOKEEPER) to see "
                     "the partitions' leaders", layout.data_dir, cluster_id)
-        return lambda topic, partition: (None, None, None, None)
+        return lambda topic, partition: (None, None, None, None, None)
     from cluster.snapshot import read_placements
 
     found_id, placements = read_placements(zookeeper)
@@ -87,11 +91,11 @@ def placing(layout: Layout, zookeeper: str | None) -> Placing:
         raise LakelogError(f"{layout.data_dir} belongs to cluster {cluster_id}, but ZooKeeper "
                            f"at {zookeeper} holds cluster {found_id}: a wrong chroot?")
 
-    def place(topic: str, partition: int
-              ) -> tuple[int | None, list[int] | None, list[int] | None, int | None]:
+    def place(topic: str, partition: int) -> Place:
         found = placements.get((topic, partition))
         if found is None:
-            return None, None, None, None
-        return found.leader, list(found.replicas), list(found.isr), found.leader_epoch
+            return None, None, None, None, None
+        return (found.leader, list(found.replicas), list(found.isr), found.leader_epoch,
+                found.under_replicated)
 
     return place

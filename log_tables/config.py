@@ -113,6 +113,14 @@ def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+def _boolean(name: str, raw: str) -> bool:
+    """Kafka's boolean configs: "true" or "false" (any case), nothing else."""
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigError(name, raw, "must be true or false")
+    return value == "true"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     """One topic config: its Kafka name, default, parser and a line of doc."""
@@ -160,6 +168,12 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "rolls a partition's active segment once its first record is half this old "
               "(and the older segments are tiered), and the tiering job runs on each roll; "
               "-1: only segment.ms and segment.bytes roll."),
+    ConfigDef("min.insync.replicas", 1, _long(1, _INT_MAX),
+              "acks=all is refused (NOT_ENOUGH_REPLICAS) while the ISR has fewer replicas "
+              "than this; may exceed the replication factor (then acks=all always fails)."),
+    ConfigDef("unclean.leader.election.enable", False, _boolean,
+              "With no in-sync replica alive, let an out-of-sync one lead (the partition "
+              "comes back, but acknowledged records may be lost)."),
 )
 CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
@@ -184,12 +198,17 @@ class TopicConfig:
     local_retention_bytes: int = -2
     compression_type: str = "producer"
     delta_target_lag_ms: int = 60_000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     @classmethod
-    def from_overrides(cls, overrides: Mapping[str, object]) -> TopicConfig:
-        """Validate Kafka-named overrides and overlay them on the defaults."""
+    def from_overrides(cls, overrides: Mapping[str, object],
+                       defaults: Mapping[str, object] | None = None) -> TopicConfig:
+        """Validate Kafka-named overrides and overlay them on the defaults: ``defaults``
+        (the broker's, as Kafka's broker configs such as ``min.insync.replicas``), then
+        the built-in ones."""
         values: dict[str, Any] = {}
-        for name, raw in overrides.items():
+        for name, raw in {**(defaults or {}), **overrides}.items():
             definition = CONFIG_BY_NAME.get(name)
             if definition is None:
                 raise InvalidConfigError(
@@ -216,8 +235,7 @@ class TopicConfig:
         """Every config under its Kafka name, as strings (as Kafka's DescribeConfigs)."""
         out: dict[str, str] = {}
         for definition in CONFIG_DEFS:
-            value = getattr(self, _field(definition.name))
-            out[definition.name] = str(value)
+            out[definition.name] = _kafka_string(getattr(self, _field(definition.name)))
         return out
 
     def replace(self, **changes: Any) -> TopicConfig:
@@ -228,11 +246,28 @@ def _field(kafka_name: str) -> str:
     return kafka_name.replace(".", "_")
 
 
+def _kafka_string(value: object) -> str:
+    """A config value as Kafka writes it (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def config_value(name: str, overrides: Mapping[str, object],
+                 defaults: Mapping[str, object] | None = None) -> Any:
+    """One config's effective value: the topic's override, else the broker's default in
+    ``defaults``, else the built-in default (one config, without parsing the others)."""
+    definition = CONFIG_BY_NAME[name]
+    for source in (overrides, defaults or {}):
+        raw = source.get(name)
+        if raw is not None:
+            return definition.parse(name, str(raw))
+    return definition.default
+
+
 def normalize_overrides(overrides: Mapping[str, object]) -> dict[str, str]:
     """Validate overrides and return them as canonical strings (what the registry stores)."""
     TopicConfig.from_overrides(overrides)
     out: dict[str, str] = {}
     for name, raw in overrides.items():
         value = CONFIG_BY_NAME[name].parse(name, str(raw))
-        out[name] = str(value)
+        out[name] = _kafka_string(value)
     return out

@@ -1,5 +1,6 @@
-"""The SQL ``partitions`` view of a cluster: leader, replicas, isr and leader epoch as
-ZooKeeper holds them (written here as the controller writes them; no broker needed)."""
+"""The SQL ``partitions`` view of a cluster: leader, replicas, isr, leader epoch and
+whether it is under-replicated, as ZooKeeper holds them (written here as the controller
+writes them; no broker needed)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from log_tables.hot.log_manager import LogManager
 from log_tables.leadership import write_cluster_id
 
 pytestmark = pytest.mark.slow
-PLACEMENT = "SELECT partition, leader, replicas, isr, leader_epoch FROM partitions " \
-            "ORDER BY partition"
+PLACEMENT = "SELECT partition, leader, replicas, isr, leader_epoch, under_replicated " \
+            "FROM partitions ORDER BY partition"
 
 
 def test_partitions_show_the_leaders_zookeeper_holds(
@@ -43,7 +44,8 @@ def test_partitions_show_the_leaders_zookeeper_holds(
             zk.create(state_path("events", p), encode(state), makepath=True)
         register_views(spark, topics=[], zookeeper=connect)
         assert [tuple(r) for r in spark.sql(PLACEMENT).collect()] == [
-            (0, 1, [1, 2], [1, 2], 0), (1, 3, [2, 3], [3], 4), (2, -1, [3, 1], [3], 7)]
+            (0, 1, [1, 2], [1, 2], 0, False), (1, 3, [2, 3], [3], 4, True),
+            (2, -1, [3, 1], [3], 7, True)]
 
         zk.set(CLUSTER_ID_PATH, b"cluster-b")  # another cluster's chroot
         with pytest.raises(LakelogError, match="wrong chroot"):

@@ -42,3 +42,21 @@ def test_the_client_loads_no_server_settings() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_replication_settings_are_kafkas_and_feed_the_topic_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = ApiSettings()
+    assert (s.min_insync_replicas, s.unclean_leader_election_enable) == (1, False)
+    assert (s.auto_leader_rebalance_enable, s.leader_imbalance_check_interval_seconds,
+            s.leader_imbalance_per_broker_percentage) == (True, 300, 10)
+    assert s.topic_defaults == {"min.insync.replicas": "1",
+                                "unclean.leader.election.enable": "false"}
+    monkeypatch.setenv("LAKELOG_MIN_INSYNC_REPLICAS", "2")
+    monkeypatch.setenv("LAKELOG_UNCLEAN_LEADER_ELECTION_ENABLE", "true")
+    assert ApiSettings().topic_defaults == {"min.insync.replicas": "2",
+                                            "unclean.leader.election.enable": "true"}
+    with pytest.raises(ValueError, match="min_insync_replicas"):
+        ApiSettings(min_insync_replicas=0)
+    with pytest.raises(ValueError, match="leader_imbalance_per_broker_percentage"):
+        ApiSettings(leader_imbalance_per_broker_percentage=101)

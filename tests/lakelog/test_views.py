@@ -35,8 +35,8 @@ def test_no_view_is_named_outside_the_one_list() -> None:
         literal)
 
 
-PLACEMENT = "SELECT topic, partition, leader, replicas, isr, leader_epoch FROM partitions " \
-            "ORDER BY topic, partition"
+PLACEMENT = "SELECT topic, partition, leader, replicas, isr, leader_epoch, under_replicated " \
+            "FROM partitions ORDER BY topic, partition"
 
 
 @pytest.mark.slow
@@ -49,9 +49,10 @@ def test_partitions_of_the_cluster_of_one_are_led_by_broker_1(spark: SparkSessio
         manager.close()
     register_views(spark, topics=[])
     assert [tuple(r) for r in spark.sql(PLACEMENT).collect()] == [
-        ("events", 0, 1, [1], [1], 0), ("events", 1, 1, [1], [1], 0)]
+        ("events", 0, 1, [1], [1], 0, False), ("events", 1, 1, [1], [1], 0, False)]
     # A cluster's data directory without its ZooKeeper: not known, rather than made up.
     write_cluster_id(tmp_path / "data", "c-1", 2)
     register_views(spark, topics=[], zookeeper=None)
     assert [tuple(r) for r in spark.sql(PLACEMENT).collect()] == [
-        ("events", 0, None, None, None, None), ("events", 1, None, None, None, None)]
+        ("events", 0, None, None, None, None, None),
+        ("events", 1, None, None, None, None, None)]

@@ -2,6 +2,7 @@ import pytest
 
 from log_tables.config import (
     TopicConfig,
+    config_value,
     normalize_overrides,
     validate_partitions,
     validate_topic_name,
@@ -38,6 +39,11 @@ def test_overrides_are_parsed() -> None:
     ("segment.bytes", "10", "segment.bytes"),
     ("min.cleanable.dirty.ratio", "1.5", "min.cleanable.dirty.ratio"),
     ("message.timestamp.type", "Now", "message.timestamp.type"),
+    ("min.insync.replicas", "0", "min.insync.replicas"),
+    ("min.insync.replicas", "two", "min.insync.replicas"),
+    ("min.insync.replicas", str(2**31), "min.insync.replicas"),
+    ("unclean.leader.election.enable", "yes", "unclean.leader.election.enable"),
+    ("unclean.leader.election.enable", "1", "unclean.leader.election.enable"),
     ("no.such.config", "1", "no.such.config"),
 ])
 def test_invalid_values_name_the_config(name: str, value: str, fragment: str) -> None:
@@ -66,3 +72,33 @@ def test_invalid_partition_counts(count: object) -> None:
 
 def test_partition_bounds_accepted() -> None:
     assert validate_partitions(1) == 1 and validate_partitions(10_000) == 10_000
+
+
+def test_replication_configs_have_kafkas_names_defaults_and_values() -> None:
+    default = TopicConfig()
+    assert (default.min_insync_replicas, default.unclean_leader_election_enable) == (1, False)
+    kafka = default.to_kafka()
+    assert kafka["min.insync.replicas"] == "1"
+    assert kafka["unclean.leader.election.enable"] == "false"  # Kafka writes booleans so
+    config = TopicConfig.from_overrides({"min.insync.replicas": " 2 ",
+                                         "unclean.leader.election.enable": "TRUE"})
+    assert (config.min_insync_replicas, config.unclean_leader_election_enable) == (2, True)
+    assert normalize_overrides({"unclean.leader.election.enable": "True",
+                                "min.insync.replicas": "5"}) == {
+        "unclean.leader.election.enable": "true", "min.insync.replicas": "5"}
+    # Above any replication factor is allowed (as Kafka allows it: acks=all then fails).
+    assert TopicConfig.from_overrides({"min.insync.replicas": "32768"}).min_insync_replicas \
+        == 32768
+
+
+def test_broker_defaults_apply_where_a_topic_sets_nothing() -> None:
+    broker = {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"}
+    config = TopicConfig.from_overrides({}, broker)
+    assert (config.min_insync_replicas, config.unclean_leader_election_enable) == (2, True)
+    own = TopicConfig.from_overrides({"min.insync.replicas": "3"}, broker)
+    assert (own.min_insync_replicas, own.unclean_leader_election_enable) == (3, True)
+    assert config_value("min.insync.replicas", {}, broker) == 2
+    assert config_value("min.insync.replicas", {"min.insync.replicas": "1"}, broker) == 1
+    assert config_value("unclean.leader.election.enable", {}, None) is False
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
+        TopicConfig.from_overrides({}, {"min.insync.replicas": "0"})

@@ -1,0 +1,393 @@
+"""The ISR in ZooKeeper: what the controller makes of it when brokers come and go
+(cluster.controller step 2, cluster.election's rules), a leader's own changes
+(cluster.isr.alter_isr), what a broker's view sees of them (cluster.view), and preferred
+leader elections (step 4).
+
+Real ZooKeeper, real sessions: each broker here is a kazoo session holding its
+registration (``/brokers/ids/<id>``), ended by closing it (ZooKeeper removes the node at
+once) and "bounced" by closing and registering again before the controller looks (a new
+czxid: a restarted broker). The controller is ``cluster.controller.Controller`` in this
+process, driven a turn at a time with ``run_once`` (its thread only where the test is
+about its timer), so that what it saw between two changes is decided by the test.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pytest
+from kazoo.client import KazooClient
+
+from cluster import controller
+from cluster.controller import Controller
+from cluster.isr import InvalidIsrError, IsrConflictError, IsrFencedError, alter_isr
+from cluster.model import (
+    BROKERS,
+    NO_LEADER,
+    TOPICS,
+    BrokerInfo,
+    PartitionState,
+    TopicAssignment,
+    broker_path,
+    decode,
+    encode,
+    state_path,
+    topic_path,
+)
+from cluster.snapshot import read_placements
+from cluster.view import ClusterView, under_replicated
+from lakelog.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.slow
+WAIT_S = 30.0
+CONTROLLER_ID = 100
+"""The controller's broker id: not one of the registered brokers, so it never leads."""
+
+_T = TypeVar("_T")
+
+
+def wait_for(what: str, probe: Callable[[], _T | None], timeout_s: float = WAIT_S) -> _T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s:.0f}s: {what}")
+        time.sleep(0.05)
+
+
+class Sessions:
+    """Brokers as bare ZooKeeper sessions: each holds its ephemeral registration."""
+
+    def __init__(self, connect: str, zk: KazooClient) -> None:
+        self.connect = connect
+        self.zk = zk
+        self.clients: dict[int, KazooClient] = {}
+
+    def register(self, *ids: int) -> None:
+        for i in ids:
+            client = KazooClient(hosts=self.connect, timeout=10)
+            client.start(timeout=30)
+            client.create(broker_path(i), encode(BrokerInfo(i, "127.0.0.1", 9000 + i)),
+                          ephemeral=True)
+            self.clients[i] = client
+
+    def end(self, *ids: int) -> None:
+        """Close these sessions: ZooKeeper removes their registrations at once."""
+        for i in ids:
+            client = self.clients.pop(i)
+            client.stop()
+            client.close()
+        wait_for(f"brokers {ids} gone", lambda: not set(ids) & self.live())
+
+    def bounce(self, i: int) -> None:
+        """Broker ``i`` restarted: a new session and registration (a new czxid)."""
+        self.end(i)
+        self.register(i)
+
+    def live(self) -> set[int]:
+        return {int(c) for c in self.zk.get_children(BROKERS)}
+
+    def close(self) -> None:
+        for i in list(self.clients):
+            self.end(i)
+
+
+@pytest.fixture
+def zk(zookeeper: ZooKeeperServer, chroot: str) -> Iterator[KazooClient]:
+    """The controller's session (and the test's reads), in the test's chroot."""
+    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    client.start(timeout=30)
+    for path in (BROKERS, TOPICS):
+        client.ensure_path(path)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def brokers(zookeeper: ZooKeeperServer, chroot: str, zk: KazooClient) -> Iterator[Sessions]:
+    """Brokers 1, 2 and 3 registered."""
+    sessions = Sessions(zookeeper.connect + chroot, zk)
+    sessions.register(1, 2, 3)
+    yield sessions
+    sessions.close()
+
+
+@pytest.fixture
+def steps() -> Iterator[list[str]]:
+    """The controller steps completed, in order."""
+    seen: list[str] = []
+    controller.step_hook = seen.append
+    yield seen
+    controller.step_hook = None
+
+
+def elected(zk: KazooClient, **options: object) -> Controller:
+    ctl = Controller(zk, CONTROLLER_ID, **options)  # type: ignore[arg-type]
+    ctl.run_once()
+    assert ctl.active
+    return ctl
+
+
+def state(zk: KazooClient, topic: str, p: int = 0) -> PartitionState:
+    return decode(zk.get(state_path(topic, p))[0], PartitionState)
+
+
+def replicas(zk: KazooClient, topic: str, p: int = 0) -> list[int]:
+    return decode(zk.get(topic_path(topic))[0], TopicAssignment).replicas[p]
+
+
+def create(ctl: Controller, topic: str, partitions: int = 1, factor: int = 3,
+           configs: dict[str, str] | None = None) -> list[list[int]]:
+    return ctl.create_topic(topic, partitions, factor, configs or {}, 0).replicas
+
+
+def as_leader(zk: KazooClient, topic: str, new_isr: list[int], p: int = 0
+              ) -> tuple[PartitionState, int]:
+    """What the partition's leader does to change its ISR: read, then ``alter_isr``."""
+    data, stat = zk.get(state_path(topic, p))
+    s = decode(data, PartitionState)
+    return alter_isr(zk, topic, p, s.leader, s.leader_epoch, new_isr, stat.version)
+
+
+# -- creation ----------------------------------------------------------------------------
+def test_isr_is_every_replica_at_create(zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk)
+    placed = create(ctl, "t", 3)
+    ctl.add_partitions("t", 5)
+    placed = decode(zk.get(topic_path("t"))[0], TopicAssignment).replicas
+    assert len(placed) == 5
+    for p, rs in enumerate(placed):
+        assert sorted(rs) == [1, 2, 3]
+        assert state(zk, "t", p) == PartitionState(rs[0], 0, rs, ctl.epoch)
+
+
+# -- brokers leaving and returning ---------------------------------------------------------
+def test_a_followers_session_ending_shrinks_the_isr_without_a_new_leader_epoch(
+        zk: KazooClient, brokers: Sessions, steps: list[str]) -> None:
+    ctl = elected(zk)
+    r0, r1, r2 = create(ctl, "t")[0]
+    brokers.end(r2)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r0, 0, [r0, r1], ctl.epoch)
+    assert steps[-1] == "isr-written"
+    # A follower that restarted between two looks leaves the ISR as well.
+    brokers.bounce(r1)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r0, 0, [r0], ctl.epoch)
+    # Returning does not put a follower back: its leader does, once it has caught up.
+    brokers.register(r2)
+    assert ctl.reconcile() == 0
+    assert state(zk, "t").isr == [r0]
+
+
+def test_the_leaders_session_ending_elects_the_next_isr_member(
+        zk: KazooClient, brokers: Sessions, steps: list[str]) -> None:
+    ctl = elected(zk)
+    r0, r1, r2 = create(ctl, "t")[0]
+    brokers.end(r0)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r1, 1, [r1, r2], ctl.epoch)
+    assert steps[-1] == "leader-written"
+    brokers.bounce(r1)  # the new leader restarts: the one in sync left leads
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r2, 2, [r2], ctl.epoch)
+
+
+def test_no_isr_member_alive_is_offline_and_the_last_one_returning_leads_again(
+        zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk)
+    r0, r1, r2 = create(ctl, "t")[0]
+    brokers.end(r2)
+    ctl.run_once()
+    brokers.end(r0)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r1, 1, [r1], ctl.epoch)
+    brokers.end(r1)
+    ctl.run_once()
+    offline = PartitionState(NO_LEADER, 2, [r1], ctl.epoch)
+    assert state(zk, "t") == offline  # the ISR is never emptied
+    # Replicas out of sync return: nothing changes (unclean election is off).
+    brokers.register(r0, r2)
+    assert ctl.reconcile() == 0 and state(zk, "t") == offline
+    brokers.register(r1)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r1, 3, [r1], ctl.epoch)
+
+
+def test_a_bounced_leader_alone_in_the_isr_leads_again(
+        zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk)
+    r0, r1, _ = create(ctl, "t")[0]
+    brokers.end(r1)
+    ctl.run_once()
+    alone = as_leader(zk, "t", [r0])[0]  # the leader shrank it (its followers lagged)
+    assert alone == PartitionState(r0, 0, [r0], ctl.epoch)
+    brokers.bounce(r0)  # restarted before the controller looked again
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r0, 1, [r0], ctl.epoch)
+
+
+def test_unclean_election_lets_an_out_of_sync_replica_lead(
+        zk: KazooClient, brokers: Sessions, caplog: pytest.LogCaptureFixture) -> None:
+    """The topic's unclean.leader.election.enable, else the broker's default (here true)."""
+    caplog.set_level(logging.WARNING, logger="cluster.controller")
+    ctl = elected(zk, topic_defaults={"unclean.leader.election.enable": "true"})
+    topics = {"own-true": {"unclean.leader.election.enable": "true"},
+              "own-false": {"unclean.leader.election.enable": "false"}, "default": {}}
+    for topic, configs in topics.items():
+        r0, r1 = create(ctl, topic, 1, 2, configs)[0]
+        as_leader(zk, topic, [r0])  # its follower fell behind
+        brokers.end(r0)  # and the only replica in sync goes
+        ctl.run_once()
+        s = state(zk, topic)
+        if topic == "own-false":
+            assert s == PartitionState(NO_LEADER, 1, [r0], ctl.epoch)
+            assert "own-false-0: unclean" not in caplog.text
+        else:
+            assert s == PartitionState(r1, 1, [r1], ctl.epoch), topic
+            assert f"{topic}-0: unclean leader election" in caplog.text
+            assert "acknowledged records it does not have are lost" in caplog.text
+        caplog.clear()
+        brokers.register(r0)  # back for the next topic
+        ctl.run_once()
+    # Back, the one that was in sync leads the clean partition again (the last ended).
+    s = state(zk, "own-false")
+    assert (s.leader, s.leader_epoch) == (replicas(zk, "own-false")[0], 2)
+
+
+def test_unclean_election_is_off_by_default(zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk)
+    r0, r1 = create(ctl, "t", 1, 2)[0]
+    as_leader(zk, "t", [r0])
+    brokers.end(r0)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(NO_LEADER, 1, [r0], ctl.epoch)
+    assert r1 in brokers.live() and ctl.reconcile() == 0
+
+
+# -- the leader's own ISR changes --------------------------------------------------------
+def test_alter_isr_is_refused_unless_the_leader_writes_on_the_version_it_read(
+        zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk)
+    r0, r1, r2 = create(ctl, "t")[0]
+    version = zk.get(state_path("t", 0))[1].version
+    with pytest.raises(InvalidIsrError, match=r"t-0.*must contain its leader"):
+        alter_isr(zk, "t", 0, r0, 0, [r1, r2], version)
+    with pytest.raises(InvalidIsrError, match=r"t-0.*distinct replicas"):
+        alter_isr(zk, "t", 0, r0, 0, [r0, 7], version)
+    with pytest.raises(InvalidIsrError, match="distinct replicas"):
+        alter_isr(zk, "t", 0, r0, 0, [r0, r0], version)
+    with pytest.raises(IsrFencedError, match=r"t-0.*leader epoch 1 does not lead"):
+        alter_isr(zk, "t", 0, r0, 1, [r0], version)
+    with pytest.raises(IsrFencedError, match=f"broker {r1} at leader epoch 0 does not lead"):
+        alter_isr(zk, "t", 0, r1, 0, [r1], version)
+    with pytest.raises(IsrConflictError, match="t-0: its state is at version") as stale:
+        alter_isr(zk, "t", 0, r0, 0, [r0], version + 1)
+    assert stale.value.retriable and stale.value.current == state(zk, "t")
+    assert state(zk, "t").isr == [r0, r1, r2]  # nothing refused was written
+    # Accepted: same leader, leader epoch and controller epoch; the version moves on.
+    shrunk, v1 = alter_isr(zk, "t", 0, r0, 0, [r0, r2], version)
+    assert shrunk == PartitionState(r0, 0, [r0, r2], ctl.epoch) == state(zk, "t")
+    assert v1 == version + 1
+    with pytest.raises(IsrConflictError):  # the old version is stale now
+        alter_isr(zk, "t", 0, r0, 0, [r0], version)
+    expanded, v2 = alter_isr(zk, "t", 0, r0, 0, [r0, r2, r1], v1)
+    assert expanded.isr == [r0, r2, r1] and v2 == v1 + 1
+    # A leader replaced by the controller is fenced, whatever version it holds.
+    brokers.end(r0)
+    ctl.run_once()
+    _, stat = zk.get(state_path("t", 0))
+    with pytest.raises(IsrFencedError) as fenced:
+        alter_isr(zk, "t", 0, r0, 0, [r0], stat.version)
+    assert not fenced.value.retriable and fenced.value.current == state(zk, "t")
+
+
+def test_the_view_sees_an_isr_change_at_the_same_leader_epoch(
+        zk: KazooClient, brokers: Sessions, zookeeper: ZooKeeperServer, chroot: str) -> None:
+    ctl = elected(zk)
+    r0, r1, r2 = create(ctl, "t")[0]
+    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    client.start(timeout=30)
+    view = ClusterView(client)
+    heard: list[tuple[str, str]] = []
+    view.listeners.append(lambda kind, name: heard.append((kind, name)))
+    try:
+        view.start()
+        first = wait_for("the view holds t-0", lambda: view.state_with_version("t", 0))
+        assert first[0] == state(zk, "t") and under_replicated(view) == []
+        new, version = as_leader(zk, "t", [r0, r1])
+        assert version == first[1] + 1
+        assert wait_for("the view holds the new ISR",
+                        lambda: view.state_with_version("t", 0) == (new, version))
+        assert view.leader_epoch("t", 0) == 0 and ("state", "t") in heard
+        placement = view.placement("t", 0)
+        assert placement is not None and placement.isr == (r0, r1)
+        assert placement.under_replicated and under_replicated(view) == [("t", 0)]
+        # A stale read applied late (sync_topic reads the state; here an older one is
+        # replayed as a late watch event would be) does not step the view back.
+        stale = client.get(state_path("t", 0))[1]._replace(version=first[1])
+        view._events.put(("state", ("t", 0, encode(first[0]), stale)))
+        assert view.wait_applied(WAIT_S)
+        assert view.state_with_version("t", 0) == (new, version)
+        # The controller's follower removal: the same leader epoch again, a new version.
+        brokers.end(r1)
+        ctl.run_once()
+        assert wait_for("the view holds the controller's ISR",
+                        lambda: view.state_with_version("t", 0) ==
+                        (PartitionState(r0, 0, [r0], ctl.epoch), version + 1))
+    finally:
+        view.stop()
+        client.stop()
+        client.close()
+    # The snapshot (the SQL partitions view's source) says so too.
+    _, placements = read_placements(zookeeper.connect + chroot)
+    assert placements[("t", 0)].isr == (r0,) and placements[("t", 0)].under_replicated
+    assert r2 in replicas(zk, "t")
+
+
+# -- preferred leaders -------------------------------------------------------------------
+def lose_the_preferred_leader(zk: KazooClient, brokers: Sessions, ctl: Controller
+                              ) -> tuple[int, int, int]:
+    """``t``-0's first replica gone and back, out of the ISR: (r0, r1, r2)."""
+    r0, r1, r2 = create(ctl, "t")[0]
+    brokers.end(r0)
+    ctl.run_once()
+    assert state(zk, "t") == PartitionState(r1, 1, [r1, r2], ctl.epoch)
+    brokers.register(r0)
+    ctl.run_once()
+    assert state(zk, "t").leader == r1
+    return r0, r1, r2
+
+
+def test_the_preferred_leader_moves_back_once_it_is_in_sync_again(
+        zk: KazooClient, brokers: Sessions, steps: list[str]) -> None:
+    ctl = elected(zk, auto_leader_rebalance_enable=False)
+    r0, r1, r2 = lose_the_preferred_leader(zk, brokers, ctl)
+    assert ctl.elect_preferred() == 0  # live but not in sync: it stays a follower
+    # Its leader adds it back once it has caught up.
+    rejoined, _ = as_leader(zk, "t", [r1, r2, r0])
+    assert rejoined == PartitionState(r1, 1, [r1, r2, r0], ctl.epoch)
+    assert ctl.elect_preferred("t") == 1
+    assert state(zk, "t") == PartitionState(r0, 2, [r1, r2, r0], ctl.epoch)
+    assert steps[-1] == "preferred-written"
+    assert ctl.elect_preferred() == 0  # done already
+
+
+def test_the_controller_rebalances_leaders_on_its_own_every_interval(
+        zk: KazooClient, brokers: Sessions) -> None:
+    ctl = elected(zk, leader_imbalance_check_interval_seconds=1)
+    r0, r1, r2 = lose_the_preferred_leader(zk, brokers, ctl)
+    as_leader(zk, "t", [r1, r2, r0])
+    ctl.start()
+    try:
+        moved = wait_for("the preferred replica leads again",
+                         lambda: (s := state(zk, "t")).leader == r0 and s)
+    finally:
+        ctl.stop()
+    assert moved == PartitionState(r0, 2, [r1, r2, r0], ctl.epoch)
