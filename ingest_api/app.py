@@ -93,9 +93,12 @@ def create_app(settings: ApiSettings | None = None,
                                  timeout_s=settings.produce_timeout_ms / 1000)
         if link is not None:
             loop = asyncio.get_running_loop()
+
+            def readable(plog: PartitionLog) -> None:  # a high watermark moved: wake fetches
+                loop.call_soon_threadsafe(notifier.notify, plog.name)
+
             link.replicas = produce.replicas = await asyncio.to_thread(
-                _start_replication, settings, link, credentials,
-                lambda plog: loop.call_soon_threadsafe(notifier.notify, plog.name))
+                _start_replication, settings, link, credentials, readable)
             metrics.attach_replicas(link.replicas)
         app.state.lakelog = AppState(
             settings, manager, produce,

@@ -251,9 +251,10 @@ class LeaderFetcher(threading.Thread):
         answer, chunks = split_fetch_answer(r.content)
         for ans, data in zip(answer.partitions, chunks, strict=True):
             tp = (ans.topic, ans.partition)
-            f, plog = parts.get(tp), logs.get(tp)
-            if f is None or plog is None or not self._current(tp, f):
+            fetching, plog = parts.get(tp), logs.get(tp)
+            if fetching is None or plog is None or not self._current(tp, fetching):
                 continue
+            f = fetching
             if ans.error == "offset_out_of_range":
                 self._out_of_range(tp, f, plog, ans.log_start_offset, ans.log_end_offset)
                 continue

@@ -319,19 +319,20 @@ class NoOffsetError(LakelogError):
 
 
 # -- a cluster and its replicas: log_tables.cluster_errors (imported here for the table) --
-from log_tables.cluster_errors import (  # noqa: E402
-    BrokerNotAvailableError,
-    CoordinatorNotAvailableError,
-    FencedLeaderEpochError,
-    LeaderNotAvailableError,
-    NotControllerError,
-    NotCoordinatorError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
-    NotLeaderError,
-    RequestTimedOutError,
-    UnknownLeaderEpochError,
-)
+from log_tables import cluster_errors as _cluster  # noqa: E402
+
+BrokerNotAvailableError = _cluster.BrokerNotAvailableError
+CoordinatorNotAvailableError = _cluster.CoordinatorNotAvailableError
+FencedLeaderEpochError = _cluster.FencedLeaderEpochError
+LeaderNotAvailableError = _cluster.LeaderNotAvailableError
+NotControllerError = _cluster.NotControllerError
+NotCoordinatorError = _cluster.NotCoordinatorError
+NotEnoughReplicasAfterAppendError = _cluster.NotEnoughReplicasAfterAppendError
+NotEnoughReplicasError = _cluster.NotEnoughReplicasError
+NotLeaderError = _cluster.NotLeaderError
+RequestTimedOutError = _cluster.RequestTimedOutError
+UnknownLeaderEpochError = _cluster.UnknownLeaderEpochError
+
 
 # -- the table ---------------------------------------------------------------------------
 

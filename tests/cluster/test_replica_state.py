@@ -47,7 +47,7 @@ def test_min_insync_replicas_refuses_before_and_after_the_append(open_log: OpenL
     plog = open_log()
     lp = _leader(plog, isr=(1, 2))
     lp.check_min_isr(2)
-    with pytest.raises(NotEnoughReplicasError, match="min.insync.replicas=3"):
+    with pytest.raises(NotEnoughReplicasError, match=r"min\.insync\.replicas=3"):
         lp.check_min_isr(3)
     end = _append(plog, 5)
     waited = lp.wait(end, 2)
