@@ -115,7 +115,7 @@ class LeaderFetcher(threading.Thread):
         self.lag: dict[Partition, int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._http = httpx.Client(
             timeout=httpx.Timeout(owner.max_wait_ms / 1000 + 10, connect=2.0),
             verify=owner.verify, headers={**owner.headers, "content-type": CONTENT_TYPE})
@@ -133,7 +133,7 @@ class LeaderFetcher(threading.Thread):
             self.lag.pop(tp, None)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self._wake.set()
         if self.is_alive():
             self.join(self.owner.max_wait_ms / 1000 + 12)
@@ -141,7 +141,7 @@ class LeaderFetcher(threading.Thread):
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             now = time.monotonic()
             with self._lock:
                 due = {tp: f for tp, f in self.parts.items() if f.retry_at <= now}
@@ -158,14 +158,14 @@ class LeaderFetcher(threading.Thread):
                 if ready:
                     self._fetch(info, ready)
                 else:
-                    self._stop.wait(0.01)
+                    self._halt.wait(0.01)
             except (httpx.HTTPError, ValueError) as exc:
                 log.info("replica fetch from broker %d failed (%s); trying again",
                          self.leader, exc)
-                self._stop.wait(BACKOFF_S)
+                self._halt.wait(BACKOFF_S)
             except Exception:
                 log.exception("replica fetcher of broker %d failed; trying again", self.leader)
-                self._stop.wait(BACKOFF_S)
+                self._halt.wait(BACKOFF_S)
             self._checkpoint()
 
     def _log(self, tp: Partition) -> PartitionLog | None:

@@ -143,7 +143,10 @@ def test_dead_followers_shrink_the_isr_and_min_insync_replicas_refuses_acks_all(
     assert r.status_code == 200, r.text
 
     cluster.brokers.kill(f2)
-    wait_for(lambda: cluster.state(topic, 0).isr == [leader], f"broker {f2} leaving the ISR")
+    # As the leader knows it (an append it took while it still counted f2 would be
+    # refused after it, NOT_ENOUGH_REPLICAS_AFTER_APPEND, and stay in the log).
+    wait_for(lambda: cluster.get(leader, f"/topics/{topic}/partitions/0").json()["isr_ids"]
+             == [leader], f"broker {f2} leaving the ISR, as the leader knows it")
     r = produce("all", "one")
     assert r.status_code == 503, r.text
     assert r.json()["error"] == "not_enough_replicas" and r.json()["retriable"], r.text
