@@ -257,6 +257,13 @@ def test_sigkilled_leaders_lose_no_acknowledged_record(cluster: Cluster) -> None
             wait_for(lambda: all(len(cluster.state(topic, p).isr) == 3 for p in range(3)),
                      f"round {round_}: broker {victim} back in every ISR")
         wait_for(lambda: jepsen.acked_count() > before + 100, "more acknowledgements")
+
+        def preferred() -> bool:  # auto.leader.rebalance.enable: every 2 s here
+            parts = cluster.get(1, f"/topics/{topic}/partitions").json()["data"]
+            return all(p["leader_id"] == p["replica_ids"][0] for p in parts)
+
+        _, back_s = wait_for(preferred, "every partition led by its preferred replica again")
+        measured("the last restart until every preferred replica leads again", back_s)
     figures = _check_no_loss(cluster, topic, 3, jepsen.acked)
     records = _assert_replicas_identical(cluster, topic, 3)
     print(f"\nmeasured: jepsen {figures}, failures {len(jepsen.failed)}, records compared "
