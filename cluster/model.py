@@ -84,8 +84,9 @@ class TopicAssignment(msgspec.Struct, frozen=True):
 
 
 class PartitionState(msgspec.Struct, frozen=True):
-    """Kafka's LeaderAndIsr: who leads, since which leader epoch, who is in sync, and the
-    controller epoch of the controller that wrote it."""
+    """Kafka's LeaderAndIsr: who leads, since which leader epoch, who is in sync (never
+    empty; the leader is a member while there is one), and the controller epoch of the
+    controller that last wrote it (a leader's ISR change keeps it)."""
 
     leader: int
     leader_epoch: int

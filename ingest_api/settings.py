@@ -163,11 +163,14 @@ class ApiSettings(GroupSettings):
 
     @property
     def topic_defaults(self) -> dict[str, str]:
-        """The broker's defaults of topic configs, by their Kafka names: a topic's own
-        value wins (``TopicConfig.from_overrides(overrides, defaults)``)."""
-        return {"min.insync.replicas": str(self.min_insync_replicas),
-                "unclean.leader.election.enable":
-                    str(self.unclean_leader_election_enable).lower()}
+        """The broker's defaults of topic configs that were set (environment, flags), by
+        their Kafka names; a topic's own value wins over them, and they over the built-in
+        ones (``TopicConfig.from_overrides(overrides, defaults)``, ``config_value``)."""
+        values = {"min.insync.replicas": str(self.min_insync_replicas),
+                  "unclean.leader.election.enable":
+                      str(self.unclean_leader_election_enable).lower()}
+        return {name: value for name, value in values.items()
+                if name.replace(".", "_") in self.model_fields_set}
 
     @property
     def hot_dir(self) -> Path:

@@ -91,7 +91,7 @@ class ProduceService:
                 plog = self.manager.log(meta.name, run.partition)
                 if acks == "all" and self.replicas is not None and (
                         lp := self.replicas.leader(meta.name, run.partition)) is not None:
-                    lp.check_min_isr(plog.config.min_insync_replicas)
+                    lp.check_min_isr(self.replicas.broker.min_insync_replicas(meta.name))
                 submitted.append((run, self.appender(plog, meta.name, run.partition).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
@@ -167,8 +167,9 @@ class ProduceService:
             if lp is None:
                 synced[p] = (plog, end)
                 continue
+            assert self.replicas is not None
             replicated.append((p, asyncio.wrap_future(
-                lp.wait(end, plog.config.min_insync_replicas))))
+                lp.wait(end, self.replicas.broker.min_insync_replicas(topic)))))
             if self.acks_all_fsync == "always" or lp.isr == {lp.broker_id}:
                 synced[p] = (plog, end)
         fsynced = asyncio.ensure_future(self._wait_durable(synced, result)) if synced else None

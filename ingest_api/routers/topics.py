@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated
 
 import msgspec
@@ -30,7 +30,7 @@ from ingest_api.metadata import (
 from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
-from log_tables.config import CONFIG_BY_NAME, TopicConfig
+from log_tables.config import CONFIG_BY_NAME, TopicConfig, config_value
 from log_tables.errors import InvalidConfigError, InvalidTopicError, LakelogError
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
@@ -59,20 +59,28 @@ def topic_body(meta: TopicMetadata, factor: int | None = None) -> dict[str, obje
             "partition_reassignments": related(f"{url}/partitions/-/reassignment")}
 
 
-def config_body(meta: TopicMetadata, name: str) -> dict[str, object]:
-    """Confluent's ``TopicConfigData`` (``default_value`` and ``documentation`` added)."""
-    effective = meta.config.to_kafka()
+def config_body(meta: TopicMetadata, name: str,
+                broker_defaults: Mapping[str, str] | None = None) -> dict[str, object]:
+    """Confluent's ``TopicConfigData`` (``default_value`` and ``documentation`` added);
+    ``broker_defaults``: the broker's own defaults of topic configs (Kafka's
+    STATIC_BROKER_CONFIG), which a topic's override wins over."""
+    broker = broker_defaults or {}
+    effective = config_value(name, meta.overrides, broker)
+    value = str(effective).lower() if isinstance(effective, bool) else str(effective)
     default = TopicConfig().to_kafka()[name]
-    is_default = name not in meta.overrides
-    synonyms = [] if is_default else [
-        {"name": name, "value": effective[name], "source": "DYNAMIC_TOPIC_CONFIG"}]
+    synonyms = []
+    if name in meta.overrides:
+        synonyms.append({"name": name, "value": value, "source": "DYNAMIC_TOPIC_CONFIG"})
+    if name in broker:
+        synonyms.append({"name": name, "value": broker[name],
+                         "source": "STATIC_BROKER_CONFIG"})
     synonyms.append({"name": name, "value": default, "source": "DEFAULT_CONFIG"})
+    source = synonyms[0]["source"]
     return {**resource("KafkaTopicConfig", f"{topic_url(meta.name)}/configs/{name}",
                        f"topic={meta.name}/config={name}"),
             "cluster_id": CLUSTER_ID, "topic_name": meta.name,
-            "name": name, "value": effective[name], "is_default": is_default,
-            "is_read_only": False, "is_sensitive": False,
-            "source": "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG",
+            "name": name, "value": value, "is_default": source == "DEFAULT_CONFIG",
+            "is_read_only": False, "is_sensitive": False, "source": source,
             "synonyms": synonyms, "default_value": default,
             "documentation": CONFIG_BY_NAME[name].doc}
 
@@ -271,18 +279,21 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request)
 @router.get(BASE + "/{topic_name}/configs")
 async def list_configs(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    meta = state(request).require_topic(topic_name)
+    st = state(request)
+    meta = st.require_topic(topic_name)
+    broker = st.settings.topic_defaults
     return json_response(collection("KafkaTopicConfigList", f"{topic_url(topic_name)}/configs",
-                                    [config_body(meta, name) for name in CONFIG_BY_NAME]))
+                                    [config_body(meta, name, broker) for name in CONFIG_BY_NAME]))
 
 
 @router.get(BASE + "/{topic_name}/configs/{name}")
 async def get_config(cluster_id: str, topic_name: TopicName, name: str,
                      request: Request) -> Response:
     check_cluster(cluster_id)
-    meta = state(request).require_topic(topic_name)
+    st = state(request)
+    meta = st.require_topic(topic_name)
     _known(name)
-    return json_response(config_body(meta, name))
+    return json_response(config_body(meta, name, st.settings.topic_defaults))
 
 
 @router.put(BASE + "/{topic_name}/configs/{name}", status_code=204,

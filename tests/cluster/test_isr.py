@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 
 from cluster import controller
 from cluster.controller import Controller
+from cluster.election import after_brokers_changed
 from cluster.isr import InvalidIsrError, IsrConflictError, IsrFencedError, alter_isr
 from cluster.model import (
     BROKERS,
@@ -391,3 +392,74 @@ def test_the_controller_rebalances_leaders_on_its_own_every_interval(
     finally:
         ctl.stop()
     assert moved == PartitionState(r0, 2, [r1, r2, r0], ctl.epoch)
+
+
+# -- a controller that dies between two writes -------------------------------------------
+class Died(Exception):
+    """The controller's death right after a step (its session is closed next)."""
+
+
+def die_after(name: str) -> Callable[[str], None]:
+    def hook(done: str) -> None:
+        if done == name:
+            raise Died(done)
+    return hook
+
+
+@pytest.mark.parametrize("write", ["isr-written", "leader-written", "preferred-written"])
+def test_a_controller_dead_after_one_write_leaves_the_rest_to_the_next(
+        zk: KazooClient, brokers: Sessions, zookeeper: ZooKeeperServer, chroot: str,
+        write: str) -> None:
+    """Step 3 (and 5) between two partitions' writes: the next controller does the rest
+    from what ZooKeeper holds, and no leader epoch goes up twice."""
+    first = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    first.start(timeout=30)
+    dead = Controller(first, CONTROLLER_ID, auto_leader_rebalance_enable=False)
+    try:
+        dead.run_once()
+        create(dead, "t", 6)
+        gone = 1 if write == "isr-written" else 2
+        if write == "preferred-written":  # broker 2's partitions led elsewhere, it back
+            brokers.end(2)
+            dead.run_once()
+            brokers.register(2)
+            dead.run_once()
+            for p in range(6):  # and in sync again, as its leaders would say
+                s = state(zk, "t", p)
+                if 2 not in s.isr:
+                    as_leader(zk, "t", [*s.isr, 2], p)
+        before = {p: state(zk, "t", p) for p in range(6)}
+        controller.step_hook = die_after(write)
+        with pytest.raises(Died):
+            if write == "preferred-written":
+                dead.elect_preferred()
+            else:
+                brokers.end(gone)
+                dead.run_once()
+    finally:
+        controller.step_hook = None
+        first.stop()  # its session ends: /controller is free
+        first.close()
+    written = {p for p in range(6) if state(zk, "t", p) != before[p]}
+    to_write = {p for p, b in before.items()
+                if (b.leader != replicas(zk, "t", p)[0] if write == "preferred-written"
+                    else gone in b.isr)}
+    assert written and written < to_write, (written, to_write)  # died part way
+    ctl = elected(zk, auto_leader_rebalance_enable=False)
+    assert ctl.epoch == dead.epoch + 1
+    if write == "preferred-written":
+        ctl.elect_preferred()
+    for p in range(6):
+        s, b, rs = state(zk, "t", p), before[p], replicas(zk, "t", p)
+        epoch = ctl.epoch if p not in written else dead.epoch
+        if write == "preferred-written":
+            moved = b.leader != rs[0]
+            assert s == (PartitionState(rs[0], b.leader_epoch + 1, b.isr, epoch) if moved
+                         else b), p
+        elif gone in b.isr:
+            change = after_brokers_changed(b, rs, brokers.live(), set(), False, epoch)
+            assert change is not None and s == change.state, p
+            assert s.leader_epoch == b.leader_epoch + (b.leader == gone)
+        else:
+            assert s == b
+    assert {p for p in range(6) if state(zk, "t", p) != before[p]} == to_write

@@ -32,7 +32,7 @@ RELATIONSHIP: Schema = {"type": "object", "required": ["related"],
 ERROR: Schema = {"type": "object", "required": ["error_code", "message"],
                  "properties": {"error_code": INTEGER, "message": NULLABLE_STRING}}
 # ConfigSource is an x-extensible-enum; lakelog uses only these of its values.
-CONFIG_SOURCE: Schema = {"enum": ["DYNAMIC_TOPIC_CONFIG", "DEFAULT_CONFIG"]}
+CONFIG_SOURCE: Schema = {"enum": ["DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"]}
 
 
 def resource(kind: str, required: dict[str, Schema], optional: dict[str, Schema] | None = None

@@ -98,3 +98,26 @@ def test_partitions_grow_never_shrink(client: httpx.Client, make_topic: Callable
 def test_unknown_route_is_a_json_404(client: httpx.Client) -> None:
     r = client.get("/nothing/here")
     assert r.status_code == 404 and "no such endpoint" in r.json()["message"]
+
+
+def test_broker_defaults_of_topic_configs_show_as_kafkas_static_broker_config(
+        spawn_server: Callable[..., ServerProcess]) -> None:
+    server = spawn_server(min_insync_replicas="2")
+    with server.client() as client:
+        assert client.post("/topics", json={"topic_name": "own", "partitions_count": 1, "configs": [
+            {"name": "min.insync.replicas", "value": "3"}]}).status_code == 201
+        assert client.post("/topics", json={"topic_name": "broker",
+                                            "partitions_count": 1}).status_code == 201
+        broker = client.get("/topics/broker/configs/min.insync.replicas").json()
+        assert (broker["value"], broker["source"], broker["is_default"]) == \
+            ("2", "STATIC_BROKER_CONFIG", False)
+        assert [s["source"] for s in broker["synonyms"]] == ["STATIC_BROKER_CONFIG",
+                                                             "DEFAULT_CONFIG"]
+        assert broker["default_value"] == "1"
+        own = client.get("/topics/own/configs/min.insync.replicas").json()
+        assert (own["value"], own["source"]) == ("3", "DYNAMIC_TOPIC_CONFIG")
+        assert [s["value"] for s in own["synonyms"]] == ["3", "2", "1"]
+        configs = {c["name"]: c for c in client.get("/topics/broker/configs").json()["data"]}
+        unclean = configs["unclean.leader.election.enable"]  # not set for the broker
+        assert (unclean["value"], unclean["source"], unclean["is_default"]) == \
+            ("false", "DEFAULT_CONFIG", True)

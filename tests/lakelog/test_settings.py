@@ -50,8 +50,8 @@ def test_replication_settings_are_kafkas_and_feed_the_topic_defaults(
     assert (s.min_insync_replicas, s.unclean_leader_election_enable) == (1, False)
     assert (s.auto_leader_rebalance_enable, s.leader_imbalance_check_interval_seconds,
             s.leader_imbalance_per_broker_percentage) == (True, 300, 10)
-    assert s.topic_defaults == {"min.insync.replicas": "1",
-                                "unclean.leader.election.enable": "false"}
+    assert s.topic_defaults == {}  # the built-in defaults: nothing set
+    assert ApiSettings(min_insync_replicas=1).topic_defaults == {"min.insync.replicas": "1"}
     monkeypatch.setenv("LAKELOG_MIN_INSYNC_REPLICAS", "2")
     monkeypatch.setenv("LAKELOG_UNCLEAN_LEADER_ELECTION_ENABLE", "true")
     assert ApiSettings().topic_defaults == {"min.insync.replicas": "2",
