@@ -184,7 +184,8 @@ class ReplicaManager:
             if not self.broker.session.has_lease:
                 return
             out = lp.out_of_sync(self.lag_time_max_ms)
-            joining = lp.caught_up()
+            joining = lp.caught_up(self.lag_time_max_ms,
+                                   (b.broker_id for b in self.broker.view.live_brokers()))
             if not out and not joining:
                 continue
             new_isr = sorted((lp.isr - out) | joining)
@@ -216,6 +217,16 @@ class ReplicaManager:
     def published(self, plog: PartitionLog) -> None:
         if self.on_high_watermark is not None:
             self.on_high_watermark(plog)
+
+    def check_min_isr(self, lp: LeaderPartition) -> None:
+        """Before an acks=all append: NOT_ENOUGH_REPLICAS when the ISR is smaller than the
+        topic's min.insync.replicas, as this leader holds it or as ZooKeeper already says
+        (a shrink the view has and this leader's thread is about to apply)."""
+        placement = self.broker.view.placement(lp.topic, lp.partition)
+        held = (frozenset(placement.isr) | {self.broker_id}) if placement is not None \
+            and placement.leader_epoch == lp.leader_epoch else lp.isr
+        lp.check_min_isr(self.broker.min_insync_replicas(lp.topic),
+                         lp.isr if len(lp.isr) <= len(held) else held)
 
     # -- what /metrics and the API show ----------------------------------------------------
     def under_replicated(self) -> list[Partition]:

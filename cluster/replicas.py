@@ -157,9 +157,10 @@ class LeaderPartition:
                 w.future.set_exception(err)
 
     # -- acks=all ------------------------------------------------------------------------
-    def check_min_isr(self, min_isr: int) -> None:
-        """Before an acks=all append: Kafka's NOT_ENOUGH_REPLICAS when the ISR is short."""
-        isr = self.isr
+    def check_min_isr(self, min_isr: int, isr: frozenset[int] | None = None) -> None:
+        """Before an acks=all append: Kafka's NOT_ENOUGH_REPLICAS when the ISR (this
+        leader's, or ``isr``) is short."""
+        isr = self.isr if isr is None else isr
         if len(isr) < min_isr:
             raise NotEnoughReplicasError(
                 f"{self.name}: {len(isr)} in-sync replica(s) {sorted(isr)}, fewer than "
@@ -185,12 +186,18 @@ class LeaderPartition:
             return {r for r in self.isr if r != self.broker_id and r in self.followers
                     and at - self.followers[r].last_caught_up_ms > lag_ms}
 
-    def caught_up(self) -> set[int]:
+    def caught_up(self, lag_ms: int, live: Iterable[int], at_ms: int | None = None
+                  ) -> set[int]:
         """Followers outside the ISR whose log end reached the high watermark and the
-        start of this leader's epoch: they may join."""
+        start of this leader's epoch, that fetched within ``lag_ms`` and whose brokers are
+        ``live`` (registered): they may join. (A dead follower's last fetch may have been
+        at the high watermark: without the last two, it would join again at once.)"""
+        at = now_ms() if at_ms is None else at_ms
         hw = self.plog.high_watermark
+        alive = set(live)
         with self._lock:
             return {r for r, f in self.followers.items() if r not in self.isr
+                    and r in alive and at - f.last_fetch_ms <= lag_ms
                     and f.log_end_offset >= max(hw, self.epoch_start)}
 
     def set_isr(self, isr: Iterable[int], version: int) -> None:

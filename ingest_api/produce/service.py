@@ -91,7 +91,7 @@ class ProduceService:
                 plog = self.manager.log(meta.name, run.partition)
                 if acks == "all" and self.replicas is not None and (
                         lp := self.replicas.leader(meta.name, run.partition)) is not None:
-                    lp.check_min_isr(self.replicas.broker.min_insync_replicas(meta.name))
+                    self.replicas.check_min_isr(lp)
                 submitted.append((run, self.appender(plog, meta.name, run.partition).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)

@@ -11,6 +11,13 @@ import httpx
 import msgspec
 import pytest
 
+from cluster.replica_protocol import (
+    FETCH_PATH,
+    FetchPartition,
+    FetchRequest,
+    encode,
+    split_fetch_answer,
+)
 from ingest_api.security import forward_headers
 from lakelog.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers, wait_for
@@ -191,3 +198,32 @@ def test_keys_and_acls_hold_on_every_broker_and_for_forwarded_produce(
                                                  "Lakelog-Internal": "__consumer_offsets"},
                          json={"topic_name": "__consumer_offsets", "partitions_count": 3})
         assert r.status_code == 400 and r.json()["error"] == "invalid_topic", (via, r.text)
+
+
+def test_replicas_fetch_with_broker_keys_and_users_cannot(secured: Cluster) -> None:
+    """Followers authenticate to their leaders with their brokers' own keys (acks=all on a
+    topic of three replicas is answered); a user's key, even the admin's, or a broker's
+    key acting for a user, is refused at the replica endpoints."""
+    with secured.http(1) as one:
+        r = one.post("/topics", json={"topic_name": "secured-replicas", "partitions_count": 1,
+                                      "replication_factor": 3})
+        assert r.status_code == 201, r.text
+    wait_for(lambda: len(secured.state("secured-replicas", 0).isr) == 3, "three in sync")
+    leader = secured.state("secured-replicas", 0).leader
+    r = secured.post(leader, "/topics/secured-replicas/records", params={"acks": "all"},
+                     json={"value": string("replicated")})
+    assert r.status_code == 200, r.text
+    body = encode(FetchRequest(9, [FetchPartition("secured-replicas", 0, 0, 0)],
+                               max_wait_ms=0))
+    url = secured.brokers.url(leader) + FETCH_PATH
+    assert httpx.post(url, content=body, auth=secured.admin).status_code == 403
+    other = next(i for i in secured.brokers.ids if i != leader)
+    credentials = (secured.brokers.servers[other].data_dir / "security" / "broker.key"
+                   ).read_text().strip()
+    assert httpx.post(url, content=body,
+                      headers=forward_headers(credentials, "admin")).status_code == 403
+    r = httpx.post(url, content=body, headers=forward_headers(credentials, None))
+    assert r.status_code == 200, r.text
+    answer, chunks = split_fetch_answer(r.content)
+    assert answer.partitions[0].error is None and chunks[0].nbytes > 0
+    assert answer.partitions[0].high_watermark >= 1

@@ -84,7 +84,10 @@ def test_followers_leave_when_behind_too_long_and_join_when_caught_up(
     lp.on_fetch(3, 15, at_ms=start + 1200)
     assert lp.out_of_sync(1000, at_ms=start + 1300) == {2}  # 2 has not fetched since
     lp.set_isr([1, 2], 1)
-    assert lp.caught_up() == {3}  # at the high watermark: may join
+    now = start + 1300
+    assert lp.caught_up(1000, {1, 2, 3}, at_ms=now) == {3}  # at the high watermark: may join
+    assert lp.caught_up(1000, {1, 2}, at_ms=now) == set()  # ... unless its broker is gone
+    assert lp.caught_up(1000, {1, 2, 3}, at_ms=now + 1000) == set()  # ... or silent
     lp.expanding({3})
     lp.on_fetch(2, 15)
     _append(plog, 1)
