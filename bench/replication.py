@@ -83,12 +83,14 @@ from bench.cluster import (
     compare,
     create_topic,
     direct_targets,
+    high_watermarks,
     leaders,
     measure,
     pin,
 )
 from bench.produce import warm_page_cache
 from bench.report import print_table, write_json
+from cluster.replica_protocol import FETCH_PATH
 from lakelog import local_cluster
 from lakelog.client import Producer
 
@@ -104,7 +106,8 @@ OLD_LEADER_GRACE_S = 0.1
 no new leader can be elected before the old one's session ends (a second at the least)."""
 POLL_S = 0.02
 METRIC = re.compile(r"^(lakelog_replica_lag_records|lakelog_partition_high_watermark|"
-                    r"lakelog_partition_log_end_offset|lakelog_isr_shrinks(?:_total)?)"
+                    r"lakelog_partition_log_end_offset|lakelog_isr_shrinks(?:_total)?|"
+                    r"lakelog_request_seconds_count)"
                     r"(?:\{([^}]*)\})? (\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -126,10 +129,17 @@ def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
     return found
 
 
-def isr_shrinks(urls: list[str]) -> int:
-    """ISR shrinks the brokers at ``urls`` made since they started."""
-    return int(sum(v for url in urls for name, _, v in scrape(url)
-                   if name.startswith("lakelog_isr_shrinks")))
+def counters(urls: list[str]) -> tuple[int, int]:
+    """ISR shrinks the brokers at ``urls`` made, and replica fetches they answered, since
+    they started."""
+    shrinks = fetches = 0.0
+    for url in urls:
+        for name, labels, value in scrape(url):
+            if name.startswith("lakelog_isr_shrinks"):
+                shrinks += value
+            elif name == "lakelog_request_seconds_count" and labels.get("route") == FETCH_PATH:
+                fetches += value
+    return int(shrinks), int(fetches)
 
 
 class LagSampler:
@@ -179,6 +189,7 @@ class LagSampler:
 
     def summary(self) -> dict[str, Any]:
         return {"samples": self.samples,
+                "lag_p50": percentile(self.lag_records, 50),
                 "lag_p99": percentile(self.lag_records, 99),
                 "lag_max": max(self.lag_records, default=0.0),
                 "hw_gap_p99": percentile(self.hw_gap_records, 99),
@@ -225,15 +236,19 @@ def produce_cases(cluster: local_cluster.Cluster, cases: list[tuple[str, int]], 
         topic = f"rf{rf}"
         name = f"acks={acks} RF={rf}" + (" fsync=always" if fsync == "always" else "")
         targets = direct_targets(leader_of[rf], explicit, topic, acks)
-        shrinks0 = isr_shrinks(order)
+        (shrinks0, fetches0), hw0 = counters(order), high_watermarks(order[0], topic)
         with LagSampler(topic, leader_of[rf]) as sampler:
             row = measure(name, pids, order, targets, seconds, lua, client_cpus)
-        row.update(acks=acks, rf=rf, fsync=fsync, isr_shrinks=isr_shrinks(order) - shrinks0)
-        if rf > 1:
-            row.update(sampler.summary())
-            print(f"  {'':>14} lag p99 {row['lag_p99']:,.0f} max {row['lag_max']:,.0f} records; "
-                  f"log end - high watermark p99 {row['hw_gap_p99']:,.0f} max "
-                  f"{row['hw_gap_max']:,.0f}; isr shrinks {row['isr_shrinks']}", flush=True)
+        (shrinks, fetches), hw = counters(order), high_watermarks(order[0], topic)
+        row.update(acks=acks, rf=rf, fsync=fsync, isr_shrinks=shrinks - shrinks0)
+        if rf > 1:  # warm-up included in both: records the followers copied per fetch
+            row.update(sampler.summary(), records_per_fetch=(hw - hw0) * (rf - 1) / max(
+                1, fetches - fetches0))
+            print(f"  {'':>14} lag p50 {row['lag_p50']:,.0f} p99 {row['lag_p99']:,.0f} max "
+                  f"{row['lag_max']:,.0f} records; log end - high watermark p99 "
+                  f"{row['hw_gap_p99']:,.0f} max {row['hw_gap_max']:,.0f}; "
+                  f"{row['records_per_fetch']:,.0f} records per replica fetch; "
+                  f"isr shrinks {row['isr_shrinks']}", flush=True)
         rows.append(row)
     return rows
 
@@ -480,8 +495,9 @@ def main() -> None:
         compare(by_case, "acks=all RF=3 fsync=always", "acks=all RF=3")
     print()
     print_table(rows, ["case", "rec_s", "p50_ms", "p99_ms", "cpu_s_per_M", "cpu_by_broker",
-                       "rec_s_per_core", "baseline", "rec_s_ratio", "cpu_ratio", "lag_p99",
-                       "lag_max", "hw_gap_p99", "hw_gap_max", "isr_shrinks", "failed"])
+                       "rec_s_per_core", "baseline", "rec_s_ratio", "cpu_ratio", "lag_p50",
+                       "lag_p99", "lag_max", "hw_gap_p99", "hw_gap_max", "records_per_fetch",
+                       "isr_shrinks", "failed"])
     extra: dict[str, Any] = {
         "seconds_per_case": seconds, "records_per_request": RECORDS, "partitions": PARTITIONS,
         "brokers": CLUSTER_BROKERS, "broker_cpus": args.broker_cpus,
@@ -492,7 +508,9 @@ def main() -> None:
                   for k in ("gone_s", "elected_s", "produce_ok_s", "restart_s", "rejoin_s")}
         extra["failover_median"] = median
         print()
-        print_table([*rounds, {"round": "median", **median}],
+        shown = [{**r, "was_controller": "yes" if r["was_controller"] else "no"}
+                 for r in rounds]
+        print_table([*shown, {"round": "median", **median}],
                     ["round", "killed", "was_controller", "new_leader", "gone_s", "elected_s",
                      "produce_ok_s", "restart_s", "rejoin_s", "acked", "failed"])
         print(f"\nFailover is bound by the ZooKeeper session timeout ({SESSION_TIMEOUT_MS} ms: "
