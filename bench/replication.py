@@ -9,23 +9,29 @@ Load (``bench.cluster``'s machinery): ZooKeeper and brokers 1-3 on loopback (aut
 scheduled jobs off), two topics of 6 partitions, ``rf3`` (replication factor 3) and ``rf1``,
 ``records:batch`` requests of 1,000 records (16-byte keys, 100-byte values) each naming one
 partition, sent straight to that partition's leader (one wrk per leader, 6 connections in
-all), as the Python client does. Cases, each a second of warm-up and then ``--seconds``:
+all), as the Python client does. Cases, each a second of warm-up and then 10 s (3 s with
+``--quick``):
 
 1. ``acks=all`` RF=3 against RF=1, the ratio of records/s (Kafka's 2014 figures: 421 k
    against 821 k records/s, 0.51). acks=all on RF=3 answers once both followers have
    fetched the records; with ``LAKELOG_ACKS_ALL_FSYNC=when-alone`` (the default) it does
    not fsync, since the copies are the durability; RF=1 is its ISR alone, so it fsyncs.
    A second cluster with ``LAKELOG_ACKS_ALL_FSYNC=always`` runs RF=3 acks=all again:
-   what the leader's fsync costs on top of the copies.
+   what the leader's fsync costs on top of the copies. It runs RF=1 acks=all too, which
+   the setting does not change (its ISR is the leader alone): its ratio to the first
+   cluster's is the drift from one cluster to the next, the error bar of that comparison.
 2. ``acks=1`` RF=3 against RF=1: the followers' fetching alone, not waited for.
 3. Replication lag under load: during every case a thread reads the leaders' /metrics every
    ``SAMPLE_INTERVAL_S``: ``lakelog_replica_lag_records`` (each follower's records behind
    its leader's log end, as of its last fetch) and the leader's log end offset less its
    high watermark (what acks=all waits on, and what consumers cannot see yet); each
-   sample of each partition (and follower) is one point, and the rows give their p99 and
-   max. The RF=1 cases are sampled too (nothing to report there), so that the sampling
-   costs every case the same (about 2 ms of broker CPU per scrape). ``isr_shrinks`` counts
-   the ISR shrinks during the case: it must be 0 for the figures to be a steady state.
+   sample of each partition (and follower) is one point, and the rows give their p50, p99
+   and max; ``lag_p99_ms`` is the p99 in time at the case's rate per partition. A
+   follower's lag is counted in whole requests (it is taken at its fetches, which copy
+   about two 1,000-record batches each: ``records_per_fetch``). The RF=1 cases are
+   sampled too (nothing to report there), so that the sampling costs every case the same
+   (about 2 ms of broker CPU per scrape). ``isr_shrinks`` counts the ISR shrinks during
+   the case: it must be 0 for the figures to be a steady state.
 4. Failover: a ``lakelog.client.Producer`` (acks=all, idempotent, its default retries and
    backoff: 100 ms doubling up to 1 s), bootstrapped from a broker that does not lead it,
    sends one record at a time to partition 0 of a third RF=3 topic; its leader (with its
@@ -38,31 +44,31 @@ all), as the Python client does. Cases, each a second of warm-up and then ``--se
    whichever broker leads partition 0 then. Brokers run with
    ``LAKELOG_ZOOKEEPER_SESSION_TIMEOUT_MS=2000`` (the broker's least; the ZooKeeper
    server of ``lakelog.zookeeper`` accepts sessions from 2 ticks, 1 s), in every case:
-   ``isr_shrinks`` shows whether a session that short holds under load.
+   ``isr_shrinks`` shows whether a session that short holds under load. The rounds come
+   first, while the cluster holds little, so that a restarted broker catches up at once.
 
 Machine: the brokers are pinned to ``--broker-cpus`` (CPU 0), wrk, ZooKeeper and this
 process (the metrics sampler and the failover producer) to ``--client-cpus`` (CPU 1). On a
-2-core machine the three brokers share one core, so RF=3 is measured with three times the
-disk writes, and every follower's fetching, on the same core that serves the produce
-requests: the RF=3/RF=1 ratio of records/s here is what replication costs in CPU (and one
-disk), not what three machines would give, where each broker's followers run on its own
-core and the cost is mostly a fetch round trip of latency. Each row has the CPU seconds
-per million records, summed over the brokers (``rec_s_per_core`` = 1e6 / that): RF=3 against
-RF=1 in those is the figure that carries over to more machines. Failover times are bound
-by the session timeout, which does not depend on the core count.
+2-core machine the three brokers therefore share one core: with RF=3 that core makes every
+record's three appends (the leader's and two followers') and the followers' fetches
+besides serving the produce requests, and one disk takes the three copies. The records/s
+are one core's worth, and RF=3 against RF=1 in records/s is about the ratio of CPU per
+record (``cpu_ratio``), which is also what three machines would give while CPU binds; on
+three machines a follower's work runs on another core and acks=all adds a fetch round trip
+of latency instead, which 6 connections on one core do not show. What carries over to N
+machines is the CPU seconds per million records summed over the brokers (``rec_s_per_core``
+= 1e6 / that: N machines give about N times it). Failover times are bound by the session
+timeout, not by the core count (the brokers are idle but for one producer then).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -74,10 +80,10 @@ from typing import Any
 import httpx
 
 from bench.cluster import (
-    API,
     CLUSTER_BROKERS,
     LUA,
     PARTITIONS,
+    READY_TIMEOUT_S,
     RECORDS,
     body,
     compare,
@@ -88,23 +94,14 @@ from bench.cluster import (
     measure,
     pin,
 )
+from bench.failover import failover, live_brokers
 from bench.produce import warm_page_cache
 from bench.report import print_table, write_json
 from cluster.replica_protocol import FETCH_PATH
 from lakelog import local_cluster
-from lakelog.client import Producer
 
 SESSION_TIMEOUT_MS = 2000
 SAMPLE_INTERVAL_S = 0.2
-FAILOVER_TOPIC = "failover"
-FAILOVER_TIMEOUT_S = 30.0
-"""Longest wait for a partition to take produce again after its leader is killed."""
-REJOIN_TIMEOUT_S = 120.0
-"""Longest wait for a restarted broker to be back in every ISR of the failover topic."""
-OLD_LEADER_GRACE_S = 0.1
-"""An acknowledgement read this soon after the kill is the old leader's, written before it:
-no new leader can be elected before the old one's session ends (a second at the least)."""
-POLL_S = 0.02
 METRIC = re.compile(r"^(lakelog_replica_lag_records|lakelog_partition_high_watermark|"
                     r"lakelog_partition_log_end_offset|lakelog_isr_shrinks(?:_total)?|"
                     r"lakelog_request_seconds_count)"
@@ -201,21 +198,12 @@ class LagSampler:
 def wait_brokers(url: str, count: int) -> None:
     """Until the broker at ``url`` knows ``count`` live brokers (a topic of RF ``count``
     needs them all)."""
-    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     while len(live_brokers(url)) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{url} did not see {count} live brokers within "
-                               f"{FAILOVER_TIMEOUT_S:g} s")
+                               f"{READY_TIMEOUT_S:g} s")
         time.sleep(0.1)
-
-
-def live_brokers(url: str) -> set[int]:
-    """The broker ids ``url`` lists as live (none when it does not answer)."""
-    try:
-        r = httpx.get(f"{url}{API}/brokers", timeout=5)
-    except httpx.TransportError:
-        return set()
-    return {int(b["broker_id"]) for b in r.json()["data"]} if r.status_code == 200 else set()
 
 
 def produce_cases(cluster: local_cluster.Cluster, cases: list[tuple[str, int]], fsync: str,
@@ -244,6 +232,7 @@ def produce_cases(cluster: local_cluster.Cluster, cases: list[tuple[str, int]], 
         if rf > 1:  # warm-up included in both: records the followers copied per fetch
             row.update(sampler.summary(), records_per_fetch=(hw - hw0) * (rf - 1) / max(
                 1, fetches - fetches0))
+            row["lag_p99_ms"] = row["lag_p99"] / (row["rec_s"] / PARTITIONS) * 1000
             print(f"  {'':>14} lag p50 {row['lag_p50']:,.0f} p99 {row['lag_p99']:,.0f} max "
                   f"{row['lag_max']:,.0f} records; log end - high watermark p99 "
                   f"{row['hw_gap_p99']:,.0f} max {row['hw_gap_max']:,.0f}; "
@@ -251,164 +240,6 @@ def produce_cases(cluster: local_cluster.Cluster, cases: list[tuple[str, int]], 
                   f"isr shrinks {row['isr_shrinks']}", flush=True)
         rows.append(row)
     return rows
-
-
-# -- failover ----------------------------------------------------------------------------
-
-class ProduceLoop:
-    """A ``Producer`` sending one record at a time to partition 0 (acks=all), keeping the
-    time each was acknowledged."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.acked_at: list[float] = []
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="failover-producer",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(FAILOVER_TIMEOUT_S * 2)
-
-    def first_ack_after(self, t: float) -> float | None:
-        return next((a for a in self.acked_at if a > t), None)
-
-    def _run(self) -> None:
-        with Producer(self.bootstrap, acks="all", linger_ms=0) as producer:
-            while not self._stop.is_set():
-                future = producer.send(self.topic, b"v" * 100, partition=0)
-                try:
-                    future.result(timeout=FAILOVER_TIMEOUT_S * 2)
-                except Exception as exc:  # counted and shown; the loop goes on
-                    self.failed.append(repr(exc))
-                    continue
-                self.acked_at.append(time.monotonic())
-
-
-def partition_state(url: str, topic: str, partition: int) -> dict[str, Any] | None:
-    """The partition's body as ``url`` answers (its own view when the leader is gone)."""
-    try:
-        r = httpx.get(f"{url}{API}/topics/{topic}/partitions/{partition}", timeout=5)
-    except httpx.TransportError:
-        return None
-    return dict(r.json()) if r.status_code == 200 else None
-
-
-def controller_of(url: str) -> int:
-    related = httpx.get(f"{url}{API}", timeout=5).json()["controller"]["related"]
-    return int(str(related).rsplit("/", 1)[1])
-
-
-def restart(cluster: local_cluster.Cluster, broker: local_cluster.Broker, env: dict[str, str],
-            broker_cpus: set[int]) -> local_cluster.Cluster:
-    """Start ``broker`` again, as ``local_cluster`` started it but on the same port (a
-    broker comes back where it was), pinned; the cluster file names the new process, so
-    ``local_cluster.down`` stops it."""
-    lakelog = Path(sys.executable).parent / "lakelog"
-    with open(broker.log, "ab") as out:
-        proc = subprocess.Popen(
-            [str(lakelog), "serve", "--broker-id", str(broker.id), "--zookeeper",
-             cluster.zookeeper, "--data-dir", broker.data_dir, "--port", str(broker.port),
-             "--host", "127.0.0.1", "--warehouse", cluster.warehouse, "--auth", cluster.auth],
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    pin(proc.pid, broker_cpus)
-    again = dataclasses.replace(broker, process=local_cluster.Pid.of(proc.pid))
-    cluster = dataclasses.replace(cluster, brokers=tuple(
-        again if b.id == broker.id else b for b in cluster.brokers))
-    cluster.save()
-    deadline = time.monotonic() + REJOIN_TIMEOUT_S
-    while broker.id not in live_brokers(broker.url):
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker {broker.id} exited with {proc.returncode}: see "
-                               f"{broker.log}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"broker {broker.id} did not come back within "
-                               f"{REJOIN_TIMEOUT_S:g} s: see {broker.log}")
-        time.sleep(0.1)
-    pin(proc.pid, broker_cpus)  # the threads it started meanwhile
-    return cluster
-
-
-def failover_round(cluster: local_cluster.Cluster, n: int, env: dict[str, str],
-                   broker_cpus: set[int]) -> tuple[local_cluster.Cluster, dict[str, Any]]:
-    """SIGKILL partition 0's leader under a producer; the times until it is gone, a new
-    leader is elected and a record is acknowledged again; then restart it and wait for
-    it in every ISR."""
-    urls = {b.id: b.url for b in cluster.brokers}
-    state = partition_state(urls[1], FAILOVER_TOPIC, 0)
-    assert state is not None and state["leader_id"] in urls, state
-    victim = next(b for b in cluster.brokers if b.id == state["leader_id"])
-    bootstrap = min(i for i in urls if i != victim.id)
-    controller = controller_of(urls[bootstrap])
-    loop = ProduceLoop(urls[bootstrap], FAILOVER_TOPIC)
-    loop.start()
-    try:
-        wait_for(lambda: len(loop.acked_at) >= 20, "the producer's first 20 acknowledgements")
-        killed_at = time.monotonic()
-        os.killpg(victim.process.pid, signal.SIGKILL)  # the broker and what it started
-        gone_at = elected_at = acked_at = None
-        new_leader = -1
-        while gone_at is None or elected_at is None or acked_at is None:
-            now = time.monotonic()
-            if now - killed_at > FAILOVER_TIMEOUT_S:
-                raise RuntimeError(f"round {n}: partition 0 did not take produce within "
-                                   f"{FAILOVER_TIMEOUT_S:g} s of broker {victim.id}'s kill "
-                                   f"(gone {gone_at}, elected {elected_at})")
-            if gone_at is None and victim.id not in live_brokers(urls[bootstrap]):
-                gone_at = now
-            if elected_at is None and (s := partition_state(urls[bootstrap], FAILOVER_TOPIC, 0)) \
-                    and s["leader_id"] not in (victim.id, -1):
-                elected_at, new_leader = now, int(s["leader_id"])
-            acked_at = loop.first_ack_after(killed_at + OLD_LEADER_GRACE_S)
-            time.sleep(POLL_S)
-    finally:
-        loop.stop()
-    started = time.monotonic()
-    cluster = restart(cluster, victim, env, broker_cpus)
-    back_at = time.monotonic()
-
-    def in_every_isr() -> bool:
-        ps = [partition_state(urls[bootstrap], FAILOVER_TOPIC, p) for p in range(PARTITIONS)]
-        return all(s is not None and victim.id in s["isr_ids"] for s in ps)
-
-    wait_for(in_every_isr, f"broker {victim.id} back in every ISR", REJOIN_TIMEOUT_S)
-    row = {"round": n, "killed": victim.id, "was_controller": victim.id == controller,
-           "bootstrap": bootstrap, "new_leader": new_leader,
-           "gone_s": gone_at - killed_at, "elected_s": elected_at - killed_at,
-           "produce_ok_s": acked_at - killed_at, "restart_s": back_at - started,
-           "rejoin_s": time.monotonic() - back_at, "acked": len(loop.acked_at),
-           "failed": len(loop.failed)}
-    print(f"  round {n}: broker {victim.id} killed{' (the controller)' if row['was_controller'] else ''}; "
-          f"gone {row['gone_s']:.2f} s, leader {new_leader} {row['elected_s']:.2f} s, "
-          f"acknowledged again {row['produce_ok_s']:.2f} s; back in every ISR "
-          f"{row['restart_s'] + row['rejoin_s']:.1f} s after its restart; failed "
-          f"{row['failed']}", flush=True)
-    return cluster, row
-
-
-def wait_for(condition: Any, what: str, timeout_s: float = FAILOVER_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} within {timeout_s:g} s")
-        time.sleep(0.05)
-
-
-def failover(cluster: local_cluster.Cluster, rounds: int, env: dict[str, str],
-             broker_cpus: set[int]) -> tuple[local_cluster.Cluster, list[dict[str, Any]]]:
-    urls = {b.id: b.url for b in cluster.brokers}
-    create_topic(urls[1], FAILOVER_TOPIC, CLUSTER_BROKERS)
-    leaders(urls, FAILOVER_TOPIC)
-    rows = []
-    for n in range(1, rounds + 1):
-        cluster, row = failover_round(cluster, n, env, broker_cpus)
-        rows.append(row)
-    return cluster, rows
 
 
 # -- the run -----------------------------------------------------------------------------
@@ -483,8 +314,8 @@ def main() -> None:
         rows, rounds = run_cluster(work, "when-alone", cases, args.rounds, explicit, seconds,
                                    lua, broker_cpus, args.client_cpus)
         if not args.no_fsync_always:
-            more, _ = run_cluster(work, "always", [("all", 3)], 0, explicit, seconds, lua,
-                                  broker_cpus, args.client_cpus)
+            more, _ = run_cluster(work, "always", [("all", 1), ("all", 3)], 0, explicit,
+                                  seconds, lua, broker_cpus, args.client_cpus)
             rows += more
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -493,11 +324,12 @@ def main() -> None:
     compare(by_case, "acks=1 RF=3", "acks=1 RF=1")
     if "acks=all RF=3 fsync=always" in by_case:
         compare(by_case, "acks=all RF=3 fsync=always", "acks=all RF=3")
+        compare(by_case, "acks=all RF=1 fsync=always", "acks=all RF=1")  # the drift
     print()
     print_table(rows, ["case", "rec_s", "p50_ms", "p99_ms", "cpu_s_per_M", "cpu_by_broker",
                        "rec_s_per_core", "baseline", "rec_s_ratio", "cpu_ratio", "lag_p50",
-                       "lag_p99", "lag_max", "hw_gap_p99", "hw_gap_max", "records_per_fetch",
-                       "isr_shrinks", "failed"])
+                       "lag_p99", "lag_max", "lag_p99_ms", "hw_gap_p99", "hw_gap_max",
+                       "records_per_fetch", "isr_shrinks", "failed"])
     extra: dict[str, Any] = {
         "seconds_per_case": seconds, "records_per_request": RECORDS, "partitions": PARTITIONS,
         "brokers": CLUSTER_BROKERS, "broker_cpus": args.broker_cpus,
