@@ -151,6 +151,7 @@ class LagSampler:
         self.lag_records: list[float] = []
         self.hw_gap_records: list[float] = []
         self.samples = 0
+        self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lag-sampler", daemon=True)
 
@@ -166,7 +167,10 @@ class LagSampler:
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_INTERVAL_S):
             for url, partitions in self.led.items():
-                self._sample(url, partitions)
+                try:
+                    self._sample(url, partitions)
+                except httpx.HTTPError:  # a scrape that timed out under load: counted
+                    self.failed += 1
             self.samples += 1
 
     def _sample(self, url: str, partitions: set[int]) -> None:
@@ -185,7 +189,7 @@ class LagSampler:
                                                - end["lakelog_partition_high_watermark"]))
 
     def summary(self) -> dict[str, Any]:
-        return {"samples": self.samples,
+        return {"samples": self.samples, "failed_scrapes": self.failed,
                 "lag_p50": percentile(self.lag_records, 50),
                 "lag_p99": percentile(self.lag_records, 99),
                 "lag_max": max(self.lag_records, default=0.0),
