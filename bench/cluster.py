@@ -71,6 +71,8 @@ FORWARDER = 1
 """The broker the forwarded and split cases send to."""
 API = "/v3/clusters/lakelog"
 READY_TIMEOUT_S = 60.0
+HW_WAIT_S = 10.0
+"""How long a case waits after its load for the high watermarks to pass what wrk counted."""
 LUA = """
 local threads = {}
 setup = function(thread) table.insert(threads, thread) end
@@ -106,11 +108,14 @@ end
 
 @dataclass(frozen=True)
 class Target:
-    """One wrk process: a broker's URL, the request bodies it cycles through, connections."""
+    """One wrk process: a broker's URL, the request bodies it cycles through, connections,
+    and the topic and acks of its requests."""
 
     url: str
     bodies: list[Path]
     connections: int
+    topic: str = TOPIC
+    acks: str = "all"
 
 
 def body(partition: int | None, keys: bool) -> bytes:
@@ -139,29 +144,31 @@ def pin(pid: int, cpus: set[int]) -> None:
             pin(int(child), cpus)
 
 
-def create_topic(url: str) -> None:
-    httpx.post(f"{url}{API}/topics", json={"topic_name": TOPIC, "partitions_count": PARTITIONS},
-               timeout=30).raise_for_status()
+def create_topic(url: str, topic: str = TOPIC, replication_factor: int | None = None) -> None:
+    body: dict[str, Any] = {"topic_name": topic, "partitions_count": PARTITIONS}
+    if replication_factor is not None:
+        body["replication_factor"] = replication_factor
+    httpx.post(f"{url}{API}/topics", json=body, timeout=30).raise_for_status()
 
 
-def leaders(urls: dict[int, str]) -> dict[int, str]:
+def leaders(urls: dict[int, str], topic: str = TOPIC) -> dict[int, str]:
     """Each partition's leader's URL, as a client finds it; waits until every broker
     knows the topic and a live leader for each partition."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
-        found = _leaders_seen(urls)
+        found = _leaders_seen(urls, topic)
         if found is not None:
             return found
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{TOPIC}: no leader for every partition on every broker "
+            raise RuntimeError(f"{topic}: no leader for every partition on every broker "
                                f"within {READY_TIMEOUT_S:g} s")
         time.sleep(0.2)
 
 
-def _leaders_seen(urls: dict[int, str]) -> dict[int, str] | None:
+def _leaders_seen(urls: dict[int, str], topic: str) -> dict[int, str] | None:
     seen: list[dict[int, int]] = []
     for url in urls.values():
-        r = httpx.get(f"{url}{API}/topics/{TOPIC}/partitions", timeout=10)
+        r = httpx.get(f"{url}{API}/topics/{topic}/partitions", timeout=10)
         if r.status_code != 200:
             return None
         seen.append({int(p["partition_id"]): int(p["leader_id"]) for p in r.json()["data"]})
@@ -172,9 +179,9 @@ def _leaders_seen(urls: dict[int, str]) -> dict[int, str] | None:
     return {p: where[leader] for p, leader in seen[0].items()}
 
 
-def high_watermarks(url: str) -> int:
+def high_watermarks(url: str, topic: str = TOPIC) -> int:
     """The sum of the topic's high watermarks (each its leader's, whichever broker answers)."""
-    r = httpx.get(f"{url}{API}/topics/{TOPIC}/partitions", timeout=30)
+    r = httpx.get(f"{url}{API}/topics/{topic}/partitions", timeout=30)
     r.raise_for_status()
     return sum(int(p["high_watermark"]) for p in r.json()["data"])
 
@@ -197,7 +204,7 @@ def wrk(targets: list[Target], seconds: int, lua: Path, cpus: str) -> list[dict[
         procs.append(subprocess.Popen(
             ["taskset", "-c", cpus, "wrk", "-t1", f"-c{t.connections}", f"-d{seconds}s",
              "--timeout", "10s", "-s", str(lua),
-             f"{t.url}{API}/topics/{TOPIC}/records:batch?acks=all"],
+             f"{t.url}{API}/topics/{t.topic}/records:batch?acks={t.acks}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
     for proc in procs:
@@ -212,17 +219,24 @@ def wrk(targets: list[Target], seconds: int, lua: Path, cpus: str) -> list[dict[
 def measure(name: str, pids: dict[int, int], urls: list[str], targets: list[Target],
             seconds: int, lua: Path, cpus: str) -> dict[str, Any]:
     """One case: warm up for a second, then ``seconds`` of load, with each broker's CPU."""
+    topic = targets[0].topic
+    assert all(t.topic == topic for t in targets), "one topic per case"
     os.sync()  # no writeback of the case before during this one
     wrk(targets, 1, lua, cpus)
-    hw0, sent0 = high_watermarks(urls[0]), forwards(urls)
+    hw0, sent0 = high_watermarks(urls[0], topic), forwards(urls)
     cpu0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
     results = wrk(targets, seconds, lua, cpus)
     cpu = {b: cpu_seconds(pid) - cpu0[b] for b, pid in pids.items()}
     sent = forwards(urls) - sent0  # before reading the high watermarks, which forward too
-    appended = high_watermarks(urls[0]) - hw0
     requests = sum(r["requests"] for r in results)
     failed = sum(r["failed"] + r["errors"] for r in results)
     total = (requests - failed) * RECORDS
+    # acks=1 answers before the followers have the records: the high watermark (the ISR's
+    # smallest log end) passes them a fetch later.
+    deadline = time.monotonic() + HW_WAIT_S
+    while (appended := high_watermarks(urls[0], topic) - hw0) < total \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
     if appended < total:
         raise RuntimeError(f"{name}: wrk counted {total:,} records acknowledged, the high "
                            f"watermarks grew by {appended:,}")
@@ -248,6 +262,17 @@ def compare(rows: dict[str, dict[str, Any]], case: str, baseline: str) -> None:
     row["baseline"] = baseline
     row["rec_s_ratio"] = row["rec_s"] / base["rec_s"]
     row["cpu_ratio"] = row["cpu_s_per_M"] / base["cpu_s_per_M"]
+
+
+def direct_targets(leader_of: dict[int, str], explicit: list[Path], topic: str = TOPIC,
+                   acks: str = "all") -> list[Target]:
+    """One wrk per leader, cycling through the bodies of the partitions it leads
+    (``explicit[p]`` names partition p), ``CONNECTIONS`` shared among them."""
+    by_leader: dict[str, list[int]] = {}
+    for p, url in sorted(leader_of.items()):
+        by_leader.setdefault(url, []).append(p)
+    return [Target(url, [explicit[p] for p in ps], CONNECTIONS // len(by_leader), topic, acks)
+            for url, ps in by_leader.items()]
 
 
 def cluster_of_one(work: Path, bodies: dict[str, list[Path]], seconds: int, lua: Path,
@@ -279,12 +304,8 @@ def cluster_of_three(work: Path, bodies: dict[str, list[Path]], seconds: int, lu
         forwarder = urls[FORWARDER]
         create_topic(forwarder)
         leader_of = leaders(urls)
-        by_leader: dict[str, list[int]] = {}
-        for p, url in sorted(leader_of.items()):
-            by_leader.setdefault(url, []).append(p)
         explicit = bodies["explicit"]
-        direct = [Target(url, [explicit[p] for p in ps], CONNECTIONS // len(by_leader))
-                  for url, ps in by_leader.items()]
+        direct = direct_targets(leader_of, explicit)
         elsewhere = [explicit[p] for p, url in sorted(leader_of.items()) if url != forwarder]
         cases = [("direct", direct), ("forwarded", [Target(forwarder, elsewhere, CONNECTIONS)]),
                  ("split keyed", [Target(forwarder, bodies["keyed"], CONNECTIONS)]),
