@@ -175,7 +175,7 @@ class ProduceService:
         fsynced = asyncio.ensure_future(self._wait_durable(synced, result)) if synced else None
         if replicated:
             _, pending = await asyncio.wait([f for _, f in replicated],
-                                               timeout=self.timeout_s)
+                                            timeout=self.timeout_s)
             for p, fut in replicated:
                 if fut in pending:
                     fut.cancel()
