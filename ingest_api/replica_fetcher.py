@@ -209,18 +209,20 @@ class LeaderFetcher(threading.Thread):
             tp = (ans.topic, ans.partition)
             f = parts[tp]
             plog, asked = logs[tp]
-            if not self._current(tp, f):
-                continue
             if ans.error is not None:
                 self._delay(tp, f, ans.message)
                 continue
-            if ans.leader_epoch == UNDEFINED:
-                cut = plog.high_watermark
-            else:
-                own = plog.leader_epochs.end_offset_for(ans.leader_epoch, plog.log_end_offset)
-                cut = min(ans.end_offset, own.end_offset)
-            self._cut(tp, plog, cut, f"leader epoch {asked} ends at {ans.end_offset} on "
-                                     f"broker {self.leader} (its epoch {ans.leader_epoch})")
+            with self._lock:  # as in _fetch: never between a role change and its effect
+                if self.parts.get(tp) is not f:
+                    continue
+                if ans.leader_epoch == UNDEFINED:
+                    cut = plog.high_watermark
+                else:
+                    own = plog.leader_epochs.end_offset_for(ans.leader_epoch,
+                                                            plog.log_end_offset)
+                    cut = min(ans.end_offset, own.end_offset)
+                self._cut(tp, plog, cut, f"leader epoch {asked} ends at {ans.end_offset} on "
+                                         f"broker {self.leader} (its epoch {ans.leader_epoch})")
             # The leader did not know our epoch: ask again with the one we have now.
             f.truncated = ans.leader_epoch in (asked, UNDEFINED)
 
@@ -261,14 +263,18 @@ class LeaderFetcher(threading.Thread):
             if ans.error is not None:
                 self._delay(tp, f, ans.message)
                 continue
-            try:
-                self._apply(tp, plog, ans.first_offset, data, ans.epochs, ans.log_start_offset)
-            except LakelogError as exc:
-                self._delay(tp, f, exc.message)
-                continue
+            with self._lock:  # a role change (remove) waits for this append, never between
+                if self.parts.get(tp) is not f:
+                    continue
+                try:
+                    self._apply(tp, plog, ans.first_offset, data, ans.epochs,
+                                ans.log_start_offset)
+                except LakelogError as exc:
+                    self._delay(tp, f, exc.message)
+                    continue
+                if plog.advance_high_watermark(min(ans.high_watermark, plog.log_end_offset)):
+                    self._moved.add(plog)
             self.lag[tp] = max(0, ans.log_end_offset - plog.log_end_offset)
-            if plog.advance_high_watermark(min(ans.high_watermark, plog.log_end_offset)):
-                self._moved.add(plog)
 
     def _apply(self, tp: Partition, plog: PartitionLog, first: int, data: memoryview,
                epochs: list[tuple[int, int]], leader_start: int) -> None:
