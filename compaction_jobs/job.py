@@ -100,8 +100,9 @@ class Job(abc.ABC, Generic[Report]):
                  now_ms: int | None = None, orphan_min_age_s: float = 60.0,
                  led: Led | None = None) -> None:
         if self.needs_local_warehouse and not is_local(layout.warehouse):
-            raise StorageError(f"{layout.warehouse}: lakelog's jobs stage files on a local or "
-                               "mounted file system; object-store warehouses are not supported yet")
+            raise StorageError(f"{layout.warehouse}: the {self.name} job stages files on a local "
+                               "or mounted file system and renames them in under a file lock; "
+                               "on an object-store warehouse only tiering runs so far")
         self.layout = layout
         self.only = None if topics is None else set(topics)
         self.dry_run = dry_run

@@ -25,6 +25,13 @@ table state, never a mix):
 
 A killed job's stage directory is found by the next run: its lock is free, so
 the moved files that no commit references are deleted with it.
+
+On an object-store warehouse (``s3://``) there is no rename and no flock: step 2
+writes each file straight to its final, job-unique name under ``partition=<p>/``,
+step 3 is skipped, and step 4 is the same commit (delta-rs writes the log entry with
+a conditional put, so of two racing jobs one wins and the other's partitions are
+lost as above). Files no commit takes are deleted, best effort; a killed job's are
+in no commit, so never read, and are left for vacuum.
 """
 
 from __future__ import annotations
@@ -45,7 +52,12 @@ from deltalake.transaction import AddAction
 from compaction_jobs.job import Job, Led, session_of, step
 from compaction_jobs.staging import StageDir, clean_orphans
 from log_tables.cold import job_runs
-from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from log_tables.cold.commit import (
+    PartitionChange,
+    commit_changes,
+    open_topic_table,
+    relative_path,
+)
 from log_tables.cold.rows import file_stats, to_table_rows, write_rows
 from log_tables.cold.table import STAGE_DIR, open_table, snapshot, tier_app_id
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
@@ -53,8 +65,9 @@ from log_tables.hot.damage import Damage
 from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.hot.segment_reads import records_from
-from log_tables.layout import Layout, local_path
+from log_tables.layout import Layout, is_local, local_path
 from log_tables.registry import TopicMetadata
+from log_tables.storage import delete_files, filesystem, object_store_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,6 +88,9 @@ class SegmentWork(NamedTuple):
     staged_path: str
     skip_damaged: bool = False
     """Tier around damaged batches (their offsets become a hole) instead of stopping."""
+    store_env: tuple[tuple[str, str], ...] = ()
+    """Object-store warehouse: ``staged_path`` is the file's final URI in the table, written
+    straight there with these settings (no stage directory, no rename); (): a local one."""
 
 
 class StagedFile(NamedTuple):
@@ -165,10 +181,19 @@ def write_segment(work: SegmentWork) -> StagedFile:
             f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
     if not rows:
         return StagedFile(work, 0, "", position, tuple(damage))
-    os.makedirs(os.path.dirname(work.staged_path), exist_ok=True)
-    size = write_rows(work.staged_path, rows)
+    if work.store_env:
+        fs, path = filesystem(work.staged_path, work.store_env)
+        size = write_rows(path, rows, fs)
+    else:
+        os.makedirs(os.path.dirname(work.staged_path), exist_ok=True)
+        size = write_rows(work.staged_path, rows)
     return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)), position,
                       tuple(damage))
+
+
+def final_name(partition: int, start: int, end: int, job_id: str) -> str:
+    """A tiered file's path in its table: unique per job, so two jobs never write one name."""
+    return f"partition={partition}/{start:020d}-{end:020d}-{job_id}.parquet"
 
 
 def write_segments(works: list[SegmentWork]) -> list[StagedFile]:
@@ -221,6 +246,7 @@ class TierJob(Job[TierReport]):
     staged by one Spark job, so a failure fails the run (one failed row), not a topic."""
 
     name = "tier"
+    needs_local_warehouse = False
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None,
@@ -262,8 +288,10 @@ class TierJob(Job[TierReport]):
              ) -> TierReport:
         plans = [p for p in map(self._plan, self.topic_metas()) if p is not None]
         works = [w for p in plans for w in p.works]
+        # A local table's files are staged and renamed in under a lock; an object store's
+        # are written straight to their final names (see _commit).
         stages = {p.topic: StageDir(self.layout.table_uri(p.topic), self.job_id)
-                  for p in plans if p.works}
+                  for p in plans if p.works and is_local(self.layout.warehouse)}
         try:
             staged: list[StagedFile] = []
             if works:
@@ -278,7 +306,7 @@ class TierJob(Job[TierReport]):
             for plan in plans:
                 mine = [s for s in staged if s.work.topic == plan.topic]
                 if mine:
-                    done, lost = self._commit(plan, mine, stages[plan.topic])
+                    done, lost = self._commit(plan, mine, stages.get(plan.topic))
                     tiered += done
                     conflicts += lost
         finally:
@@ -301,12 +329,15 @@ class TierJob(Job[TierReport]):
         except StaleTableError as exc:
             self.progress(f"skipping topic {topic}: {exc}")
             return None
-        clean_orphans(uri, dt, self.orphan_min_age_s)
+        direct = not is_local(uri)
+        if not direct:
+            clean_orphans(uri, dt, self.orphan_min_age_s)
+        store_env = object_store_env(uri)
         states = snapshot(dt, partitions)
         tiered = {p: st.tiered_offset for p, st in enumerate(states)}
         # Records below the log start (deleted before they were tiered) are not tiered.
         floors = {p: max(st.tiered_offset, st.start_offset) for p, st in enumerate(states)}
-        stage = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
+        stage = None if direct else os.path.join(local_path(uri), STAGE_DIR, self.job_id)
         works: list[SegmentWork] = []
         for p in range(partitions):
             if not self.leads(topic, p):
@@ -324,15 +355,23 @@ class TierJob(Job[TierReport]):
                 start = max(floors[p], seg.base_offset)
                 if start >= nxt.base_offset:
                     continue
-                staged = os.path.join(stage, f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
+                if stage is None:
+                    staged = f"{uri}/{final_name(p, start, nxt.base_offset, self.job_id)}"
+                else:
+                    staged = os.path.join(stage,
+                                          f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
                 works.append(SegmentWork(topic, p, str(seg.path), seg.base_offset, start,
-                                         nxt.base_offset, staged, self.skip_damaged))
+                                         nxt.base_offset, staged, self.skip_damaged, store_env))
         return _TopicPlan(topic, dt, tiered, floors, works)
 
     # -- move and commit -----------------------------------------------------------
-    def _commit(self, plan: _TopicPlan, staged: list[StagedFile], stage: StageDir
+    def _commit(self, plan: _TopicPlan, staged: list[StagedFile], stage: StageDir | None
                 ) -> tuple[list[TieredRange], int]:
         """Steps 3 and 4 for one topic; returns what was committed and how many partitions lost.
+
+        ``stage`` None (an object-store table): the files are already at their final names,
+        step 3 is skipped, and files no commit takes are deleted (best effort; otherwise
+        they are never read, being in no commit, and vacuum removes them).
 
         A partition's files are taken up to the first that stopped at a damaged batch (the
         files after it stay in the stage directory, which is removed); files without
@@ -352,9 +391,20 @@ class TierJob(Job[TierReport]):
                                        f"offset {expected} (found {f.work.start}); rerun the job")
                 expected = f.work.end
         moved = [s for files in by_partition.values() for s in files if s.size_bytes]
-        finals = {s.work.staged_path: f"partition={s.work.partition}/"
-                  f"{s.work.start:020d}-{s.end:020d}-{self.job_id}.parquet" for s in moved}
-        stage.move_in(finals)
+        if stage is None:
+            taken = {id(s) for s in moved}
+            delete_files([s.work.staged_path for s in staged
+                          if s.size_bytes and id(s) not in taken])
+            finals = {s.work.staged_path: relative_path(plan.table.table_uri, s.work.staged_path)
+                      for s in moved}
+
+            def discard(rels: list[str]) -> None:
+                delete_files([f"{plan.table.table_uri.rstrip('/')}/{r}" for r in rels])
+        else:
+            finals = {s.work.staged_path: final_name(s.work.partition, s.work.start, s.end,
+                                                     self.job_id) for s in moved}
+            stage.move_in(finals)
+            discard = stage.discard
         step("moved")
         now_ms = int(time.time() * 1000)
         changes = [PartitionChange(
@@ -364,7 +414,7 @@ class TierJob(Job[TierReport]):
             for p, files in by_partition.items() if files[-1].end > plan.floors[p]]
         done, lost = commit_changes(
             plan.table, changes, self.name, self.job_id,
-            on_lost=lambda c: stage.discard([finals[s.work.staged_path]
+            on_lost=lambda c: discard([finals[s.work.staged_path]
                                              for s in by_partition[c.partition] if s.size_bytes]))
         if done:
             step("committed")

@@ -33,6 +33,7 @@ from deltalake.exceptions import TableNotFoundError
 from log_tables.cold.table import load_table
 from log_tables.errors import QueueFullError, StorageError
 from log_tables.layout import is_local, local_path
+from log_tables.storage import storage_options
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,8 @@ class OffsetStore:
     def _append(self, changes: list[Change]) -> None:
         # Through a kept handle: delta-rs then reads only the new log entries, not the log.
         dt = self._table()
-        write_deltalake(dt if dt is not None else self.uri, self._rows(changes), mode="append")
+        write_deltalake(dt if dt is not None else self.uri, self._rows(changes), mode="append",
+                        storage_options=None if dt is not None else storage_options(self.uri))
         self.appends += 1
         self._since_compaction += 1
         for key, c in changes:
@@ -240,12 +242,13 @@ class OffsetStore:
         gone = {g for g, ms in newest.items() if self.expired(g, ms)}
         keep = [(k, c) for k, c in sorted(self.latest.items()) if k.group not in gone]
         dt = self._table()
-        write_deltalake(dt if dt is not None else self.uri, self._rows(keep), mode="overwrite")
+        write_deltalake(dt if dt is not None else self.uri, self._rows(keep), mode="overwrite",
+                        storage_options=None if dt is not None else storage_options(self.uri))
         self.appends += 1
         self._since_compaction = 0
         for key in [k for k in self.latest if k.group in gone]:
             self.latest.pop(key, None)
-        dt = self._dt = DeltaTable(self.uri)
+        dt = self._dt = DeltaTable(self.uri, storage_options=storage_options(self.uri))
         dt.create_checkpoint()
         dt.cleanup_metadata()
         if is_local(self.uri) and os.path.isdir(local_path(self.uri)):

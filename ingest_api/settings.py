@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -12,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from consumer_groups.settings import GroupSettings
 from ingest_api.addresses import is_loopback
 from log_tables.layout import Layout, is_local
+from log_tables.storage import S3_SCHEMES
 
 MiB = 1 << 20
 
@@ -143,10 +145,11 @@ class ApiSettings(GroupSettings):
 
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:
-        if self.warehouse is not None and not is_local(self.warehouse):
+        if self.warehouse is not None and not is_local(self.warehouse) and \
+                urlparse(self.warehouse).scheme not in S3_SCHEMES:
             raise ValueError(
-                f"warehouse {self.warehouse!r}: object-store warehouses are not supported yet "
-                f"(the jobs stage files on a file system); use a local or mounted path "
+                f"warehouse {self.warehouse!r}: object-store warehouses other than s3:// are "
+                f"not supported yet; use s3://, a local or a mounted path "
                 f"(see 'Running beyond one machine' in the README)")
         if (self.broker_id is None) != (self.zookeeper is None):
             raise ValueError("broker_id and zookeeper go together: a broker of a cluster "

@@ -61,6 +61,13 @@ def serve(
         where = ".".join(str(x) for x in first["loc"])
         raise LakelogError(f"invalid settings: {where + ': ' if where else ''}"
                            f"{first['msg'].removeprefix('Value error, ')}") from None
+    from log_tables.errors import StorageError
+    from log_tables.storage import check_warehouse
+
+    try:
+        check_warehouse(settings.layout.warehouse)
+    except StorageError as exc:
+        raise LakelogError(str(exc)) from None
     typer.echo("lakelog settings:", err=True)
     for name, value in settings.describe().items():
         typer.echo(f"  {name} = {value}", err=True)

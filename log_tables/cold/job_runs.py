@@ -21,6 +21,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from log_tables.layout import delta_path
+from log_tables.storage import filesystem, storage_options
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ def record(warehouse: str, runs: Sequence[JobRun]) -> None:
     if not runs:
         return
     try:
-        write_deltalake(job_runs_uri(warehouse), _rows(runs), mode="append")
+        uri = job_runs_uri(warehouse)
+        write_deltalake(uri, _rows(runs), mode="append", storage_options=storage_options(uri))
     except Exception:
         log.exception("could not record %d job run row(s) in %s", len(runs),
                       job_runs_uri(warehouse))
@@ -111,10 +113,11 @@ def read(warehouse: str, *, job: str | None = None, topic: str | None = None,
          status: str | None = None, limit: int = 100) -> list[dict[str, object]]:
     """The newest rows first, filtered; at most ``min(limit, MAX_ROWS_READ)``."""
     try:
-        dt = DeltaTable(job_runs_uri(warehouse))
+        dt = DeltaTable(job_runs_uri(warehouse), storage_options=storage_options(warehouse))
     except TableNotFoundError:
         return []
-    files = [delta_path(u) for u in dt.file_uris()]
+    fs, _ = filesystem(warehouse)
+    files = [filesystem(delta_path(u))[1] for u in dt.file_uris()]
     if not files:
         return []
     where = None
@@ -122,7 +125,7 @@ def read(warehouse: str, *, job: str | None = None, topic: str | None = None,
         if value is not None:
             cond = ds.field(name) == value
             where = cond if where is None else where & cond
-    table = ds.dataset(files, schema=SCHEMA, format="parquet").to_table(filter=where)
+    table = ds.dataset(files, schema=SCHEMA, format="parquet", filesystem=fs).to_table(filter=where)
     table = table.sort_by([("start", "descending")]).slice(0, min(limit, MAX_ROWS_READ))
     out: list[dict[str, object]] = table.to_pylist()
     for row in out:
@@ -136,14 +139,15 @@ def read(warehouse: str, *, job: str | None = None, topic: str | None = None,
 def trim(warehouse: str, retention_ms: int = RETENTION_MS) -> int:
     """Delete rows older than ``retention_ms`` and checkpoint; returns rows deleted."""
     try:
-        dt = DeltaTable(job_runs_uri(warehouse))
+        dt = DeltaTable(job_runs_uri(warehouse), storage_options=storage_options(warehouse))
     except TableNotFoundError:
         return 0
     cutoff = datetime.fromtimestamp((now_ms() - retention_ms) / 1000, UTC)
-    files = [delta_path(u) for u in dt.file_uris()]
+    fs, _ = filesystem(warehouse)
+    files = [filesystem(delta_path(u))[1] for u in dt.file_uris()]
     old = 0
     if files:
-        starts = ds.dataset(files, schema=SCHEMA, format="parquet").to_table(columns=["start"])
+        starts = ds.dataset(files, schema=SCHEMA, format="parquet", filesystem=fs).to_table(columns=["start"])
         old = int(pc.sum(pc.less(starts.column("start"), pa.scalar(cutoff, SCHEMA.field("start").type))).as_py() or 0)
     if old:
         dt.delete(f"start < '{cutoff.strftime('%Y-%m-%dT%H:%M:%S')}Z'")

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from log_tables.errors import StorageError
@@ -130,9 +131,14 @@ def parquet_file_stats(path: str) -> tuple[int, int, int, str]:
             file_stats(rows, nulls["key"], nulls["value"]))
 
 
-def write_rows(path: str, batches: Sequence[pa.RecordBatch]) -> int:
-    """Write cold rows to one Parquet file; returns its size in bytes."""
+def write_rows(path: str, batches: Sequence[pa.RecordBatch],
+               filesystem: pafs.FileSystem | None = None) -> int:
+    """Write cold rows to one Parquet file (a path on ``filesystem``, or a local path);
+    returns its size in bytes."""
     table = pa.Table.from_batches(batches, FILE_SCHEMA)
     pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, compression="snappy",
-                   write_statistics=["offset", "timestamp", "timestampType"])
-    return os.path.getsize(path)
+                   write_statistics=["offset", "timestamp", "timestampType"],
+                   filesystem=filesystem)
+    if filesystem is None:
+        return os.path.getsize(path)
+    return int(filesystem.get_file_info(path).size)

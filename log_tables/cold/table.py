@@ -37,6 +37,7 @@ from deltalake.transaction import create_table_with_add_actions
 from log_tables.cold.rows import FILE_SCHEMA, TABLE_SCHEMA
 from log_tables.errors import StorageError
 from log_tables.layout import delta_path, is_local, local_path
+from log_tables.storage import filesystem, storage_options
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def create_table(uri: str, topic_id: str) -> None:
     try:
         create_table_with_add_actions(uri, Schema.from_arrow(TABLE_SCHEMA), [], mode="ignore",
                                       partition_by=PARTITION_COLUMNS,
-                                      description=f"lakelog topic_id={topic_id}")
+                                      description=f"lakelog topic_id={topic_id}",
+                                      storage_options=storage_options(uri))
     except Exception as exc:  # delta-rs raises plain errors for a racing create
         if open_table(uri) is None:
             raise StorageError(f"cannot create Delta table {uri}: {exc}") from None
@@ -165,13 +167,13 @@ def set_aside_torn_commit(uri: str) -> str | None:
 def load_table(uri: str, version: int | None = None) -> DeltaTable:
     """``DeltaTable(uri)``, setting a torn newest log entry aside once if it fails."""
     try:
-        return DeltaTable(uri, version=version)
+        return DeltaTable(uri, version=version, storage_options=storage_options(uri))
     except TableNotFoundError:
         raise
     except DeltaError:
         if set_aside_torn_commit(uri) is None:
             raise
-    return DeltaTable(uri, version=version)
+    return DeltaTable(uri, version=version, storage_options=storage_options(uri))
 
 
 def open_table(uri: str, version: int | str | datetime | None = None) -> DeltaTable | None:
@@ -232,14 +234,16 @@ def read_files(files: Sequence[ColdFile], start: int, end: int,
     if not chosen:
         return FILE_SCHEMA.empty_table()
     where = (ds.field("offset") >= start) & (ds.field("offset") < end)
+    fs, _ = filesystem(chosen[0].path)
     cols = list(columns) if columns else None
     if limit is None:
-        dataset = ds.dataset([_path(f) for f in chosen], schema=FILE_SCHEMA, format="parquet")
+        dataset = ds.dataset([_path(f) for f in chosen], schema=FILE_SCHEMA, format="parquet",
+                             filesystem=fs)
         return dataset.to_table(columns=cols, filter=where).sort_by("offset")
     parts: list[pa.Table] = []
     wanted = limit
     for f in chosen:  # files do not overlap and are sorted: stop once enough rows are read
-        dataset = ds.dataset([_path(f)], schema=FILE_SCHEMA, format="parquet")
+        dataset = ds.dataset([_path(f)], schema=FILE_SCHEMA, format="parquet", filesystem=fs)
         part = dataset.scanner(columns=cols, filter=where).head(wanted)
         parts.append(part)
         wanted -= part.num_rows
@@ -249,4 +253,4 @@ def read_files(files: Sequence[ColdFile], start: int, end: int,
 
 
 def _path(f: ColdFile) -> str:
-    return local_path(f.path) if is_local(f.path) else f.path
+    return filesystem(delta_path(f.path))[1]
