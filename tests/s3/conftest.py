@@ -87,7 +87,7 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
 @pytest.fixture
 def s3_bucket(s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
     """A new bucket, with the AWS variables that reach it set in this process."""
-    import boto3
+    import boto3  # type: ignore[import-untyped]
 
     env = aws_env(s3_endpoint.url)
     name = f"lake-{uuid.uuid4().hex[:12]}"

@@ -66,3 +66,17 @@ def test_wrong_credentials_one_error_naming_the_bucket(tmp_path: Path) -> None:
 def test_missing_bucket_is_named(s3_bucket: S3Bucket) -> None:
     with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
         check_warehouse("s3://no-such-bucket/lake")
+
+
+def test_the_scheduler_runs_only_tiering_on_an_object_store(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from compaction_jobs.scheduler import Intervals, JobScheduler
+    from log_tables.layout import Layout
+
+    layout = Layout.of(tmp_path / "data", "s3://bucket/lake")
+    scheduler = JobScheduler(layout, Intervals(1000, 1000, 1000, 1000), "local[1]")
+    assert [name for name, _, _ in scheduler._jobs] == ["tier"]
+    assert "only the tier job runs; retention, compact, upkeep" in caplog.text
+    local = JobScheduler(Layout.of(tmp_path / "data"), Intervals(1000, 1000, 1000, 1000),
+                         "local[1]")
+    assert [name for name, _, _ in local._jobs] == ["tier", "retention", "compact", "upkeep"]

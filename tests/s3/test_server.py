@@ -1,0 +1,44 @@
+"""A server on an s3:// warehouse: its scheduled tiering commits to the bucket, and
+fetches below the hot tier are answered from the Parquet files there."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ingest_api.helpers import fetch_all
+from tests.ingest_api.test_tiered import _create, _partition, _produce
+from tests.s3.conftest import S3Bucket
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def test_fetch_of_tiered_offsets_from_s3(tmp_path: Path, s3_bucket: S3Bucket) -> None:
+    server = ServerProcess(tmp_path / "data", env={
+        **s3_bucket.env, "LAKELOG_WAREHOUSE": s3_bucket.warehouse,
+        "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
+    try:
+        with server.client() as client:
+            _create(client, "cold", 1, segment_ms="300", local_retention_ms="0")
+            sent = [f"record-{i}" for i in range(30)]
+            for i in range(0, 30, 10):
+                _produce(client, "cold", 0, sent[i:i + 10])
+                time.sleep(0.4)  # let segment.ms roll each batch into a segment of its own
+            deadline = time.monotonic() + 180
+            while _partition(client, "cold", 0)["hot_log_start_offset"] < 20:
+                assert time.monotonic() < deadline, server.log()
+                time.sleep(0.2)
+            part = _partition(client, "cold", 0)
+            assert part["log_start_offset"] == 0 and part["tiered_offset"] >= 20
+            records = fetch_all(client, "cold", 0, fmt="STRING")
+            assert [r["value"]["data"] for r in records] == sent
+            assert [r["offset"] for r in records] == list(range(30))
+            one = client.get("/topics/cold/partitions/0/records",
+                             params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
+            assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
+        assert s3_bucket.env["AWS_SECRET_ACCESS_KEY"] not in server.log()
+    finally:
+        server.stop(timeout_s=90)
