@@ -253,4 +253,4 @@ def read_files(files: Sequence[ColdFile], start: int, end: int,
 
 
 def _path(f: ColdFile) -> str:
-    return filesystem(delta_path(f.path))[1]
+    return local_path(f.path) if is_local(f.path) else filesystem(f.path)[1]
