@@ -299,38 +299,56 @@ class Controller:
                              live: Mapping[int, int], bounced: set[int], unclean: bool) -> int:
         """One partition's step 2: its state after the brokers' changes, written on the
         znode version it was read at (read again when its leader changed the ISR)."""
+        def decide(state: PartitionState) -> tuple[PartitionState, str] | None:
+            change = after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
+            return None if change is None else (change.state, change.kind)
+
+        written = self._rewrite_state(topic, partition, decide)
+        if written is None:
+            return 0
+        state, new, kind = written
+        if kind == "isr":
+            log.info("%s-%d: ISR %s -> %s (leader %d, leader epoch %d)", topic, partition,
+                     state.isr, new.isr, new.leader, new.leader_epoch)
+            step("isr-written")
+            return 1
+        if kind == "unclean":
+            log.warning("%s-%d: unclean leader election: no in-sync replica of %s is "
+                        "alive, so out-of-sync broker %d leads (leader epoch %d); "
+                        "acknowledged records it does not have are lost", topic,
+                        partition, state.isr, new.leader, new.leader_epoch)
+        else:
+            log.info("%s-%d: leader %d -> %d (leader epoch %d, ISR %s)", topic, partition,
+                     state.leader, new.leader, new.leader_epoch, new.isr)
+        step("leader-written")
+        return 1
+
+    def _rewrite_state(self, topic: str, partition: int,
+                       decide: Callable[[PartitionState], tuple[PartitionState, str] | None]
+                       ) -> tuple[PartitionState, PartitionState, str] | None:
+        """Read a partition's state, ``decide`` its new one, and write it on the znode
+        version it was read at, fenced by the controller epoch; read and decide again
+        when something (its leader's ISR change) wrote it meanwhile. Returns (old, new,
+        what ``decide`` called the change); None when there is nothing to change (or every
+        try lost its race: the next reconcile tries again)."""
         path = state_path(topic, partition)
         for _ in range(MAX_WRITE_ATTEMPTS):
             try:
                 data, stat = self.client.get(path)
             except NoNodeError:
-                return 0
+                return None
             state = decode(data, PartitionState)
-            change = after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
-            if change is None:
-                return 0
-            new = change.state
+            decided = decide(state)
+            if decided is None:
+                return None
+            new, kind = decided
             try:
                 self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
             except BadVersionError:
                 continue  # its leader changed the ISR meanwhile: decide again
-            if change.kind == "isr":
-                log.info("%s-%d: ISR %s -> %s (leader %d, leader epoch %d)", topic, partition,
-                         state.isr, new.isr, new.leader, new.leader_epoch)
-                step("isr-written")
-                return 1
-            if change.kind == "unclean":
-                log.warning("%s-%d: unclean leader election: no in-sync replica of %s is "
-                            "alive, so out-of-sync broker %d leads (leader epoch %d); "
-                            "acknowledged records it does not have are lost", topic,
-                            partition, state.isr, new.leader, new.leader_epoch)
-            else:
-                log.info("%s-%d: leader %d -> %d (leader epoch %d, ISR %s)", topic, partition,
-                         state.leader, new.leader, new.leader_epoch, new.isr)
-            step("leader-written")
-            return 1
-        self.poke()  # lost every race to the ISR's changes: the next reconcile tries again
-        return 0
+            return state, new, kind
+        self.poke()
+        return None
 
     # -- 4. preferred leaders --------------------------------------------------------
     def elect_preferred(self, topic: str | None = None) -> int:
@@ -370,25 +388,18 @@ class Controller:
 
     def _to_preferred(self, topic: str, partition: int, replicas: Sequence[int],
                       live: set[int]) -> int:
-        path = state_path(topic, partition)
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            try:
-                data, stat = self.client.get(path)
-            except NoNodeError:
-                return 0
-            state = decode(data, PartitionState)
+        def decide(state: PartitionState) -> tuple[PartitionState, str] | None:
             new = to_preferred(state, replicas, live, self.epoch)
-            if new is None:
-                return 0
-            try:
-                self._commit([("set_data", (path, encode(new)), {"version": stat.version})])
-            except BadVersionError:
-                continue
-            log.info("%s-%d: leader %d -> %d, its preferred replica (leader epoch %d)", topic,
-                     partition, state.leader, new.leader, new.leader_epoch)
-            step("preferred-written")
-            return 1
-        return 0
+            return None if new is None else (new, "preferred")
+
+        written = self._rewrite_state(topic, partition, decide)
+        if written is None:
+            return 0
+        state, new, _ = written
+        log.info("%s-%d: leader %d -> %d, its preferred replica (leader epoch %d)", topic,
+                 partition, state.leader, new.leader, new.leader_epoch)
+        step("preferred-written")
+        return 1
 
     # -- 3. topics -------------------------------------------------------------------
     def _reachable(self) -> contextlib.AbstractContextManager[None]:

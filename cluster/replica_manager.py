@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cluster.isr import IsrConflictError, alter_isr
 from cluster.model import OFFSETS_TOPIC
-from cluster.replicas import LeaderPartition, not_leader
+from cluster.replicas import LeaderPartition, not_leader, step
 from log_tables.errors import LakelogError, UnknownPartitionError, UnknownTopicError
 from log_tables.hot.partition_log import PartitionLog
 
@@ -201,6 +201,7 @@ class ReplicaManager:
             except Exception:
                 lp.expanding(())
                 raise
+            step("leader-isr-written")
             if out:
                 self.isr_shrinks += 1
                 log.warning("%s: ISR shrinks from %s to %s (behind for more than "

@@ -42,6 +42,17 @@ from log_tables.hot.partition_log import PartitionLog
 log = logging.getLogger(__name__)
 
 
+step_hook: Callable[[str], None] | None = None
+"""Called with each replication step's name as it completes (tests kill the broker there):
+``leader-isr-written`` (a leader's ISR change is in ZooKeeper, not yet in its memory) and
+``truncated`` (a follower cut records by leader epoch and has not fetched since)."""
+
+
+def step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 

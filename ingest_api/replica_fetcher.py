@@ -36,6 +36,7 @@ from cluster.replica_protocol import (
     encode,
     split_fetch_answer,
 )
+from cluster.replicas import step
 from log_tables.errors import LakelogError, UnknownPartitionError, UnknownTopicError
 from log_tables.hot.leader_epochs import UNDEFINED
 from log_tables.hot.partition_log import PartitionLog
@@ -234,6 +235,7 @@ class LeaderFetcher(threading.Thread):
             log.warning("%s-%d: truncating the replica from %d to %d (%s)", tp[0], tp[1], end,
                         offset, why)
             plog.truncate_to(offset)
+            step("truncated")
         else:  # no records to cut, but epochs that began at the end (led, never written)
             plog.leader_epochs.truncate_from_end(offset)
 

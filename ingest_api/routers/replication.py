@@ -5,6 +5,8 @@ own keys, acting for nobody): a user's key is refused with 403."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sized
+from typing import Protocol, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -115,16 +117,30 @@ def _serve(st: AppState, replica: int, parts: list[FetchPartition], budget: int,
     return answers, data, total, failed
 
 
+class _Request(Protocol):
+    @property
+    def partitions(self) -> Sized: ...
+
+
+_R = TypeVar("_R", bound=_Request)
+
+
+async def _read(request: Request, decode: Callable[[bytes], _R], what: str) -> _R:
+    """The body, decoded; 400 when it is malformed or names too many partitions."""
+    try:
+        req = decode(await request.body())
+    except Exception as exc:
+        raise ApiError(400, f"malformed {what}: {exc}", name="invalid_request") from None
+    if len(req.partitions) > MAX_PARTITIONS:
+        raise ApiError(400, f"a {what} names at most {MAX_PARTITIONS} partitions",
+                       name="invalid_request")
+    return req
+
+
 @router.post(FETCH_PATH)
 async def replica_fetch(request: Request) -> Response:
     st = _broker_only(request)
-    try:
-        req = decode_fetch_request(await request.body())
-    except Exception as exc:
-        raise ApiError(400, f"malformed replica fetch: {exc}", name="invalid_request") from None
-    if len(req.partitions) > MAX_PARTITIONS:
-        raise ApiError(400, f"a replica fetch names at most {MAX_PARTITIONS} partitions",
-                       name="invalid_request")
+    req = await _read(request, decode_fetch_request, "replica fetch")
     budget = max(1, min(req.max_bytes, MAX_FETCH_BYTES))
     per_partition = max(1, min(req.partition_max_bytes, budget))
     deadline = time.monotonic() + max(0, min(req.max_wait_ms, MAX_WAIT_MS)) / 1000
@@ -142,13 +158,7 @@ async def replica_fetch(request: Request) -> Response:
 @router.post(EPOCH_END_PATH)
 async def epoch_end(request: Request) -> Response:
     st = _broker_only(request)
-    try:
-        req = decode_epoch_request(await request.body())
-    except Exception as exc:
-        raise ApiError(400, f"malformed epoch query: {exc}", name="invalid_request") from None
-    if len(req.partitions) > MAX_PARTITIONS:
-        raise ApiError(400, f"an epoch query names at most {MAX_PARTITIONS} partitions",
-                       name="invalid_request")
+    req = await _read(request, decode_epoch_request, "epoch query")
     out = []
     for q in req.partitions:
         try:

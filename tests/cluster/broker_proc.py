@@ -1,8 +1,8 @@
-"""``lakelog serve`` that SIGKILLs itself right after a controller step.
+"""``lakelog serve`` that SIGKILLs itself right after a controller or replication step.
 
 ``python -m tests.cluster.broker_proc STEP serve ARGS...``: the broker runs as usual
-until its controller completes STEP (``cluster.controller.step``), then the process is
-killed. A real kill of a real broker; the hook only picks the moment, since a crash
+until its controller completes STEP (``cluster.controller.step``), or its replication
+does (``cluster.replicas.step``), then the process is killed. A real kill of a real broker; the hook only picks the moment, since a crash
 cannot otherwise be aimed between two of the controller's ZooKeeper writes.
 """
 
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from cluster import controller
+from cluster import controller, replicas
 from lakelog.cli import main as lakelog_main
 
 
@@ -23,7 +23,7 @@ def run() -> None:
         if done == target:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    controller.step_hook = hook
+    controller.step_hook = replicas.step_hook = hook
     sys.argv = ["lakelog", *sys.argv[2:]]
     lakelog_main()
 

@@ -222,6 +222,9 @@ def test_replicas_fetch_with_broker_keys_and_users_cannot(secured: Cluster) -> N
                    ).read_text().strip()
     assert httpx.post(url, content=body,
                       headers=forward_headers(credentials, "admin")).status_code == 403
+    bad = httpx.post(url, content=b"not msgpack", headers=forward_headers(credentials, None))
+    assert bad.status_code == 400 and bad.json()["error"] == "invalid_request", bad.text
+    assert "malformed replica fetch" in bad.json()["message"]
     r = httpx.post(url, content=body, headers=forward_headers(credentials, None))
     assert r.status_code == 200, r.text
     answer, chunks = split_fetch_answer(r.content)

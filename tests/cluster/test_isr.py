@@ -14,9 +14,7 @@ about its timer), so that what it saw between two changes is decided by the test
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
 import pytest
 from kazoo.client import KazooClient
@@ -41,24 +39,15 @@ from cluster.model import (
 from cluster.snapshot import read_placements
 from cluster.view import ClusterView, under_replicated
 from lakelog.zookeeper import ZooKeeperServer
+from tests.cluster.test_controller_steps import wait_for
 
 pytestmark = pytest.mark.slow
 WAIT_S = 30.0
 CONTROLLER_ID = 100
 """The controller's broker id: not one of the registered brokers, so it never leads."""
 
-_T = TypeVar("_T")
 
 
-def wait_for(what: str, probe: Callable[[], _T | None], timeout_s: float = WAIT_S) -> _T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s:.0f}s: {what}")
-        time.sleep(0.05)
 
 
 class Sessions:
