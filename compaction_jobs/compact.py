@@ -20,8 +20,12 @@ Steps of one run per topic (a kill at any step leaves the old or the new state):
 2. staged: Spark keeps the latest record per (partition, key) and writes each
    partition sorted by offset under ``_stage/<job>/``: one task per partition
    (pyarrow in the task) when each fits in ``task_max_bytes``, else a Spark SQL
-   shuffle over all of them; file stats come from the written rows or files;
-3. moved: manifest, then the files move into ``partition=<p>/``;
+   shuffle over all of them; file stats come from the written rows or files.
+   On an object store the tasks write straight to final, job-unique names
+   (``staging.Outputs``), always one task per partition: Spark's own Parquet
+   writer would need ``hadoop-aws``;
+3. moved: manifest, then the files move into ``partition=<p>/`` (on an object
+   store nothing moves);
 4. committed: one delta-rs commit removes the old files and adds the new ones,
    advancing each partition's cleaner checkpoint and file-removal counter (the
    guard: a second compaction planned on the same files loses, and its files
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import logging
 import operator
 import os
 import time
@@ -48,10 +53,10 @@ import pyarrow.compute as pc
 from deltalake.transaction import AddAction
 
 from compaction_jobs.job import TopicJob, session_of, step
-from compaction_jobs.staging import StageDir, clean_orphans
-from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from compaction_jobs.staging import Outputs, clean_orphans
+from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table, relative_path
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.cold.rows import TIMESTAMP_TYPE, file_stats, parquet_file_stats, write_rows
+from log_tables.cold.rows import TIMESTAMP_TYPE, file_stats, parquet_file_stats, write_rows_at
 from log_tables.cold.table import (
     ColdFile,
     PartitionState,
@@ -67,6 +72,8 @@ from log_tables.spark.read import FILE_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 MAX_RECORDS_PER_FILE = 4_000_000
 """Bound on one output file; a partition's compacted range may span several."""
@@ -87,14 +94,18 @@ class PartitionTask(NamedTuple):
     start_offset: int
     horizon_ms: int
     """Tombstones older than this go."""
-    out_dir: str
+    out_path: str
+    """Where the i-th output file goes, ``{i}`` standing for i (``Outputs.path``)."""
+    store_env: tuple[tuple[str, str], ...] = ()
+    """An object store's settings (``storage.object_store_env``), in the task."""
 
 
 def compact_partition(task: PartitionTask) -> tuple[int, list[Written]]:
     """Step 2 in a Spark task: the latest record per key, tombstones past the horizon and
     keyless records dropped, written sorted by offset (files of at most
     MAX_RECORDS_PER_FILE rows)."""
-    table = read_files(task.files, task.start_offset, task.files[-1].max_offset + 1)
+    table = read_files(task.files, task.start_offset, task.files[-1].max_offset + 1,
+                       env=task.store_env)
     table = table.filter(pc.is_valid(table.column("key")))
     latest = table.group_by("key", use_threads=False).aggregate([("offset", "max")])
     keep = pc.is_in(table.column("offset"), value_set=latest.column("offset_max"))
@@ -102,12 +113,11 @@ def compact_partition(task: PartitionTask) -> tuple[int, list[Written]]:
     expired = pc.and_(pc.is_null(table.column("value")),
                       pc.less(table.column("timestamp"), horizon))
     kept = table.filter(pc.and_(keep, pc.invert(expired)))
-    os.makedirs(task.out_dir, exist_ok=True)
     out: list[Written] = []
     for i in range(0, kept.num_rows, MAX_RECORDS_PER_FILE):
         chunk = kept.slice(i, MAX_RECORDS_PER_FILE)
-        path = os.path.join(task.out_dir, f"p{task.partition}-{i // MAX_RECORDS_PER_FILE}.parquet")
-        size = write_rows(path, chunk.to_batches())
+        path = task.out_path.replace("{i}", str(i // MAX_RECORDS_PER_FILE))
+        size = write_rows_at(path, chunk.to_batches(), task.store_env)
         offsets = chunk.column("offset")
         out.append((path, chunk.num_rows, offsets[0].as_py(), offsets[-1].as_py(),
                     file_stats(chunk), size))
@@ -188,18 +198,27 @@ class CompactJob(TopicJob):
         if not plans or self.dry_run:
             return [self.row(meta.name, p.partition, began, SUCCEEDED, records_in=p.records,
                              bytes_in=p.size_bytes, detail=p.reason) for p in plans]
-        stage = StageDir(uri, self.job_id)
+        out = Outputs(uri, self.job_id)
         try:
             session = session_of(spark)
-            if max(p.size_bytes for p in plans) <= self.task_max_bytes:
-                written = self._rewrite_in_tasks(session, plans, config, stage.path)
+            largest = max(p.size_bytes for p in plans)
+            if largest <= self.task_max_bytes or out.direct:
+                if largest > self.task_max_bytes:
+                    log.warning("%s: compacting %d bytes of one partition in one task: on an "
+                                "object store the Spark SQL path would need hadoop-aws",
+                                meta.name, largest)
+                written = self._rewrite_in_tasks(session, plans, config, out)
             else:
-                written = self._rewrite(session, uri, plans, config, stage.path)
+                written = self._rewrite(session, uri, plans, config, out.path("spark", ""))
             step("staged")
-            finals = {src: f"partition={p}/{lo:020d}-{hi:020d}-{self.job_id}-c{i}.parquet"
-                      for p, files in written.items()
-                      for i, (src, _n, lo, hi, _stats, _size) in enumerate(files)}
-            stage.move_in(finals)
+            if out.direct:
+                finals = {f[0]: relative_path(uri, f[0]) for files in written.values()
+                          for f in files}
+            else:
+                finals = {src: f"partition={p}/{lo:020d}-{hi:020d}-{self.job_id}-c{i}.parquet"
+                          for p, files in written.items()
+                          for i, (src, _n, lo, hi, _stats, _size) in enumerate(files)}
+            out.move_in(finals)
             step("moved")
             modified = int(time.time() * 1000)
             changes = [PartitionChange(
@@ -213,11 +232,11 @@ class CompactJob(TopicJob):
                 {files_app_id(plan.partition): plan.state.files_version}) for plan in plans]
             done, _lost = commit_changes(
                 dt, changes, self.name, self.job_id,
-                on_lost=lambda c: stage.discard([finals[f[0]] for f in written.get(c.partition, [])]))
+                on_lost=lambda c: out.discard([finals[f[0]] for f in written.get(c.partition, [])]))
             if done:
                 step("committed")
         finally:
-            stage.close()
+            out.close()
         ok = {c.partition for c in done}
         return [self.row(meta.name, p.partition, began, SUCCEEDED, records_in=p.records,
                          records_out=sum(f[1] for f in written.get(p.partition, [])),
@@ -227,10 +246,13 @@ class CompactJob(TopicJob):
                 for p in plans if p.partition in ok]
 
     def _rewrite_in_tasks(self, spark: SparkSession, plans: list[CompactPlan],
-                          config: TopicConfig, out_dir: str) -> dict[int, list[Written]]:
+                          config: TopicConfig, out: Outputs) -> dict[int, list[Written]]:
         """Step 2, one Spark task per partition (largest first)."""
-        tasks = [PartitionTask(p.partition, p.files, p.state.start_offset,
-                               self.now_ms - config.delete_retention_ms, out_dir)
+        tasks = [PartitionTask(
+            p.partition, p.files, p.state.start_offset, self.now_ms - config.delete_retention_ms,
+            out.path(f"p{p.partition}-{{i}}.parquet",
+                     f"partition={p.partition}/{p.state.start_offset:020d}-{self.job_id}"
+                     "-c{i}.parquet"), out.env)
                  for p in sorted(plans, key=lambda p: -p.size_bytes)]
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
         return dict(rdd.map(compact_partition).collect())

@@ -26,7 +26,7 @@ from compaction_jobs.staging import new_job_id
 from log_tables.cold import job_runs
 from log_tables.cold.job_runs import DRY_RUN, FAILED, JobRun
 from log_tables.errors import StorageError
-from log_tables.layout import Layout, is_local
+from log_tables.layout import Layout
 from log_tables.leadership import read_cluster_id, read_leadership
 from log_tables.registry import TopicMetadata
 
@@ -93,16 +93,11 @@ class Job(abc.ABC, Generic[Report]):
     """A job over some topics of a layout; ``run`` records its rows in ``_job_runs``."""
 
     name: ClassVar[str]
-    needs_local_warehouse: ClassVar[bool] = True
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  dry_run: bool = False, progress: Callable[[str], None] | None = None,
                  now_ms: int | None = None, orphan_min_age_s: float = 60.0,
                  led: Led | None = None) -> None:
-        if self.needs_local_warehouse and not is_local(layout.warehouse):
-            raise StorageError(f"{layout.warehouse}: the {self.name} job stages files on a local "
-                               "or mounted file system and renames them in under a file lock; "
-                               "on an object-store warehouse only tiering runs so far")
         self.layout = layout
         self.only = None if topics is None else set(topics)
         self.dry_run = dry_run

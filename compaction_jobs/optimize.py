@@ -9,12 +9,12 @@ promise that order, so lakelog does this itself.
 Steps, as in the compaction job: plan → staged (Spark tasks, one per core,
 concatenate each bin with pyarrow) → moved → committed (remove + add with
 ``dataChange=false``, guarded by the partition's file-removal counter) →
-stage directory removed.
+stage directory removed. On an object store the tasks write straight to final,
+job-unique names and nothing moves (``staging.Outputs``).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from deltalake.transaction import AddAction
 
 from compaction_jobs.job import TopicJob, session_of, step
-from compaction_jobs.staging import StageDir, clean_orphans
-from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table
+from compaction_jobs.staging import Outputs, clean_orphans
+from log_tables.cold.commit import PartitionChange, commit_changes, open_topic_table, relative_path
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.cold.rows import file_stats, write_rows
-from log_tables.cold.table import STAGE_DIR, ColdFile, files_app_id, read_files, snapshot
-from log_tables.layout import Layout, local_path
+from log_tables.cold.rows import file_stats, write_rows_at
+from log_tables.cold.table import ColdFile, files_app_id, read_files, snapshot
+from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
@@ -39,7 +39,14 @@ DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
 class Bin(NamedTuple):
     partition: int
     files: list[ColdFile]
-    staged_path: str
+    staged_path: str = ""
+    """Where its task writes the merged file (``Outputs.path``); "" until there is one."""
+    store_env: tuple[tuple[str, str], ...] = ()
+    """An object store's settings (``storage.object_store_env``), in the task."""
+
+    def final_name(self, job_id: str) -> str:
+        return (f"partition={self.partition}/{self.files[0].min_offset:020d}-"
+                f"{self.files[-1].max_offset:020d}-{job_id}.parquet")
 
 
 class MergedFile(NamedTuple):
@@ -48,8 +55,8 @@ class MergedFile(NamedTuple):
     stats: str
 
 
-def plan_bins(partition: int, files: list[ColdFile], start_offset: int, target_bytes: int,
-              stage: str) -> list[Bin]:
+def plan_bins(partition: int, files: list[ColdFile], start_offset: int, target_bytes: int
+              ) -> list[Bin]:
     """Consecutive small files grouped up to ``target_bytes``; only bins of 2+ files."""
     bins: list[list[ColdFile]] = [[]]
     for f in files:
@@ -59,15 +66,14 @@ def plan_bins(partition: int, files: list[ColdFile], start_offset: int, target_b
             current.append(f)
         else:
             bins.append([f] if small else [])
-    return [Bin(partition, b, os.path.join(stage, f"p{partition}-{b[0].min_offset:020d}.parquet"))
-            for b in bins if len(b) >= 2]
+    return [Bin(partition, b) for b in bins if len(b) >= 2]
 
 
 def merge_bin(b: Bin) -> MergedFile:
     """Stage step (in a Spark task): the bin's files, concatenated, as one file."""
-    rows = read_files(b.files, b.files[0].min_offset, b.files[-1].max_offset + 1)
-    os.makedirs(os.path.dirname(b.staged_path), exist_ok=True)
-    size = write_rows(b.staged_path, rows.to_batches())
+    rows = read_files(b.files, b.files[0].min_offset, b.files[-1].max_offset + 1,
+                      env=b.store_env)
+    size = write_rows_at(b.staged_path, rows.to_batches(), b.store_env)
     return MergedFile(b, size, file_stats(rows))
 
 
@@ -92,10 +98,8 @@ class OptimizeJob(TopicJob):
         dt = open_topic_table(uri, meta.name, meta.topic_id)
         clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, meta.partitions)
-        stage_path = os.path.join(local_path(uri), STAGE_DIR, self.job_id)
         bins = [b for p, st in enumerate(states) if self.leads(meta.name, p)
-                for b in plan_bins(p, list(st.files), st.start_offset, self.target_bytes,
-                                   stage_path)]
+                for b in plan_bins(p, list(st.files), st.start_offset, self.target_bytes)]
         by_partition: dict[int, list[Bin]] = {}
         for b in bins:
             by_partition.setdefault(b.partition, []).append(b)
@@ -105,7 +109,10 @@ class OptimizeJob(TopicJob):
                           f"{meta.name}-{p} into {len(pbins)}")
         if not bins or self.dry_run:
             return [self._row(meta.name, p, began, pbins, []) for p, pbins in by_partition.items()]
-        stage = StageDir(uri, self.job_id)
+        out = Outputs(uri, self.job_id)
+        bins = [b._replace(staged_path=out.path(f"p{b.partition}-{b.files[0].min_offset:020d}"
+                                                ".parquet", b.final_name(self.job_id)),
+                           store_env=out.env) for b in bins]
         try:
             session = session_of(spark)
             groups = [bins[i::session.sparkContext.defaultParallelism]
@@ -113,10 +120,9 @@ class OptimizeJob(TopicJob):
             merged = session.sparkContext.parallelize(groups, len(groups)).flatMap(
                 merge_bins).collect()
             step("staged")
-            finals = {m.bin.staged_path: f"partition={m.bin.partition}/"
-                      f"{m.bin.files[0].min_offset:020d}-{m.bin.files[-1].max_offset:020d}-"
-                      f"{self.job_id}.parquet" for m in merged}
-            stage.move_in(finals)
+            finals = {m.bin.staged_path: relative_path(uri, m.bin.staged_path) if out.direct
+                      else m.bin.final_name(self.job_id) for m in merged}
+            out.move_in(finals)
             step("moved")
             modified = int(time.time() * 1000)
             changes = [PartitionChange(
@@ -128,12 +134,12 @@ class OptimizeJob(TopicJob):
                 {files_app_id(p): states[p].files_version}) for p, pbins in by_partition.items()]
             done, _lost = commit_changes(
                 dt, changes, self.name, self.job_id, data_change=False,
-                on_lost=lambda c: stage.discard([finals[m.bin.staged_path] for m in merged
-                                                 if m.bin.partition == c.partition]))
+                on_lost=lambda c: out.discard([finals[m.bin.staged_path] for m in merged
+                                               if m.bin.partition == c.partition]))
             if done:
                 step("committed")
         finally:
-            stage.close()
+            out.close()
         ok = {c.partition for c in done}
         return [self._row(meta.name, p, began, pbins, [m for m in merged if m.bin.partition == p])
                 for p, pbins in by_partition.items() if p in ok]

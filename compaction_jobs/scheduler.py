@@ -58,7 +58,7 @@ from log_tables import parent_death
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.hot.segment import LogSegment
-from log_tables.layout import Layout, is_local
+from log_tables.layout import Layout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,13 +107,6 @@ class JobScheduler:
                 ("retention", intervals.retention_ms, self._retention),
                 ("compact", intervals.compact_ms, self._compact),
                 ("upkeep", intervals.upkeep_ms, self._upkeep)) if ms > 0]
-        if not is_local(layout.warehouse):
-            skipped = [name for name, _, _ in self._jobs if name != "tier"]
-            self._jobs = [j for j in self._jobs if j[0] == "tier"]
-            if skipped:
-                log.warning("object-store warehouse: only the tier job runs; %s still stage "
-                            "files and rename them under a file lock, and do not run yet "
-                            "(issue 22)", ", ".join(skipped))
         # The first runs come one interval after start: a restarting server answers first.
         self._due = {name: time.monotonic() + interval_s for name, interval_s, _ in self._jobs}
 

@@ -1,10 +1,18 @@
-"""Stage directories: where a job writes new files before they enter a table.
+"""Where a job writes the files it adds to a table, before its commit takes them.
 
-A job writes under ``<table>/_stage/<job_id>/`` (vacuum never looks there),
-holding an flock on ``.lock`` while it runs. Before it moves files into the
-table it writes ``manifest.json`` listing where they go, so that if it dies
-between the move and the commit, the next job finds the directory (its lock is
-free), deletes the moved files no commit references, and removes it.
+A local table (a file system with rename and flock): a job writes under
+``<table>/_stage/<job_id>/`` (vacuum never looks there), holding an flock on
+``.lock`` while it runs. Before it moves files into the table it writes
+``manifest.json`` listing where they go, so that if it dies between the move and
+the commit, the next job finds the directory (its lock is free), deletes the moved
+files no commit references, and removes it.
+
+An object store (no rename, no lock): a job's tasks write each file straight to a
+final name under the table that holds the job id, so no two jobs ever write one
+name. Nothing reads a file no commit references; a job that loses its commit
+deletes its files (best effort), and a job that dies leaves them to the vacuum job,
+which deletes files in no commit once they are older than its grace period.
+``Outputs`` is the one interface the jobs use for both.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from deltalake import DeltaTable
 
 from log_tables.cold.commit import relative_path
 from log_tables.cold.table import STAGE_DIR
-from log_tables.layout import local_path
+from log_tables.layout import is_local, local_path
+from log_tables.storage import delete_files, object_store_env
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -66,12 +75,52 @@ class StageDir:
             self._fd = None
 
 
+class Outputs:
+    """One job run's new files in one table: staged and renamed in (a local table), or
+    written straight to their final names (an object store: ``direct``)."""
+
+    def __init__(self, table_uri: str, job_id: str) -> None:
+        self.uri = table_uri.rstrip("/")
+        self.job_id = job_id
+        self.direct = not is_local(table_uri)
+        self.env = object_store_env(table_uri)
+        """The store's settings, for the Spark tasks that write (never logged)."""
+        self._stage = None if self.direct else StageDir(table_uri, job_id)
+
+    def path(self, staged_name: str, final: str) -> str:
+        """Where a task writes a file: ``staged_name`` in the stage directory, or (direct)
+        ``final`` (relative to the table, holding the job id) itself."""
+        if self._stage is None:
+            return f"{self.uri}/{final}"
+        return os.path.join(self._stage.path, staged_name)
+
+    def move_in(self, finals: Mapping[str, str]) -> None:
+        """Put written files (path → path relative to the table) at their final names:
+        a rename each, or nothing when they were written there."""
+        if self._stage is not None:
+            self._stage.move_in(finals)
+
+    def discard(self, rels: list[str]) -> None:
+        """Delete files (relative to the table) that will never be committed."""
+        if self._stage is not None:
+            self._stage.discard(rels)
+        else:
+            delete_files([f"{self.uri}/{rel}" for rel in rels])
+
+    def close(self) -> None:
+        if self._stage is not None:
+            self._stage.close()
+
+
 def clean_orphans(uri: str, dt: DeltaTable, min_age_s: float = 60.0) -> int:
     """Remove stage directories of jobs that are gone, and files they moved in but never
     committed; returns how many files were deleted.
 
     A running job holds the lock in its directory; ``min_age_s`` keeps a job that
-    has just made its directory (and not yet taken the lock) safe."""
+    has just made its directory (and not yet taken the lock) safe. An object-store
+    table has no stage directories: its orphans are the vacuum job's."""
+    if not is_local(uri):
+        return 0
     stage = os.path.join(local_path(uri), STAGE_DIR)
     try:
         entries = os.listdir(stage)

@@ -26,19 +26,19 @@ table state, never a mix):
 A killed job's stage directory is found by the next run: its lock is free, so
 the moved files that no commit references are deleted with it.
 
-On an object-store warehouse (``s3://``) there is no rename and no flock: step 2
-writes each file straight to its final, job-unique name under ``partition=<p>/``,
-step 3 is skipped, and step 4 is the same commit (delta-rs writes the log entry with
-a conditional put, so of two racing jobs one wins and the other's partitions are
-lost as above). Files no commit takes are deleted, best effort; a killed job's are
-in no commit, so never read, and are left for vacuum.
+On an object-store warehouse (``s3://``) there is no rename and no flock
+(``staging.Outputs``): step 2 writes each file straight to its final, job-unique
+name under ``partition=<p>/``, step 3 moves nothing, and step 4 is the same commit
+(delta-rs writes the log entry with a conditional put, so of two racing jobs one
+wins and the other's partitions are lost as above). Files no commit takes are
+deleted, best effort; a killed job's are in no commit, so never read, and the
+vacuum job deletes them after its grace period.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -50,7 +50,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
 from compaction_jobs.job import Job, Led, session_of, step
-from compaction_jobs.staging import StageDir, clean_orphans
+from compaction_jobs.staging import Outputs, clean_orphans
 from log_tables.cold import job_runs
 from log_tables.cold.commit import (
     PartitionChange,
@@ -58,16 +58,15 @@ from log_tables.cold.commit import (
     open_topic_table,
     relative_path,
 )
-from log_tables.cold.rows import file_stats, to_table_rows, write_rows
-from log_tables.cold.table import STAGE_DIR, open_table, snapshot, tier_app_id
+from log_tables.cold.rows import file_stats, to_table_rows, write_rows_at
+from log_tables.cold.table import open_table, snapshot, tier_app_id
 from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
 from log_tables.hot.damage import Damage
 from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
 from log_tables.hot.segment_reads import records_from
-from log_tables.layout import Layout, is_local, local_path
+from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
-from log_tables.storage import delete_files, filesystem, object_store_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,7 +89,9 @@ class SegmentWork(NamedTuple):
     """Tier around damaged batches (their offsets become a hole) instead of stopping."""
     store_env: tuple[tuple[str, str], ...] = ()
     """Object-store warehouse: ``staged_path`` is the file's final URI in the table, written
-    straight there with these settings (no stage directory, no rename); (): a local one."""
+    straight there with these settings (no stage directory, no rename); (): a local one.
+    They travel in the task (in memory, never logged) because an executor's environment
+    need not hold them."""
 
 
 class StagedFile(NamedTuple):
@@ -181,12 +182,7 @@ def write_segment(work: SegmentWork) -> StagedFile:
             f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
     if not rows:
         return StagedFile(work, 0, "", position, tuple(damage))
-    if work.store_env:
-        fs, path = filesystem(work.staged_path, work.store_env)
-        size = write_rows(path, rows, fs)
-    else:
-        os.makedirs(os.path.dirname(work.staged_path), exist_ok=True)
-        size = write_rows(work.staged_path, rows)
+    size = write_rows_at(work.staged_path, rows, work.store_env)
     return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)), position,
                       tuple(damage))
 
@@ -239,6 +235,8 @@ class _TopicPlan(NamedTuple):
     floors: dict[int, int]
     """Per partition: where tiering starts (the tiered offset or a later log start)."""
     works: list[SegmentWork]
+    outputs: Outputs | None
+    """Where the works' files go (None: no works)."""
 
 
 class TierJob(Job[TierReport]):
@@ -246,7 +244,6 @@ class TierJob(Job[TierReport]):
     staged by one Spark job, so a failure fails the run (one failed row), not a topic."""
 
     name = "tier"
-    needs_local_warehouse = False
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None,
@@ -288,14 +285,11 @@ class TierJob(Job[TierReport]):
              ) -> TierReport:
         plans = [p for p in map(self._plan, self.topic_metas()) if p is not None]
         works = [w for p in plans for w in p.works]
-        # A local table's files are staged and renamed in under a lock; an object store's
-        # are written straight to their final names (see _commit).
-        stages = {p.topic: StageDir(self.layout.table_uri(p.topic), self.job_id)
-                  for p in plans if p.works and is_local(self.layout.warehouse)}
         try:
             staged: list[StagedFile] = []
             if works:
-                self.progress(f"tiering {len(works)} segment(s) of {len(stages)} topic(s)")
+                self.progress(f"tiering {len(works)} segment(s) of "
+                              f"{sum(1 for p in plans if p.works)} topic(s)")
                 session = session_of(spark)
                 groups = balance(works, session.sparkContext.defaultParallelism)
                 rdd = session.sparkContext.parallelize(groups, len(groups))
@@ -306,12 +300,13 @@ class TierJob(Job[TierReport]):
             for plan in plans:
                 mine = [s for s in staged if s.work.topic == plan.topic]
                 if mine:
-                    done, lost = self._commit(plan, mine, stages.get(plan.topic))
+                    done, lost = self._commit(plan, mine)
                     tiered += done
                     conflicts += lost
         finally:
-            for stage in stages.values():
-                stage.close()
+            for plan in plans:
+                if plan.outputs is not None:
+                    plan.outputs.close()
         report = TierReport(tiered, conflicts, time.monotonic() - started, self._damaged(staged))
         if tiered or conflicts:
             self.progress(f"tiered {report.records:,} records ({report.bytes / 1e6:.1f} MB) of "
@@ -329,16 +324,12 @@ class TierJob(Job[TierReport]):
         except StaleTableError as exc:
             self.progress(f"skipping topic {topic}: {exc}")
             return None
-        direct = not is_local(uri)
-        if not direct:
-            clean_orphans(uri, dt, self.orphan_min_age_s)
-        store_env = object_store_env(uri)
+        clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, partitions)
         tiered = {p: st.tiered_offset for p, st in enumerate(states)}
         # Records below the log start (deleted before they were tiered) are not tiered.
         floors = {p: max(st.tiered_offset, st.start_offset) for p, st in enumerate(states)}
-        stage = None if direct else os.path.join(local_path(uri), STAGE_DIR, self.job_id)
-        works: list[SegmentWork] = []
+        todo: list[tuple[int, SegmentFile, int, int]] = []
         for p in range(partitions):
             if not self.leads(topic, p):
                 continue  # another broker's: its hot log here is an empty mirror
@@ -355,23 +346,25 @@ class TierJob(Job[TierReport]):
                 start = max(floors[p], seg.base_offset)
                 if start >= nxt.base_offset:
                     continue
-                if stage is None:
-                    staged = f"{uri}/{final_name(p, start, nxt.base_offset, self.job_id)}"
-                else:
-                    staged = os.path.join(stage,
-                                          f"p{p}-{start:020d}-{nxt.base_offset:020d}.parquet")
-                works.append(SegmentWork(topic, p, str(seg.path), seg.base_offset, start,
-                                         nxt.base_offset, staged, self.skip_damaged, store_env))
-        return _TopicPlan(topic, dt, tiered, floors, works)
+                todo.append((p, seg, start, nxt.base_offset))
+        if not todo:
+            return _TopicPlan(topic, dt, tiered, floors, [], None)
+        out = Outputs(uri, self.job_id)
+        works = [SegmentWork(topic, p, str(seg.path), seg.base_offset, start, end,
+                             out.path(f"p{p}-{start:020d}-{end:020d}.parquet",
+                                      final_name(p, start, end, self.job_id)),
+                             self.skip_damaged, out.env)
+                 for p, seg, start, end in todo]
+        return _TopicPlan(topic, dt, tiered, floors, works, out)
 
     # -- move and commit -----------------------------------------------------------
-    def _commit(self, plan: _TopicPlan, staged: list[StagedFile], stage: StageDir | None
+    def _commit(self, plan: _TopicPlan, staged: list[StagedFile]
                 ) -> tuple[list[TieredRange], int]:
         """Steps 3 and 4 for one topic; returns what was committed and how many partitions lost.
 
-        ``stage`` None (an object-store table): the files are already at their final names,
-        step 3 is skipped, and files no commit takes are deleted (best effort; otherwise
-        they are never read, being in no commit, and vacuum removes them).
+        On an object store the files are already at their final names: step 3 moves
+        nothing, and files no commit takes are deleted (best effort; otherwise they are
+        never read, being in no commit, and vacuum removes them).
 
         A partition's files are taken up to the first that stopped at a damaged batch (the
         files after it stay in the stage directory, which is removed); files without
@@ -390,21 +383,19 @@ class TierJob(Job[TierReport]):
                     raise StorageError(f"{plan.topic}-{p}: staged files are not contiguous at "
                                        f"offset {expected} (found {f.work.start}); rerun the job")
                 expected = f.work.end
+        out = plan.outputs
+        assert out is not None  # a plan with works has its outputs
         moved = [s for files in by_partition.values() for s in files if s.size_bytes]
-        if stage is None:
-            taken = {id(s) for s in moved}
-            delete_files([s.work.staged_path for s in staged
-                          if s.size_bytes and id(s) not in taken])
-            finals = {s.work.staged_path: relative_path(plan.table.table_uri, s.work.staged_path)
+        if out.direct:
+            taken = {id(s) for s in moved}  # files after a damaged batch wait: deleted
+            out.discard([relative_path(out.uri, s.work.staged_path) for s in staged
+                         if s.size_bytes and id(s) not in taken])
+            finals = {s.work.staged_path: relative_path(out.uri, s.work.staged_path)
                       for s in moved}
-
-            def discard(rels: list[str]) -> None:
-                delete_files([f"{plan.table.table_uri.rstrip('/')}/{r}" for r in rels])
         else:
             finals = {s.work.staged_path: final_name(s.work.partition, s.work.start, s.end,
                                                      self.job_id) for s in moved}
-            stage.move_in(finals)
-            discard = stage.discard
+        out.move_in(finals)
         step("moved")
         now_ms = int(time.time() * 1000)
         changes = [PartitionChange(
@@ -414,8 +405,8 @@ class TierJob(Job[TierReport]):
             for p, files in by_partition.items() if files[-1].end > plan.floors[p]]
         done, lost = commit_changes(
             plan.table, changes, self.name, self.job_id,
-            on_lost=lambda c: discard([finals[s.work.staged_path]
-                                             for s in by_partition[c.partition] if s.size_bytes]))
+            on_lost=lambda c: out.discard([finals[s.work.staged_path]
+                                           for s in by_partition[c.partition] if s.size_bytes]))
         if done:
             step("committed")
         return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],

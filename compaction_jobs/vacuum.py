@@ -3,17 +3,19 @@ checkpoint the tables, and keep ``_job_runs`` small.
 
 The grace period (``retention_hours``, 24 by default) must outlast any reader
 or job still using an older snapshot: a Spark query planned before a
-compaction reads the removed files until it ends. Vacuum runs in delta-rs'
-"lite" mode: only files that a commit removed are deleted, never files a
-running job has moved in but not yet committed (those are the stage
-directories' business).
+compaction reads the removed files until it ends. On a local warehouse vacuum
+runs in delta-rs' "lite" mode: only files that a commit removed are deleted,
+never files a running job has moved in but not yet committed (those are the
+stage directories' business). On an object store, where jobs write straight to
+final names, it runs in "full" mode: files in no commit (a killed job's, or a
+lost commit's the job could not delete) go too once they are older than the
+grace period, which must therefore also outlast any job run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,8 +25,9 @@ from compaction_jobs.job import JobReport, TopicJob
 from log_tables.cold import job_runs
 from log_tables.cold.commit import open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
-from log_tables.layout import Layout, delta_path
+from log_tables.layout import Layout, delta_path, is_local
 from log_tables.registry import TopicMetadata
+from log_tables.storage import filesystem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,9 +41,10 @@ CHECKPOINT_EVERY = 10
 
 def checkpoint_if_due(dt: DeltaTable) -> bool:
     """Checkpoint when ``CHECKPOINT_EVERY`` commits came since the last one; drop expired logs."""
+    fs, root = filesystem(dt.table_uri)
     try:
-        with open(os.path.join(delta_path(dt.table_uri), "_delta_log", "_last_checkpoint")) as fh:
-            last = int(json.load(fh)["version"])
+        with fs.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as fh:
+            last = int(json.loads(fh.read())["version"])
     except (FileNotFoundError, KeyError, ValueError):
         last = -1
     if dt.version() - last < CHECKPOINT_EVERY:
@@ -67,12 +71,13 @@ class VacuumJob(TopicJob):
         began = now_ms()
         dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
         root = delta_path(dt.table_uri).rstrip("/") + "/"
+        full = not is_local(dt.table_uri)  # files in no commit too: see the module's doc
         doomed = dt.vacuum(retention_hours=self.retention_hours, dry_run=True,
-                           enforce_retention_duration=False)
+                           enforce_retention_duration=False, full=full)
         if not self.dry_run:
             if doomed:
                 dt.vacuum(retention_hours=self.retention_hours, dry_run=False,
-                          enforce_retention_duration=False)
+                          enforce_retention_duration=False, full=full)
             checkpoint_if_due(dt)
         if not doomed:
             return []

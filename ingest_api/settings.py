@@ -13,7 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from consumer_groups.settings import GroupSettings
 from ingest_api.addresses import is_loopback
 from log_tables.layout import Layout, is_local
-from log_tables.storage import S3_SCHEMES
+from log_tables.storage import OBJECT_STORE_SCHEMES
 
 MiB = 1 << 20
 
@@ -146,11 +146,11 @@ class ApiSettings(GroupSettings):
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:
         if self.warehouse is not None and not is_local(self.warehouse) and \
-                urlparse(self.warehouse).scheme not in S3_SCHEMES:
+                urlparse(self.warehouse).scheme not in OBJECT_STORE_SCHEMES:
             raise ValueError(
-                f"warehouse {self.warehouse!r}: object-store warehouses other than s3:// are "
-                f"not supported yet; use s3://, a local or a mounted path "
-                f"(see 'Running beyond one machine' in the README)")
+                f"warehouse {self.warehouse!r}: use a local or mounted path, or an object store "
+                f"({', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}; see 'Running beyond "
+                f"one machine' in the README)")
         if (self.broker_id is None) != (self.zookeeper is None):
             raise ValueError("broker_id and zookeeper go together: a broker of a cluster "
                              "needs both (neither: a cluster of one)")

@@ -6,7 +6,9 @@ loopback endpoint) become delta-rs ``storage_options`` and a pyarrow ``S3FileSys
 Local paths get ``None`` options and the local file system. Secrets are never logged:
 ``describe`` names the endpoint, region and where the credentials come from, nothing more.
 ``gs://``, ``az://`` and ``abfss://`` warehouses go to delta-rs with its own environment
-variables (not tested here); lakelog's pyarrow reads of them are not wired yet.
+variables (``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT_NAME`` and
+``AZURE_STORAGE_ACCOUNT_KEY``...) and to pyarrow's ``FileSystem.from_uri``, which reads the
+same; only S3 is tested here (against a real S3 server on loopback).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from log_tables.errors import StorageError
 from log_tables.layout import is_local, local_path
 
 S3_SCHEMES = ("s3", "s3a")
+OBJECT_STORE_SCHEMES = (*S3_SCHEMES, "gs", "az", "abfs", "abfss")
+"""Warehouse URI schemes lakelog accepts besides local paths."""
 _ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
         "AWS_REGION", "AWS_PROFILE", "AWS_ALLOW_HTTP")
 
@@ -45,6 +49,14 @@ def object_store_env(uri: str) -> tuple[tuple[str, str], ...]:
     """This process's AWS settings for ``uri`` as plain pairs, for a Spark task to use
     (an executor's environment need not hold them); () for a local path."""
     return () if scheme(uri) not in S3_SCHEMES else _env()
+
+
+def adopt_env(env: tuple[tuple[str, str], ...]) -> None:
+    """Make ``env`` (``object_store_env`` of another process) this process's AWS settings:
+    a Spark worker reading for a driver whose environment held them."""
+    for name, value in env:
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def storage_options(uri: str) -> dict[str, str] | None:
@@ -82,8 +94,14 @@ def filesystem(uri: str, env: tuple[tuple[str, str], ...] | None = None
     if kind in S3_SCHEMES:
         parsed = urlparse(uri)
         return _s3(_env() if env is None else env), f"{parsed.netloc}{parsed.path}".rstrip("/")
-    raise StorageError(f"{uri}: lakelog reads and writes Parquet on local paths and s3:// only "
-                       f"so far ({kind}:// tables are reachable through delta-rs alone)")
+    if kind in OBJECT_STORE_SCHEMES:
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"{uri}: cannot open the object store: {_short(exc)}") from None
+        return fs, path.rstrip("/")
+    raise StorageError(f"{uri}: lakelog's warehouse must be a local path or one of "
+                       f"{', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}, not {kind}://")
 
 
 def describe(uri: str) -> str:

@@ -22,7 +22,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from log_tables.errors import StorageError
+from log_tables.layout import is_local, local_path
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA
+from log_tables.storage import filesystem
 
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
@@ -142,3 +144,16 @@ def write_rows(path: str, batches: Sequence[pa.RecordBatch],
     if filesystem is None:
         return os.path.getsize(path)
     return int(filesystem.get_file_info(path).size)
+
+
+def write_rows_at(uri: str, batches: Sequence[pa.RecordBatch],
+                  env: tuple[tuple[str, str], ...] = ()) -> int:
+    """``write_rows`` to a local path (its directory made) or an object-store URI, reached
+    with ``env`` (``storage.object_store_env``: a Spark task's environment need not hold
+    the settings)."""
+    if is_local(uri):
+        path = local_path(uri)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return write_rows(path, batches)
+    fs, path = filesystem(uri, env or None)
+    return write_rows(path, batches, fs)

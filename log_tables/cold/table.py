@@ -226,15 +226,17 @@ def _ms(value: datetime) -> int:
 
 
 def read_files(files: Sequence[ColdFile], start: int, end: int,
-               columns: Sequence[str] | None = None, limit: int | None = None) -> pa.Table:
+               columns: Sequence[str] | None = None, limit: int | None = None,
+               env: tuple[tuple[str, str], ...] | None = None) -> pa.Table:
     """Rows with ``start <= offset < end`` of the given files, sorted by offset
-    (the first ``limit`` of them: row groups past those are not read)."""
+    (the first ``limit`` of them: row groups past those are not read); ``env``: an
+    object store's settings to use instead of this process's (in a Spark task)."""
     chosen = sorted((f for f in files if f.max_offset >= start and f.min_offset < end),
                     key=lambda f: f.min_offset)
     if not chosen:
         return FILE_SCHEMA.empty_table()
     where = (ds.field("offset") >= start) & (ds.field("offset") < end)
-    fs, _ = filesystem(chosen[0].path)
+    fs, _ = filesystem(chosen[0].path, env or None)
     cols = list(columns) if columns else None
     if limit is None:
         dataset = ds.dataset([_path(f) for f in chosen], schema=FILE_SCHEMA, format="parquet",

@@ -7,6 +7,12 @@ their offset stats); offsets T .. H-1 from the ``lakelog`` source (hot
 segments, or the Delta table if local retention removed them meanwhile). The
 two ranges meet at T, so there is no gap and no duplicate, whatever commits
 land while the query runs.
+
+On an object-store warehouse Spark's Parquet reader is used where the session can
+reach the store itself (``hadoop-aws``'s ``s3a://`` on a cluster that has it: found
+by looking for its class, or forced with ``spark.lakelog.objectStoreReads=spark``);
+elsewhere the same snapshot's files are read by the ``lakelog`` source, one task per
+file, through pyarrow's file system (``spark.lakelog.objectStoreReads=lakelog``).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from log_tables.cold.topic_reader import (
     partition_bounds,
 )
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
-from log_tables.layout import Layout, delta_path
+from log_tables.layout import Layout, delta_path, is_local
 from log_tables.spark.session import session_layout
+from log_tables.storage import S3_SCHEMES, scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +44,14 @@ FILE_DDL = ("key BINARY, value BINARY, offset BIGINT, timestamp TIMESTAMP, times
             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, partition INT")
 KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
                  "headers"]
+CONF_STORE_READS = "spark.lakelog.objectStoreReads"
+"""``auto`` (default), ``spark`` (Spark's own reader: the cluster has the store's Hadoop
+file system) or ``lakelog`` (pyarrow in lakelog's source)."""
+HADOOP_FILE_SYSTEMS = {"s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                       "s3a": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                       "gs": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+                       "abfss": "org.apache.hadoop.fs.azurebfs.SecureAzureBlobFileSystem",
+                       "abfs": "org.apache.hadoop.fs.azurebfs.AzureBlobFileSystem"}
 
 
 def read_topic(spark: SparkSession, topic: str, *,
@@ -78,9 +93,14 @@ def read_topic(spark: SparkSession, topic: str, *,
     chosen = {p: [f for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
               for p, (s, e, t) in plan.items()} if cold is not None else {}
     cold_files = [f.path for files in chosen.values() for f in files]
-    if cold_files:
-        df = spark.read.schema(FILE_DDL).option("basePath", layout.table_uri(topic)).parquet(
-            *cold_files)
+    spark_reads = spark_reads_store(spark, layout.warehouse)
+    if cold_files and not spark_reads:
+        parts.append(_source(spark, layout, [
+            (topic, p, max(f.min_offset, plan[p][0]), min(f.max_offset + 1, *plan[p][1:]), f.path)
+            for p, files in chosen.items() for f in files], fail_on_data_loss))
+    elif cold_files:
+        df = spark.read.schema(FILE_DDL).option("basePath", spark_uri(layout.table_uri(topic))
+                                                ).parquet(*map(spark_uri, cold_files))
         # Rows are filtered only in partitions where a chosen file reaches past the range:
         # a full scan of whole files stays a plain Parquet scan.
         partial = {p for p, files in chosen.items()
@@ -95,15 +115,59 @@ def read_topic(spark: SparkSession, topic: str, *,
         parts.append(df.withColumn("topic", F.lit(topic)).select(*KAFKA_COLUMNS))
     hot_ranges = [(topic, p, max(s, t), e) for p, (s, e, t) in plan.items() if max(s, t) < e]
     if hot_ranges:
-        parts.append(spark.read.format("lakelog").option("ranges", json.dumps(hot_ranges))
-                     .option("dataDir", layout.data_dir).option("warehouse", layout.warehouse)
-                     .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
+        parts.append(_source(spark, layout, hot_ranges, fail_on_data_loss))
     if not parts:
         return spark.createDataFrame([], SPARK_DDL)
     out = parts[0]
     for more in parts[1:]:
         out = out.unionByName(more)
     return out
+
+
+def _source(spark: SparkSession, layout: Layout, ranges: Sequence[tuple[object, ...]],
+            fail_on_data_loss: bool) -> DataFrame:
+    """The ``lakelog`` source over exact ranges: (topic, partition, start, end[, file])."""
+    return (spark.read.format("lakelog").option("ranges", json.dumps(ranges))
+            .option("dataDir", layout.data_dir).option("warehouse", layout.warehouse)
+            .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
+
+
+_FOUND: dict[str, bool] = {}
+
+
+def spark_reads_store(spark: SparkSession, warehouse: str) -> bool:
+    """Whether Spark's own readers reach ``warehouse`` (always for a local one)."""
+    if is_local(warehouse):
+        return True
+    mode = (spark.conf.get(CONF_STORE_READS, None) or "auto").strip().lower()
+    if mode not in ("auto", "spark", "lakelog"):
+        raise InvalidOptionError(f"{CONF_STORE_READS} must be auto, spark or lakelog, not "
+                                 f"{mode!r}")
+    if mode != "auto":
+        return mode == "spark"
+    kind = scheme(warehouse)
+    if kind not in _FOUND:
+        _FOUND[kind] = _has_class(spark, HADOOP_FILE_SYSTEMS.get(kind))
+    return _FOUND[kind]
+
+
+def _has_class(spark: SparkSession, name: str | None) -> bool:
+    if name is None:
+        return False
+    try:
+        jvm = spark.sparkContext._jvm  # not there under Spark Connect: lakelog's reads
+        assert jvm is not None
+        jvm.java.lang.Class.forName(name)
+        return True
+    except Exception:
+        return False
+
+
+def spark_uri(uri: str) -> str:
+    """A URI as Spark's Hadoop file systems name it (``s3a://`` for ``s3://``)."""
+    if scheme(uri) in S3_SCHEMES:
+        return "s3a://" + uri.split("://", 1)[1]
+    return uri
 
 
 def _check_topic_id(layout: Layout, topic: str, topic_id: str) -> None:
@@ -160,10 +224,19 @@ def _pick(spec: OffsetSpec, partition: int, earliest: int, latest: int, *, missi
 
 def read_delta(spark: SparkSession, uri: str, ddl: str) -> DataFrame:
     """A Delta table's current files read by Spark's Parquet reader with the given
-    schema; empty when the table does not exist yet."""
+    schema; empty when the table does not exist yet. On an object store Spark cannot
+    reach, delta-rs reads the table (lakelog's own tables, which stay small) and Spark
+    gets the rows."""
     dt = open_table(uri)
     files = [delta_path(u) for u in dt.file_uris()] if dt is not None else []
-    return spark.read.schema(ddl).parquet(*files) if files else spark.createDataFrame([], ddl)
+    if not files:
+        return spark.createDataFrame([], ddl)
+    if spark_reads_store(spark, uri):
+        return spark.read.schema(ddl).parquet(*map(spark_uri, files))
+    assert dt is not None
+    wanted = spark.createDataFrame([], ddl)
+    rows = dt.to_pyarrow_table(columns=wanted.columns)
+    return spark.createDataFrame(rows, schema=wanted.schema)
 
 
 PARTITIONS_DDL = ("topic STRING, partition INT, log_start_offset BIGINT, high_watermark BIGINT, "

@@ -8,7 +8,11 @@ Delta tier does not hold fails the read, naming its offsets and file; ``false``:
 its records are skipped with a warning). Offsets in checkpoints have the same JSON
 shape.
 Every task reads one offset range of one partition with ``read_range``
-(hot tier, Delta tier for what the hot tier no longer holds).
+(hot tier, Delta tier for what the hot tier no longer holds), or, for ``read_topic``
+on an object store that Spark's own Parquet reader cannot reach (no ``hadoop-aws``),
+the rows of one file of a fixed Delta snapshot (option ``files``) through pyarrow.
+An object store's settings travel in the reader (``storage.object_store_env``: in
+memory, never logged), since a Python worker's environment need not hold them.
 """
 
 from __future__ import annotations
@@ -31,14 +35,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from log_tables.cold.table import ColdFile, read_files
 from log_tables.cold.topic_reader import (
     SPARK_DDL,
     cold_states,
     partition_bounds,
     read_range,
+    with_topic,
 )
 from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.layout import Layout
+from log_tables.storage import adopt_env, object_store_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,11 +58,14 @@ MAX_TASK_RECORDS = 1_000_000
 
 
 class RangePartition(InputPartition):
-    """One task: offsets ``start .. end-1`` of one topic partition."""
+    """One task: offsets ``start .. end-1`` of one topic partition; ``file`` (a Delta data
+    file's URI): read them from that file alone."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
+    def __init__(self, topic: str, partition: int, start: int, end: int,
+                 file: str | None = None) -> None:
+        super().__init__((topic, partition, start, end, file))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.file = file
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -144,17 +154,25 @@ def fail_on_data_loss(options: Mapping[str, str]) -> bool:
     return value == "true"
 
 
-def read_partition(layout: Layout, partition: InputPartition, fail: bool = True
-                   ) -> Iterator[pa.RecordBatch]:
+def read_partition(layout: Layout, partition: InputPartition, fail: bool = True,
+                   env: tuple[tuple[str, str], ...] = ()) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
-    yield from read_range(layout, partition.topic, partition.partition, partition.start,
-                          partition.end, fail_on_data_loss=fail)
+    adopt_env(env)
+    p = partition
+    if p.file is not None:
+        cold = ColdFile(p.file, p.partition, p.start, p.end - 1, 0, 0, 0, 0)
+        for rb in read_files([cold], p.start, p.end).to_batches():
+            yield with_topic(rb, p.topic, p.partition)
+        return
+    yield from read_range(layout, p.topic, p.partition, p.start, p.end, fail_on_data_loss=fail)
 
 
 class LakelogDataSource(DataSource):
     """``spark.read.format("lakelog")`` / ``spark.readStream.format("lakelog")``."""
 
     default_layout: tuple[str, str] | None = None
+    store_env: tuple[tuple[str, str], ...] = ()
+    """The warehouse's object-store settings at registration, for the tasks."""
 
     @classmethod
     def name(cls) -> str:
@@ -164,19 +182,29 @@ class LakelogDataSource(DataSource):
         return SPARK_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _BatchReader(_lower(self.options), self.default_layout)
+        return _BatchReader(_lower(self.options), self.default_layout, self.store_env)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _StreamReader(_lower(self.options), self.default_layout)
+        return _StreamReader(_lower(self.options), self.default_layout, self.store_env)
+
+
+def _env_for(layout: Layout, given: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The settings the tasks use: this process's when it has them, else those given at
+    registration."""
+    return object_store_env(layout.warehouse) or given
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
+    def __init__(self, options: dict[str, str], default: tuple[str, str] | None,
+                 env: tuple[tuple[str, str], ...] = ()) -> None:
         self.layout = _layout(options, default)
+        self.env = _env_for(self.layout, env)
+        adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
         exact = options.get("ranges")
-        if exact is not None:  # read_topic passes the exact ranges it planned
-            self.parts = [RangePartition(t, int(p), int(s), int(e)) for t, p, s, e in json.loads(exact)]
+        if exact is not None:  # read_topic passes the exact ranges (and files) it planned
+            self.parts = [RangePartition(t, int(p), int(s), int(e), *f)
+                          for t, p, s, e, *f in json.loads(exact)]
             return
         topics = _topics(options, self.layout)
         starts, ends = log_bounds(self.layout, topics)
@@ -188,13 +216,16 @@ class _BatchReader(DataSourceReader):
         return self.parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail)
+        return read_partition(self.layout, partition, self.fail, self.env)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str], default: tuple[str, str] | None) -> None:
+    def __init__(self, options: dict[str, str], default: tuple[str, str] | None,
+                 env: tuple[tuple[str, str], ...] = ()) -> None:
         self.options = options
         self.layout = _layout(options, default)
+        self.env = _env_for(self.layout, env)
+        adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
         self.topics = _topics(options, self.layout)
         limit = options.get("maxoffsetspertrigger")
@@ -236,7 +267,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail)
+        return read_partition(self.layout, partition, self.fail, self.env)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         pass  # nothing to release: the log keeps data by retention, not by consumers
@@ -260,5 +291,6 @@ def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
 def register_source(spark: SparkSession, layout: Layout) -> None:
     """Register ``format("lakelog")`` with ``layout`` as its default dataDir/warehouse."""
     attached = type("LakelogDataSourceAttached", (LakelogDataSource,),
-                    {"default_layout": (layout.data_dir, layout.warehouse)})
+                    {"default_layout": (layout.data_dir, layout.warehouse),
+                     "store_env": object_store_env(layout.warehouse)})
     spark.dataSource.register(attached)

@@ -206,13 +206,13 @@ def test_refuses_non_loopback_without_auth(tmp_path: Path) -> None:
     out = subprocess.run([LAKELOG, "serve", "--data-dir", str(tmp_path), "--tls-cert", "x.pem"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 1 and "tls_cert and tls_key go together" in out.stderr
-    # Not a security setting, but refused the same way at start: an object store other
-    # than S3 (s3:// itself: tests/s3/test_warehouse.py).
+    # Not a security setting, but refused the same way at start: a warehouse on a store
+    # lakelog cannot write (object stores: tests/s3/test_warehouse.py).
     out = subprocess.run([LAKELOG, "serve", "--data-dir", str(tmp_path), "--warehouse",
-                          "gs://bucket/lakelog"], capture_output=True, text=True, env=env,
+                          "hdfs://namenode/lakelog"], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 1 and \
-        "object-store warehouses other than s3:// are not supported yet" in out.stderr
+        "use a local or mounted path, or an object store (s3://, s3a://, gs://" in out.stderr
 
 
 def test_tls_serves_https_only(tmp_path: Path) -> None:
