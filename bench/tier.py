@@ -11,15 +11,15 @@
      protocol costs beyond writing straight to final names: the time between the
      job's ``staged`` and ``moved`` steps (step 3: manifest and renames) as a
      share of the run.
-   - ``s3``: the benchmark starts ``moto_server`` on a free loopback port (a
-     subprocess: moto's in-process server deadlocks with delta-rs), makes a bucket
-     and sets the AWS variables before Spark starts; the warehouse is
+   - ``s3``: beside the local run, repeat by repeat, the benchmark starts
+     ``moto_server`` on a free loopback port (a subprocess: moto's in-process
+     server deadlocks with delta-rs), makes a bucket and sets the AWS variables
+     before Spark starts; the warehouse is
      ``s3://<bucket>/warehouse`` and the job writes each file straight to its final
      name. The floor writes the same rows to the same endpoint through
      ``log_tables.storage.filesystem`` (pyarrow's ``S3FileSystem``). moto keeps
      objects in memory in one Python process, so these numbers rate lakelog
      against pyarrow on that endpoint, not against AWS.
-   - ``both``: the two, repeat by repeat, in one run.
 2. Scan (local warehouse only): ``read_topic`` over the tiered topic against
    ``spark.read.parquet`` over the same files; both write every column to Spark's
    ``noop`` sink.
@@ -33,14 +33,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -50,6 +47,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from bench.moto import aws_env, make_bucket, start_moto, stop_moto
 from bench.produce import wait_up
 from bench.report import print_table, write_json
 from compaction_jobs import job as jobs
@@ -64,7 +62,6 @@ from log_tables.storage import filesystem
 
 TOPIC, PARTITIONS, PER_BATCH, REPEATS = "bench", 8, 1000, 3
 BIN = Path(sys.executable).parent
-S3_KEY, S3_SECRET = "lakelog-bench-key", "lakelog-bench-secret"
 
 
 def batch(rng: np.random.Generator, n: int, ts: int) -> pa.RecordBatch:
@@ -91,59 +88,6 @@ def fill(data_dir: Path, records: int) -> list[pa.RecordBatch]:
         manager.log(TOPIC, p).roll()
     manager.close()
     return batches
-
-
-# -- an S3 endpoint on loopback ------------------------------------------------------
-class S3Endpoint(NamedTuple):
-    url: str
-    proc: subprocess.Popen[bytes]
-
-
-def start_moto(timeout_s: float = 60) -> S3Endpoint:
-    """``moto_server`` on a free loopback port, once it answers (as tests/s3/conftest.py)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
-            return S3Endpoint(url, proc)
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto_server did not start on {url}") from None
-            time.sleep(0.1)
-
-
-def stop_moto(endpoint: S3Endpoint) -> None:
-    endpoint.proc.terminate()
-    try:
-        endpoint.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        endpoint.proc.kill()
-        endpoint.proc.wait(10)
-
-
-def s3_bucket(endpoint: S3Endpoint) -> str:
-    """A new bucket on ``endpoint``, with the AWS variables that reach it set in this
-    process (before Spark starts, so its Python workers inherit them); returns its name."""
-    import boto3  # type: ignore[import-untyped]
-
-    name = f"bench-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint.url, aws_access_key_id=S3_KEY,
-                 aws_secret_access_key=S3_SECRET, region_name="us-east-1"
-                 ).create_bucket(Bucket=name)
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-        os.environ.pop(var, None)
-    os.environ.update({"AWS_ENDPOINT_URL": endpoint.url, "AWS_ACCESS_KEY_ID": S3_KEY,
-                       "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": "us-east-1",
-                       "AWS_ALLOW_HTTP": "true"})
-    return name
 
 
 def remove(uri: str) -> None:
@@ -260,10 +204,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="tiering / scan / freshness benchmark")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=30, help="freshness samples")
-    parser.add_argument("--warehouse", choices=("local", "s3", "both"), default="local",
-                        help="where the tiering job writes (s3: a moto_server this run starts)")
+    parser.add_argument("--warehouse", choices=("local", "s3"), default="local",
+                        help="s3: tier to a moto_server this run starts, beside the local run")
     args = parser.parse_args()
-    names = ["local", "s3"] if args.warehouse == "both" else [args.warehouse]
+    names = ["local", "s3"] if args.warehouse == "s3" else ["local"]
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-tier-"))
     endpoint = None
     try:
@@ -276,7 +220,11 @@ def main() -> None:
             floor_roots["local"] = str(work / "floor")
         if "s3" in names:
             endpoint = start_moto()
-            bucket = s3_bucket(endpoint)  # sets the AWS variables: before Spark starts
+            bucket = make_bucket(endpoint, "bench")
+            # The AWS variables that reach it, set before Spark starts (its workers inherit).
+            for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+                os.environ.pop(var, None)
+            os.environ.update(aws_env(endpoint.url))
             layouts["s3"] = Layout.of(work / "data", f"s3://{bucket}/warehouse")
             floor_roots["s3"] = f"s3://{bucket}/floor"
             print(f"s3: moto_server at {endpoint.url}, warehouse {layouts['s3'].warehouse}",
