@@ -146,3 +146,24 @@ def test_forcing_spark_reads_without_hadoop_aws_fails_clearly(
             read_topic(spark, "events").collect()
     finally:
         spark.conf.unset(CONF_STORE_READS)
+
+
+def test_structured_streaming_reads_an_s3_topic(spark: SparkSession, data: LogManager,
+                                                s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    layout = _on_s3(spark, data, s3_bucket)
+    data.create_topic("events", 2)
+    for p in range(2):
+        produce(data, "events", p, 60, roll_every=20)
+    TierJob(layout).run(spark)
+    for p in range(2):  # tiered segments leave the hot tier: the stream must read S3
+        plog = data.log("events", p)
+        plog.delete_segments_below(plog.active_segment.base_offset)
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    query = (spark.readStream.format("lakelog").option("subscribe", "events")
+             .option("startingOffsets", "earliest").load()
+             .writeStream.format("parquet").option("path", str(sink))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    check_rows((r.asDict() for r in spark.read.parquet(str(sink)).collect()), "events",
+               {0: 60, 1: 60})
