@@ -66,8 +66,9 @@ def test_produce_tier_read_compact_expire_vacuum(spark: SparkSession, data: LogM
     data.create_topic("state", 1, {"cleanup.policy": "compact,delete"})
     expected = updates(data, "state", 0, keys=10, rounds=5)
     data.create_topic("events", 2)
-    ends = {p: produce(data, "events", p, 60 + 10 * p, roll_every=25) or
-            data.log("events", p).high_watermark for p in range(2)}
+    for p in range(2):
+        produce(data, "events", p, 60 + 10 * p, roll_every=25)
+    ends = {p: data.log("events", p).high_watermark for p in range(2)}
 
     tiered = TierJob(layout).run(spark)
     assert {(r.topic, r.partition) for r in tiered.tiered} == {("state", 0), ("events", 0),
