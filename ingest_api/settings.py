@@ -58,7 +58,9 @@ class ApiSettings(GroupSettings):
                                                           "produce included); then 408, or "
                                                           "the connection is closed.")
     log_level: str = Field("info", description="uvicorn / lakelog log level.")
-    warehouse: str | None = Field(None, description="Delta warehouse (path or URI); "
+    warehouse: str | None = Field(None, description="Delta warehouse: a path, or s3://, "
+                                                    "gs://, az://, abfss:// (credentials from "
+                                                    "the store's own variables, e.g. AWS_*); "
                                                     "unset: the data directory's warehouse/.")
     vacuum_retention_hours: int = Field(24, ge=0,
                                         description="How long files removed by a commit stay "
