@@ -15,11 +15,12 @@ from log_tables.cold.rows import from_table_rows
 from log_tables.cold.table import PartitionState, log_start, read_files
 from log_tables.cold.topic_reader import first_at_or_after
 from log_tables.config import TopicConfig
-from log_tables.errors import OffsetOutOfRangeError
+from log_tables.errors import OffsetOutOfRangeError, StorageError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.layout import Layout, is_local, local_path
 from log_tables.records import LogBatch
+from log_tables.storage import filesystem
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,17 @@ class TieredStorage:
         return starts
 
     def drop_topic(self, topic: str) -> None:
-        """Remove a deleted topic's Delta table (local warehouses)."""
+        """Remove a deleted topic's Delta table (on an object store: every object under it)."""
         self.tables.forget(topic)
         uri = self.layout.table_uri(topic)
         if is_local(uri):
             shutil.rmtree(Path(local_path(uri)), ignore_errors=True)
+            return
+        try:
+            fs, path = filesystem(uri)
+            fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except (OSError, StorageError) as exc:  # a new topic of that name skips the old table
+            log.warning("could not delete the table of deleted topic %s at %s: %s", topic,
+                        uri, exc)

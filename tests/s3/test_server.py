@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -14,7 +15,7 @@ from pyspark.sql import SparkSession
 from consumer_groups.offsets import offsets_uri
 from lakelog.views import register_views
 from log_tables.spark.session import attach
-from log_tables.storage import storage_options
+from log_tables.storage import filesystem, storage_options
 from tests.ingest_api.helpers import fetch_all
 from tests.ingest_api.test_tiered import _create, _partition, _produce
 from tests.s3.conftest import S3Bucket
@@ -46,6 +47,16 @@ def test_fetch_of_tiered_offsets_from_s3(tmp_path: Path, s3_bucket: S3Bucket) ->
             one = client.get("/topics/cold/partitions/0/records",
                              params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
             assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
+            # Deleting the topic deletes its table from the bucket (a new topic of the
+            # same name would otherwise find an old table there and not tier).
+            fs, table = filesystem(f"{s3_bucket.warehouse}/topics/cold")
+            assert fs.get_file_info(pafs.FileSelector(table, recursive=True))
+            assert client.delete("/topics/cold").status_code == 204
+            deadline = time.monotonic() + 60
+            while fs.get_file_info(pafs.FileSelector(table, recursive=True,
+                                                     allow_not_found=True)):
+                assert time.monotonic() < deadline, server.log()
+                time.sleep(0.2)
         assert s3_bucket.env["AWS_SECRET_ACCESS_KEY"] not in server.log()
     finally:
         server.stop(timeout_s=90)
