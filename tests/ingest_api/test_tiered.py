@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -58,27 +59,35 @@ def tiering_server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc.stop(timeout_s=90)
 
 
+def tier_then_fetch(server: ServerProcess, client: httpx.Client) -> list[dict[str, Any]]:
+    """Topic ``cold``: three segments, tiered by the server's scheduler, the first two
+    then dropped from the hot tier; every fetch answered across both tiers. Returns the
+    records fetched."""
+    _create(client, "cold", 1, segment_ms="300", local_retention_ms="0")
+    sent = [f"record-{i}" for i in range(30)]
+    for i in range(0, 30, 10):
+        _produce(client, "cold", 0, sent[i:i + 10])
+        time.sleep(0.4)  # let segment.ms roll each batch into a segment of its own
+    deadline = time.monotonic() + 180
+    while _partition(client, "cold", 0)["hot_log_start_offset"] < 20:
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.2)
+    part = _partition(client, "cold", 0)
+    assert part["log_start_offset"] == 0 and part["tiered_offset"] >= 20
+    assert part["tiered_size_bytes"] > 0
+    records = fetch_all(client, "cold", 0, fmt="STRING")
+    assert [r["value"]["data"] for r in records] == sent
+    assert [r["offset"] for r in records] == list(range(30))
+    one = client.get("/topics/cold/partitions/0/records",
+                     params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
+    assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
+    assert one["next_offset"] == 9 and one["log_start_offset"] == 0
+    return records
+
+
 def test_scheduled_tiering_then_fetch_from_the_delta_tier(tiering_server: ServerProcess) -> None:
     with tiering_server.client() as client:
-        _create(client, "cold", 1, segment_ms="300", local_retention_ms="0")
-        sent = [f"record-{i}" for i in range(30)]
-        for i in range(0, 30, 10):
-            _produce(client, "cold", 0, sent[i:i + 10])
-            time.sleep(0.4)  # let segment.ms roll each batch into a segment of its own
-        deadline = time.monotonic() + 120
-        while _partition(client, "cold", 0)["hot_log_start_offset"] < 20:
-            assert time.monotonic() < deadline, tiering_server.log()
-            time.sleep(0.2)
-        part = _partition(client, "cold", 0)
-        assert part["log_start_offset"] == 0 and part["tiered_offset"] >= 20
-        assert part["tiered_size_bytes"] > 0
-        records = fetch_all(client, "cold", 0, fmt="STRING")
-        assert [r["value"]["data"] for r in records] == sent
-        assert [r["offset"] for r in records] == list(range(30))
-        one = client.get("/topics/cold/partitions/0/records",
-                         params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
-        assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
-        assert one["next_offset"] == 9 and one["log_start_offset"] == 0
+        records = tier_then_fetch(tiering_server, client)
         earliest = client.get("/topics/cold/partitions/0/offsets", params={"spec": "earliest"})
         assert earliest.json()["offset"] == 0
         # ListOffsets by time finds offsets that only the Delta tier holds.

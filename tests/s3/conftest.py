@@ -5,11 +5,13 @@ holding the GIL), and a bucket per test with the AWS variables set."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
 from bench.moto import SECRET_KEY, S3Endpoint, aws_env, make_bucket, start_moto, stop_moto
+from log_tables.hot.log_manager import LogManager
 
 __all__ = ["SECRET_KEY", "S3Bucket", "S3Endpoint", "aws_env", "start_moto", "stop_moto"]
 
@@ -41,3 +43,11 @@ def s3_bucket(s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> S3Buc
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     return S3Bucket(name, env)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Iterator[LogManager]:
+    """A LogManager on the test's data directory ``tmp_path/data``."""
+    manager = LogManager(tmp_path / "data")
+    yield manager
+    manager.close()

@@ -8,7 +8,6 @@ them: the reads below pass only because lakelog carries the settings to its task
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -31,13 +30,6 @@ from tests.compaction_jobs.test_compact import DAY_MS, T0, table_map, updates
 from tests.s3.conftest import S3Bucket
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Iterator[LogManager]:
-    manager = LogManager(tmp_path / "data")
-    yield manager
-    manager.close()
 
 
 def _on_s3(spark: SparkSession, manager: LogManager, bucket: S3Bucket) -> Layout:

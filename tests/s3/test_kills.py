@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -45,13 +44,6 @@ pytestmark = pytest.mark.slow
 JOB_PROC = Path(__file__).parents[1] / "compaction_jobs" / "job_proc.py"
 REPO = Path(__file__).parents[2]
 JOB_TIMEOUT_S = 300
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Iterator[LogManager]:
-    manager = LogManager(tmp_path / "data")
-    yield manager
-    manager.close()
 
 
 @pytest.fixture

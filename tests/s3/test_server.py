@@ -16,8 +16,7 @@ from consumer_groups.offsets import offsets_uri
 from lakelog.views import register_views
 from log_tables.spark.session import attach
 from log_tables.storage import filesystem, storage_options
-from tests.ingest_api.helpers import fetch_all
-from tests.ingest_api.test_tiered import _create, _partition, _produce
+from tests.ingest_api.test_tiered import _create, _produce, tier_then_fetch
 from tests.s3.conftest import S3Bucket
 from tests.server import ServerProcess
 
@@ -30,23 +29,7 @@ def test_fetch_of_tiered_offsets_from_s3(tmp_path: Path, s3_bucket: S3Bucket) ->
         "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
     try:
         with server.client() as client:
-            _create(client, "cold", 1, segment_ms="300", local_retention_ms="0")
-            sent = [f"record-{i}" for i in range(30)]
-            for i in range(0, 30, 10):
-                _produce(client, "cold", 0, sent[i:i + 10])
-                time.sleep(0.4)  # let segment.ms roll each batch into a segment of its own
-            deadline = time.monotonic() + 180
-            while _partition(client, "cold", 0)["hot_log_start_offset"] < 20:
-                assert time.monotonic() < deadline, server.log()
-                time.sleep(0.2)
-            part = _partition(client, "cold", 0)
-            assert part["log_start_offset"] == 0 and part["tiered_offset"] >= 20
-            records = fetch_all(client, "cold", 0, fmt="STRING")
-            assert [r["value"]["data"] for r in records] == sent
-            assert [r["offset"] for r in records] == list(range(30))
-            one = client.get("/topics/cold/partitions/0/records",
-                             params={"offset": 7, "max_records": 2, "format": "STRING"}).json()
-            assert [r["value"]["data"] for r in one["records"]] == sent[7:9]
+            tier_then_fetch(server, client)
             # Deleting the topic deletes its table from the bucket (a new topic of the
             # same name would otherwise find an old table there and not tier).
             fs, table = filesystem(f"{s3_bucket.warehouse}/topics/cold")

@@ -4,8 +4,6 @@ straight to their final names, committed exactly once, read back through delta-r
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -22,13 +20,6 @@ from tests.compaction_jobs.helpers import BASE_TS, headers_of, key_of, produce, 
 from tests.s3.conftest import S3Bucket
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Iterator[LogManager]:
-    manager = LogManager(tmp_path / "data")
-    yield manager
-    manager.close()
 
 
 def _fill(manager: LogManager, topic: str = "events", partitions: int = 2,
