@@ -192,8 +192,10 @@ class ClusterLink:
                             principal=principal_of(request),
                             params=dict(request.query_params), content=body or None,
                             headers=headers)
+        # Lakelog-* headers carry an Arrow fetch's paging (ingest_api.arrow_answer).
         keep = {k: v for k, v in r.headers.items()
-                if k.lower() in ("content-type", "retry-after", "location")}
+                if k.lower() in ("content-type", "retry-after", "location")
+                or k.lower().startswith("lakelog-")}
         return Response(r.content, status_code=r.status_code, headers=keep)
 
 

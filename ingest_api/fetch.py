@@ -8,9 +8,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import msgspec
-import numpy as np
-import pyarrow as pa
 
+from ingest_api.arrow_answer import (
+    HIGH_WATERMARK,
+    LOG_START_OFFSET,
+    NEXT_OFFSET,
+    RECORD_COUNT,
+    ArrowAnswer,
+    binary_bytes,
+    data_bytes,
+    kafka_rows,
+    stream,
+)
 from ingest_api.metrics import Metrics
 from ingest_api.models import Data, FetchedRecord, Header
 from ingest_api.notifier import AppendNotifier
@@ -94,15 +103,6 @@ def records_of(batch: LogBatch, fmt: Format, topic: str | None = None,
             for i in range(n)]
 
 
-def _data_bytes(column: pa.Array) -> int:
-    """Bytes of a binary column's values (key + value bytes, as lakelog_bytes_in counts):
-    the span of its offsets, without touching the values."""
-    if len(column) == 0:
-        return 0
-    offsets = np.frombuffer(column.buffers()[1], np.int32, len(column) + 1, column.offset * 4)
-    return int(offsets[-1] - offsets[0])
-
-
 class FetchService:
     def __init__(self, manager: LogManager, notifier: AppendNotifier, metrics: Metrics,
                  tiered: TieredStorage) -> None:
@@ -160,6 +160,28 @@ class FetchService:
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
                     max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
         """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
+        offset, result = await self._wait_read(topic, partition, offset, max_records,
+                                               max_bytes, timeout_ms)
+        return self._encode(topic, partition, offset, result, fmt)
+
+    async def fetch_arrow(self, topic: str, partition: int, offset: int, max_records: int,
+                          max_bytes: int, timeout_ms: int) -> ArrowAnswer:
+        """``fetch`` as an Arrow stream (SPARK_SCHEMA), the paging in response headers."""
+        offset, result = await self._wait_read(topic, partition, offset, max_records,
+                                               max_bytes, timeout_ms)
+        rows = [kafka_rows(b, topic, partition) for b in result.batches]
+        count = sum(r.num_rows for r in rows)
+        if count:
+            self.metrics.records_out.labels(topic).inc(count)
+            self.metrics.bytes_out.labels(topic).inc(sum(map(data_bytes, rows)))
+        nxt = result.next_offset if result.next_offset is not None else offset
+        return ArrowAnswer(stream(rows), {
+            NEXT_OFFSET: str(nxt), HIGH_WATERMARK: str(result.high_watermark),
+            LOG_START_OFFSET: str(result.log_start_offset), RECORD_COUNT: str(count)})
+
+    async def _wait_read(self, topic: str, partition: int, offset: int, max_records: int,
+                         max_bytes: int, timeout_ms: int) -> tuple[int, FetchResult]:
+        """``read``, waiting up to ``timeout_ms`` for data when there is none yet."""
         plog = self.manager.log(topic, partition)
         offset, result = await self.read(topic, partition, offset, max_records, max_bytes)
         start = result.log_start_offset
@@ -173,7 +195,7 @@ class FetchService:
                 result = plog.read(offset, max_bytes, max_records)
             except CorruptRecordError as exc:
                 raise exc.located(topic, partition) from None
-        return self._encode(topic, partition, offset, result._replace(log_start_offset=start), fmt)
+        return offset, result._replace(log_start_offset=start)
 
     def _encode(self, topic: str, partition: int, offset: int, result: FetchResult,
                 fmt: Format) -> bytes:
@@ -181,7 +203,7 @@ class FetchService:
         nbytes = 0
         for batch in result.batches:
             records.extend(records_of(batch, fmt))
-            nbytes += _data_bytes(batch.records.column(1)) + _data_bytes(batch.records.column(2))
+            nbytes += binary_bytes(batch.records.column(1)) + binary_bytes(batch.records.column(2))
         if records:
             self.metrics.records_out.labels(topic).inc(len(records))
             self.metrics.bytes_out.labels(topic).inc(nbytes)

@@ -14,12 +14,24 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 
 from cluster.model import BrokerInfo
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from consumer_groups.offsets import OffsetKey
+from ingest_api.arrow_answer import (
+    ARROW_STREAM,
+    MEMBER_EPOCH,
+    NEXT_OFFSET,
+    RECORD_COUNT,
+    ArrowAnswer,
+    data_bytes,
+    kafka_rows,
+    stream,
+)
 from ingest_api.errors import ApiError, error_of
 from ingest_api.fetch import FetchService, Format, records_of
 from ingest_api.models import FetchedRecord, RemoteFetch
@@ -142,19 +154,37 @@ class GroupPoll:
 
     async def poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
                    timeout_ms: int, fmt: Format) -> bytes:
+        """The JSON answer of a member's poll."""
+        member, records = await self._poll(group, member_id, max_records, max_bytes,
+                                           timeout_ms, fmt, False)
+        return _encoder.encode({"records": records, "member_epoch": member.epoch})
+
+    async def poll_arrow(self, group: str, member_id: str, max_records: int, max_bytes: int,
+                         timeout_ms: int) -> ArrowAnswer:
+        """``poll`` as an Arrow stream (SPARK_SCHEMA); the member epoch in a header."""
+        member, batches = await self._poll(group, member_id, max_records, max_bytes,
+                                           timeout_ms, "BINARY", True)
+        count = sum(b.num_rows for b in batches)
+        return ArrowAnswer(stream(batches), {MEMBER_EPOCH: str(member.epoch),
+                                             RECORD_COUNT: str(count)})
+
+    async def _poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
+                    timeout_ms: int, fmt: Format, arrow: bool) -> tuple[Member, list[Any]]:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             member = self.coordinator.member(group, member_id)
-            records = await self._read(group, member, max_records, max_bytes, fmt)
+            records = await self._read(group, member, max_records, max_bytes, fmt, arrow)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
-                return _encoder.encode({"records": records, "member_epoch": member.epoch})
+                return member, records
             names = [self.manager.log(tp.topic, tp.partition).name for tp in member.assigned
                      if self.coordinator.partitions_of(tp.topic)]
             await self.fetch.notifier.wait_any(names, min(remaining, 0.5))
 
     async def _read(self, group: str, member: Member, max_records: int, max_bytes: int,
-                    fmt: Format) -> list[Any]:
+                    fmt: Format, arrow: bool) -> list[Any]:
+        """FetchedRecords read from the member's partitions; with ``arrow``, RecordBatches
+        in SPARK_SCHEMA instead (the same records)."""
         assigned = sorted(member.assigned)
         if not assigned:
             return []
@@ -166,14 +196,15 @@ class GroupPoll:
         # position moved, so no record read in this poll can be skipped by the error.
         positions = {tp: await self._position_anywhere(group, member, tp, leaders[tp])
                      for tp in order}
-        out: list[FetchedRecord] = []
+        out: list[Any] = []
         budget_records, budget_bytes = max_records, max_bytes
         for tp in order:
             if budget_records <= 0 or budget_bytes <= 0:
                 break
             pos = positions[tp]
             if (leader := leaders[tp]) is not None:
-                budget_records, budget_bytes = await self._read_remote(
+                read_remote = self._read_remote_arrow if arrow else self._read_remote
+                budget_records, budget_bytes = await read_remote(
                     member, tp, leader, pos, budget_records, budget_bytes, fmt, out)
                 continue
             try:
@@ -194,11 +225,13 @@ class GroupPoll:
             if tp not in member.assigned:
                 continue  # revoked while reading
             for batch in result.batches:
-                for r in records_of(batch, fmt, tp.topic, tp.partition):
-                    if r.offset < offset:
-                        continue
-                    out.append(r)
-                    budget_records -= 1
+                skip = max(0, offset - batch.base_offset)  # records before ``offset``
+                if skip < batch.records.num_rows:
+                    if arrow:
+                        out.append(kafka_rows(batch, tp.topic, tp.partition, offset))
+                    else:
+                        out.extend(records_of(batch, fmt, tp.topic, tp.partition)[skip:])
+                    budget_records -= batch.records.num_rows - skip
                 budget_bytes -= (batch.records.column(1).nbytes
                                  + batch.records.column(2).nbytes)
             nxt = result.next_offset
@@ -238,6 +271,61 @@ class GroupPoll:
         if answer.next_offset > pos:
             member.positions[tp] = answer.next_offset
         return budget_records, budget_bytes
+
+
+    async def _read_remote_arrow(self, member: Member, tp: TopicPartition,
+                                 leader: BrokerInfo, pos: int, budget_records: int,
+                                 budget_bytes: int, fmt: Format, out: list[pa.RecordBatch]
+                                 ) -> tuple[int, int]:
+        """``_read_remote`` asking the leader for Arrow: its batches go into ``out``."""
+        try:
+            batches, next_offset = await self._remote_read_arrow(leader, tp, pos,
+                                                                 budget_records, budget_bytes)
+        except OffsetOutOfRangeError as exc:
+            if pos < exc.log_start_offset or pos > exc.high_watermark:
+                member.positions[tp] = await self._remote_reset(member, tp, leader, pos)
+            return budget_records, budget_bytes
+        except (LeaderNotAvailableError, NotLeaderError, BrokerNotAvailableError,
+                UnknownTopicError, UnknownPartitionError):
+            return budget_records, budget_bytes
+        except ApiError as exc:
+            if exc.retriable or exc.status in (404, 421):
+                return budget_records, budget_bytes
+            raise
+        if tp not in member.assigned:
+            return budget_records, budget_bytes
+        for b in batches:
+            offsets = b.column(4).to_numpy()
+            skip = int(np.searchsorted(offsets, pos))  # offsets ascend; those before ``pos``
+            if skip < b.num_rows:
+                b = b.slice(skip)
+                out.append(b)
+                budget_records -= b.num_rows
+                budget_bytes -= data_bytes(b)
+        if next_offset > pos:
+            member.positions[tp] = next_offset
+        return budget_records, budget_bytes
+
+    async def _remote_read_arrow(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
+                                 max_records: int, max_bytes: int
+                                 ) -> tuple[list[pa.RecordBatch], int]:
+        """A fetch from the leader in Arrow: its batches and the next offset."""
+        assert self.cluster is not None
+        r = await self.cluster.send(
+            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
+                           f"{tp.partition}/records", principal=None,
+            params={"offset": str(offset), "max_records": str(max_records),
+                    "max_bytes": str(max(max_bytes, 1)), "timeout_ms": "0"},
+            headers={"accept": ARROW_STREAM})
+        if r.status_code == 416:
+            body = r.json()
+            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", offset,
+                                        int(body["log_start_offset"]),
+                                        int(body["high_watermark"]))
+        if r.status_code != 200:
+            raise error_of(r)
+        batches = list(pa.ipc.open_stream(r.content))
+        return batches, int(r.headers[NEXT_OFFSET])
 
 
 def _size(r: FetchedRecord) -> int:

@@ -17,6 +17,7 @@ from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
 from consumer_groups.lag import group_lag, log_bounds
 from consumer_groups.offsets import Change, Committed, OffsetKey
+from ingest_api.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
 from ingest_api.cluster_link import forwarded, principal_of
@@ -201,7 +202,7 @@ async def leave(cluster_id: str, group_id: GroupId, member_id: MemberId,
     return Response(status_code=204)
 
 
-@router.get(BASE + "/{group_id}/members/{member_id}/records")
+@router.get(BASE + "/{group_id}/members/{member_id}/records", responses=ARROW_RESPONSE)
 async def poll(
     cluster_id: str, group_id: GroupId, member_id: MemberId, request: Request,
     max_records: Annotated[int | None, Query(ge=1)] = None,
@@ -210,15 +211,20 @@ async def poll(
     format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
 ) -> Response:
     """Records of the member's partitions from its positions (then past them); with none,
-    waits up to ``timeout_ms``."""
+    waits up to ``timeout_ms``. With ``Accept: application/vnd.apache.arrow.stream``: an
+    Arrow stream, the member epoch in ``Lakelog-Member-Epoch``."""
     check_cluster(cluster_id)
     if (answer := await _to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
     s = st.settings
-    body = await st.poll.poll(group_id, member_id, min(max_records or 500, s.max_fetch_records),
-                              min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes),
-                              min(timeout_ms, s.max_fetch_wait_ms), format)
+    limits = (min(max_records or 500, s.max_fetch_records),
+              min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes),
+              min(timeout_ms, s.max_fetch_wait_ms))
+    if wants_arrow(request.headers.get("accept")):
+        arrow = await st.poll.poll_arrow(group_id, member_id, *limits)
+        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
+    body = await st.poll.poll(group_id, member_id, *limits, format)
     return Response(body, media_type="application/json")
 
 

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from cluster.model import BrokerInfo
+from ingest_api.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.body import (
     ObjectStream,
     chunks,
@@ -288,7 +289,7 @@ def _check_count(count: int, max_entries: int) -> None:
                        name="too_many_entries")
 
 
-@router.get(BASE + "/partitions/{partition_id}/records")
+@router.get(BASE + "/partitions/{partition_id}/records", responses=ARROW_RESPONSE)
 async def fetch(
     cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
@@ -297,7 +298,9 @@ async def fetch(
     timeout_ms: Annotated[int, Query(ge=0)] = 0,
     format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
 ) -> Response:
-    """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some."""
+    """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some.
+    With ``Accept: application/vnd.apache.arrow.stream``: an Arrow stream (``format`` does
+    not apply), the paging in ``Lakelog-*`` headers."""
     check_cluster(cluster_id)
     st = state(request)
     if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
@@ -306,6 +309,10 @@ async def fetch(
     max_records = min(max_records or 500, s.max_fetch_records)
     max_bytes = min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes)
     timeout_ms = min(timeout_ms, s.max_fetch_wait_ms)
+    if wants_arrow(request.headers.get("accept")):
+        arrow = await st.fetch.fetch_arrow(topic_name, partition_id, offset, max_records,
+                                           max_bytes, timeout_ms)
+        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
     body = await st.fetch.fetch(topic_name, partition_id, offset, max_records, max_bytes,
                                 timeout_ms, format)
     return Response(body, media_type="application/json")
