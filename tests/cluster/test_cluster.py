@@ -3,12 +3,15 @@ every partition (produce split by leader and forwarded; fetch and offsets proxie
 
 from __future__ import annotations
 
+import base64
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import msgspec
+import pyarrow as pa
 import pytest
 
 from cluster.replica_protocol import (
@@ -118,6 +121,57 @@ def test_produce_and_fetch_through_any_broker(cluster: Cluster) -> None:
                                        params={"spec": spec}).json()
                 assert answered == at_leader
         assert at_leader["offset"] == len(expected)
+
+
+def test_arrow_fetch_and_group_poll_through_any_broker(cluster: Cluster) -> None:
+    """A non-leader passes Accept on and answers the leader's Arrow bytes and paging
+    headers as they are; a group poll in Arrow (partitions led by other brokers read
+    from them in Arrow) answers the records the JSON poll does."""
+    arrow = {"accept": "application/vnd.apache.arrow.stream"}
+    leaders = cluster.create_topic("arrowed", 3, via=1)
+    for p in range(3):
+        r = cluster.post(leaders[p], "/topics/arrowed/records:batch", json={"entries": [
+            {"id": str(j), "partition_id": p, "key": string(f"k{j}"),
+             "value": string(f"v{p}-{j}")} for j in range(20)]})
+        assert r.status_code == 207 and not r.json()["failures"], r.text
+    paging = ("lakelog-next-offset", "lakelog-high-watermark", "lakelog-log-start-offset",
+              "lakelog-record-count")
+    for p in range(3):
+        params = {"offset": 3, "max_records": 10}
+        at_leader = cluster.get(leaders[p], f"/topics/arrowed/partitions/{p}/records",
+                                params=params, headers=arrow)
+        assert at_leader.status_code == 200, at_leader.text
+        assert at_leader.headers["lakelog-next-offset"] == "13"
+        for via in cluster.brokers.ids:
+            r = cluster.get(via, f"/topics/arrowed/partitions/{p}/records", params=params,
+                            headers=arrow)
+            assert r.content == at_leader.content, (p, via)
+            assert r.headers["content-type"] == at_leader.headers["content-type"]
+            assert [r.headers[h] for h in paging] == [at_leader.headers[h] for h in paging]
+    polled: dict[bool, list[tuple[str, int, int, bytes]]] = {}
+    for as_arrow in (False, True):
+        group = f"arrow-{as_arrow}"
+        r = cluster.post(1, f"/consumer-groups/{group}/members",
+                         json={"topics": ["arrowed"], "auto_offset_reset": "earliest"})
+        assert r.status_code == 200, r.text
+        member = r.json()["member_id"]
+        got: list[tuple[str, int, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 60:
+            assert time.monotonic() < deadline, got
+            r = cluster.get(1, f"/consumer-groups/{group}/members/{member}/records",
+                            params={"timeout_ms": 200, "max_records": 7},
+                            headers=arrow if as_arrow else {})
+            assert r.status_code == 200, r.text
+            if as_arrow:
+                rows = pa.ipc.open_stream(r.content).read_all().to_pylist()
+                got += [(x["topic"], x["partition"], x["offset"], x["value"]) for x in rows]
+            else:
+                got += [(x["topic_name"], x["partition_id"], x["offset"],
+                         base64.b64decode(x["value"]["data"])) for x in r.json()["records"]]
+        polled[as_arrow] = sorted(got)
+    assert polled[True] == polled[False]
+    assert len(polled[True]) == 60 and len(set(polled[True])) == 60
 
 
 @pytest.fixture(scope="module")
