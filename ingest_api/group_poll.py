@@ -153,27 +153,31 @@ class GroupPoll:
                                     plog.high_watermark)
 
     async def poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
-                   timeout_ms: int, fmt: Format) -> bytes:
+                   timeout_ms: int, fmt: Format, max_partition_bytes: int | None = None
+                   ) -> bytes:
         """The JSON answer of a member's poll."""
         member, records = await self._poll(group, member_id, max_records, max_bytes,
-                                           timeout_ms, fmt, False)
+                                           timeout_ms, fmt, False, max_partition_bytes)
         return _encoder.encode({"records": records, "member_epoch": member.epoch})
 
     async def poll_arrow(self, group: str, member_id: str, max_records: int, max_bytes: int,
-                         timeout_ms: int) -> ArrowAnswer:
+                         timeout_ms: int, max_partition_bytes: int | None = None
+                         ) -> ArrowAnswer:
         """``poll`` as an Arrow stream (SPARK_SCHEMA); the member epoch in a header."""
         member, batches = await self._poll(group, member_id, max_records, max_bytes,
-                                           timeout_ms, "BINARY", True)
+                                           timeout_ms, "BINARY", True, max_partition_bytes)
         count = sum(b.num_rows for b in batches)
         return ArrowAnswer(stream(batches), {MEMBER_EPOCH: str(member.epoch),
                                              RECORD_COUNT: str(count)})
 
     async def _poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
-                    timeout_ms: int, fmt: Format, arrow: bool) -> tuple[Member, list[Any]]:
+                    timeout_ms: int, fmt: Format, arrow: bool, max_partition_bytes: int | None
+                    ) -> tuple[Member, list[Any]]:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             member = self.coordinator.member(group, member_id)
-            records = await self._read(group, member, max_records, max_bytes, fmt, arrow)
+            records = await self._read(group, member, max_records, max_bytes, fmt, arrow,
+                                       max_partition_bytes)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return member, records
@@ -182,9 +186,12 @@ class GroupPoll:
             await self.fetch.notifier.wait_any(names, min(remaining, 0.5))
 
     async def _read(self, group: str, member: Member, max_records: int, max_bytes: int,
-                    fmt: Format, arrow: bool) -> list[Any]:
+                    fmt: Format, arrow: bool, max_partition_bytes: int | None = None
+                    ) -> list[Any]:
         """FetchedRecords read from the member's partitions; with ``arrow``, RecordBatches
-        in SPARK_SCHEMA instead (the same records)."""
+        in SPARK_SCHEMA instead (the same records). ``max_partition_bytes`` (Kafka's
+        ``max.partition.fetch.bytes``) bounds each partition's share of ``max_bytes``, as
+        softly as ``max_bytes`` itself: a partition's first record comes even when larger."""
         assigned = sorted(member.assigned)
         if not assigned:
             return []
@@ -202,14 +209,17 @@ class GroupPoll:
             if budget_records <= 0 or budget_bytes <= 0:
                 break
             pos = positions[tp]
+            share = budget_bytes if max_partition_bytes is None else \
+                min(budget_bytes, max_partition_bytes)
             if (leader := leaders[tp]) is not None:
                 read_remote = self._read_remote_arrow if arrow else self._read_remote
-                budget_records, budget_bytes = await read_remote(
-                    member, tp, leader, pos, budget_records, budget_bytes, fmt, out)
+                left_records, left_bytes = await read_remote(
+                    member, tp, leader, pos, budget_records, share, fmt, out)
+                budget_records, budget_bytes = left_records, budget_bytes - (share - left_bytes)
                 continue
             try:
                 offset, result = await self.fetch.read(tp.topic, tp.partition, pos,
-                                                       budget_records, budget_bytes)
+                                                       budget_records, share)
             except (UnknownTopicError, UnknownPartitionError):
                 continue  # deleted while reading; the next heartbeat rebalances
             except OffsetOutOfRangeError as exc:

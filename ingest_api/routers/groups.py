@@ -209,9 +209,12 @@ async def poll(
     max_bytes: Annotated[int | None, Query(ge=1)] = None,
     timeout_ms: Annotated[int, Query(ge=0)] = 0,
     format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
+    max_partition_bytes: Annotated[int | None, Query(ge=1)] = None,
 ) -> Response:
     """Records of the member's partitions from its positions (then past them); with none,
-    waits up to ``timeout_ms``. With ``Accept: application/vnd.apache.arrow.stream``: an
+    waits up to ``timeout_ms``. ``max_partition_bytes`` bounds each partition's share of
+    ``max_bytes`` (Kafka's ``max.partition.fetch.bytes``; the first record of a partition
+    comes even when larger). With ``Accept: application/vnd.apache.arrow.stream``: an
     Arrow stream, the member epoch in ``Lakelog-Member-Epoch``."""
     check_cluster(cluster_id)
     if (answer := await _to_coordinator(request, group_id)) is not None:
@@ -222,9 +225,9 @@ async def poll(
               min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes),
               min(timeout_ms, s.max_fetch_wait_ms))
     if wants_arrow(request.headers.get("accept")):
-        arrow = await st.poll.poll_arrow(group_id, member_id, *limits)
+        arrow = await st.poll.poll_arrow(group_id, member_id, *limits, max_partition_bytes)
         return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
-    body = await st.poll.poll(group_id, member_id, *limits, format)
+    body = await st.poll.poll(group_id, member_id, *limits, format, max_partition_bytes)
     return Response(body, media_type="application/json")
 
 

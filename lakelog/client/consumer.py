@@ -20,7 +20,6 @@ Joining, heartbeats, assignments and revocations are the consumer's base class,
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
 import logging
@@ -28,21 +27,23 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
+import pyarrow as pa
 
 from lakelog.client.errors import LakelogClientError, error_from, raise_for
+from lakelog.client.fetcher import Answer, Fetcher, only, partitions_of
 from lakelog.client.http import api_client, default_api_key, find_coordinator
 from lakelog.client.membership import GroupMember
+from lakelog.client.polled import KAFKA_SCHEMA, PolledRecords
 from lakelog.client.retry import (
     RetryPolicy,
     describe,
     resolve_request_timeout_ms,
 )
-from lakelog.client.structs import Record, TopicPartition
+from lakelog.client.structs import FetchSettings, TopicPartition
 
 log = logging.getLogger("lakelog.client")
 
@@ -54,6 +55,13 @@ class Consumer(GroupMember):
     poll's own wait; ``timeout_s`` is its older spelling, in seconds),
     ``retry_backoff_ms``, ``retry_backoff_max_ms`` and ``default_api_timeout_ms`` (how
     long calls retry, and how long ``poll`` rides through an unreachable server).
+
+    Fetching, with Kafka's meanings (``fetcher.py`` says how they map onto the server's
+    poll): ``fetch_min_bytes`` (1), ``fetch_max_bytes`` (52,428,800),
+    ``max_partition_fetch_bytes`` (1,048,576), ``fetch_max_wait_ms`` (500),
+    ``max_poll_records`` (500). Answers come as Arrow. With ``prefetch`` (the default) the
+    next request is sent as soon as a poll hands out the last buffered record, so it is
+    answered while the application works; at most one answer is ever held.
     """
 
     def __init__(self, url: str, group: str, topics: Iterable[str] = (), *,
@@ -67,7 +75,15 @@ class Consumer(GroupMember):
                  request_timeout_ms: float | None = None, retry_backoff_ms: float = 100,
                  retry_backoff_max_ms: float = 1000, default_api_timeout_ms: float = 60_000,
                  timeout_s: float | None = None, api_key: str | None = None,
-                 verify: str | bool | ssl.SSLContext = True) -> None:
+                 verify: str | bool | ssl.SSLContext = True, fetch_min_bytes: int = 1,
+                 fetch_max_bytes: int = 52_428_800,
+                 max_partition_fetch_bytes: int = 1_048_576, fetch_max_wait_ms: int = 500,
+                 max_poll_records: int = 500, prefetch: bool = True) -> None:
+        self.fetch_settings = FetchSettings(
+            fetch_min_bytes=fetch_min_bytes, fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            fetch_max_wait_ms=fetch_max_wait_ms, max_poll_records=max_poll_records)
+        self.prefetch = prefetch
         policy = RetryPolicy(retry_backoff_ms=retry_backoff_ms,
                              retry_backoff_max_ms=retry_backoff_max_ms,
                              request_timeout_ms=resolve_request_timeout_ms(
@@ -94,11 +110,13 @@ class Consumer(GroupMember):
         self._commit_lock = threading.Lock()
         self._last_commit = time.monotonic()
         self.polled_member_id: str | None = None
-        """The member id the latest poll read as."""
+        """The member id the latest request read as."""
+        self._fetcher = Fetcher(self._http, self.fetch_settings, policy.request_timeout_ms)
         if topics:
             try:
                 self.subscribe(topics)
             except BaseException:
+                self._fetcher.close()
                 self._http.close()
                 self._hb_http.close()
                 raise
@@ -109,11 +127,28 @@ class Consumer(GroupMember):
         with self._lock:
             return set(self._assigned)
 
-    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
-        """The next records of the assigned partitions (waits up to ``timeout_s``). Calling
-        it says the records it returned before are processed. While the server cannot be
-        reached it returns no records (after ``timeout_s``), and raises
+    def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> PolledRecords:
+        """The next records of the assigned partitions (waits up to ``timeout_s``), at most
+        ``max_records`` (default ``max_poll_records``), decoded from Arrow as they are read.
+        Calling it says the records it returned before are processed. While the server
+        cannot be reached it returns no records (after ``timeout_s``), and raises
         ``LakelogTimeoutError`` once that has lasted ``default_api_timeout_ms``."""
+        return PolledRecords(self._poll(timeout_s, max_records), self.format)
+
+    def poll_batch(self, timeout_s: float = 1.0, max_records: int | None = None
+                   ) -> pa.RecordBatch:
+        """``poll`` as one pyarrow RecordBatch in the columns of Spark's Kafka source (key
+        and value bytes whatever ``format`` says), for pandas, polars or DuckDB; no records:
+        a batch of none."""
+        batches = self._poll(timeout_s, max_records)
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=KAFKA_SCHEMA)
+        return pa.concat_batches(batches)
+
+    def _poll(self, timeout_s: float, max_records: int | None) -> list[pa.RecordBatch]:
+        n = max_records or self.fetch_settings.max_poll_records
         deadline = time.monotonic() + timeout_s
         with self._lock:
             self._processed = dict(self._positions)
@@ -124,6 +159,7 @@ class Consumer(GroupMember):
                 self.auto_commit_interval_s:
             with contextlib.suppress(LakelogClientError, httpx.TransportError):
                 self._auto_commit()
+        fetcher = self._fetcher
         attempt = 0
         while True:
             self._check_outage("poll")
@@ -133,16 +169,21 @@ class Consumer(GroupMember):
                 if time.monotonic() >= deadline:
                     return []
                 continue
-            self.polled_member_id = self.member_id
-            failure: BaseException | None
+            if fetcher.buffered():
+                if fetcher.buffer_member == self.member_id:
+                    out = self._hand_out(n)
+                    if out:
+                        return out
+                    continue
+                fetcher.drop()  # polled as a member the server has since lost
+            failure: BaseException | None = None
             try:
-                failure = self._resync() if self._resync_needed else None
-                if failure is None:
-                    left = max(0.0, deadline - time.monotonic())
-                    r = self._http.get(f"/members/{self.polled_member_id}/records", params={
-                        "timeout_ms": int(left * 1000), "max_records": max_records,
-                        "format": self.format},
-                        timeout=left + self.policy.request_timeout_ms / 1000)
+                if not fetcher.in_flight:
+                    failure = self._resync() if self._resync_needed else None
+                    if failure is None:
+                        self.polled_member_id = self.member_id
+                        fetcher.send(self.member_id)
+                answer = fetcher.wait(deadline - time.monotonic()) if failure is None else None
             except httpx.TransportError as exc:
                 failure = exc
                 self._unreachable(exc)
@@ -151,14 +192,22 @@ class Consumer(GroupMember):
                 self._resync_needed = True
             else:
                 if failure is None:
+                    if answer is None:
+                        return []  # still in flight: the next poll takes its answer
                     self._reached()
-                    if r.status_code == 404:  # the server lost this member (e.g. a restart)
+                    if answer.member_id != self.member_id:
+                        continue  # joined again meanwhile: the old member's answer is void
+                    if answer.error is None:
+                        if answer.lost is not None:
+                            self._unreachable(answer.lost)
+                            self._resync_needed = True
+                        self._receive(answer)
+                        continue
+                    if answer.error.status_code == 404:  # the server lost this member
                         self._rejoin.set()
                         self._hb_now()
                         continue
-                    if r.status_code < 400:
-                        return self._records(r.json()["records"])
-                    failure = error_from(r)
+                    failure = error_from(answer.error)
                     if not failure.retriable:
                         raise failure
             wait = self.policy.backoff_s(attempt)
@@ -169,24 +218,39 @@ class Consumer(GroupMember):
                 return []
             time.sleep(wait)
 
-    def _records(self, records: list[dict[str, Any]]) -> list[Record]:
-        out = []
-        dropped: dict[TopicPartition, int] = {}
+    def _receive(self, answer: Answer) -> None:
+        """Buffer an answer's records. Those of a partition this client does not know it
+        owns are dropped at once, and the server's position put back to them, before any
+        later record of that partition can be read."""
         with self._lock:
-            for rec in records:
-                tp = TopicPartition(rec["topic_name"], rec["partition_id"])
-                if tp not in self._assigned:
-                    dropped.setdefault(tp, rec["offset"])
-                    continue
-                out.append(Record(tp.topic, tp.partition, rec["offset"],
-                                  datetime.fromisoformat(rec["timestamp"]),
-                                  _decode(rec["key"]), _decode(rec["value"]),
-                                  [(h["name"], base64.b64decode(h["value"])
-                                    if h["value"] is not None else None)
-                                   for h in rec["headers"]]))
-                self._positions[tp] = rec["offset"] + 1
+            assigned = set(self._assigned)
+        dropped = {tp: lo for tp, (lo, _) in partitions_of(answer.batches).items()
+                   if tp not in assigned}
         if dropped:
             self._put_back(dropped)
+        self._fetcher.fill(answer, only(answer.batches, assigned) if dropped
+                           else answer.batches)
+
+    def _hand_out(self, n: int) -> list[pa.RecordBatch]:
+        """Up to ``n`` buffered records of partitions still assigned; the positions move
+        past them (what ``commit()`` commits). With prefetch, the next request starts as
+        soon as the buffer is empty, while the application works on these."""
+        with self._lock:
+            out = self._fetcher.take(n, self._assigned)
+            for tp, (_, last) in partitions_of(out).items():
+                self._positions[tp] = last + 1
+        if self.prefetch and not self._fetcher.buffered() and not self._resync_needed \
+                and not self._rejoin.is_set() and self.member_id is not None:
+            self.polled_member_id = self.member_id
+            self._fetcher.send(self.member_id)
+        return out
+
+    def _fetched_positions(self) -> dict[TopicPartition, int]:
+        """Past the records handed out and those buffered (where the server should be)."""
+        with self._lock:
+            out = dict(self._positions)
+        for tp, (_, last) in partitions_of(self._fetcher.buffered()).items():
+            out[tp] = last + 1
         return out
 
     def _put_back(self, dropped: dict[TopicPartition, int]) -> None:
@@ -205,9 +269,10 @@ class Consumer(GroupMember):
     def _resync(self) -> LakelogClientError | None:
         """After a failed poll, before the next: the server's positions back to ours (null:
         the committed). Returns a "try again" answer; raises a transport error."""
+        fetched = self._fetched_positions()
         with self._lock:
             positions = [{"topic_name": tp.topic, "partition_id": tp.partition,
-                          "offset": self._positions.get(tp)} for tp in sorted(self._assigned)]
+                          "offset": fetched.get(tp)} for tp in sorted(self._assigned)]
         if positions and self.member_id:
             r = self._http.post(f"/members/{self.member_id}/positions",
                                 json={"positions": positions})
@@ -223,6 +288,10 @@ class Consumer(GroupMember):
         return None
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        # Records read ahead are from the old position (and, for other partitions, moved
+        # the server past them): forget them, and move the server back before reading on.
+        if self._fetcher.discard():
+            self._resync_needed = True
         r = self._call(self._http, "POST", f"/members/{self.member_id}/positions", json={
             "positions": [{"topic_name": tp.topic, "partition_id": tp.partition,
                            "offset": offset}]})
@@ -286,6 +355,7 @@ class Consumer(GroupMember):
         """Commit (with auto-commit, or when asked), leave the group, stop heartbeats. A
         server that cannot be reached is not waited for: its session ends the membership."""
         self._stop.set()
+        self._fetcher.close()
         if self._thread is not None:
             self._thread.join(10)
         if self._down_since is None and (
@@ -304,11 +374,3 @@ class Consumer(GroupMember):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-def _decode(env: dict[str, Any] | None) -> Any:
-    if env is None:
-        return None
-    if env["type"] == "BINARY":
-        return base64.b64decode(env["data"]) if env["data"] is not None else None
-    return env["data"]
