@@ -87,7 +87,7 @@ def consume_rate(records: int) -> tuple[float, float]:
         producer.flush()
     produce_s = time.perf_counter() - started
     consumers = [Consumer(URL, "consume-bench", ["consume"], auto_offset_reset="earliest",
-                          session_timeout_ms=10_000) for _ in range(4)]
+                          session_timeout_ms=10_000, max_poll_records=5000) for _ in range(4)]
     counts = [0] * 4
     started = time.perf_counter()
 
