@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from lakelog.console import ConsoleRecord, RecordFormat
 
 
-PROGRESS_EVERY = 100_000
+READ_CHUNK_CHARS = 1 << 20  # stdin is read this much at a time
+PROGRESS_AFTER_S = 1.0  # a run shorter than this shows no progress line
+PROGRESS_INTERVAL_S = 0.25
 TopicArg = Annotated[str | None, typer.Argument(metavar="TOPIC",
                                                 help="The topic (or --topic TOPIC).")]
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic (Kafka's spelling).")]
@@ -46,9 +48,10 @@ def produce(
     acks: Annotated[str, typer.Option(help="all, 1 or 0.")] = "all",
     url: Url = DEFAULT_URL,
 ) -> None:
-    """Produce lines from stdin (like kafka-console-producer); a progress line every 100,000
-    records on stderr; exit 1 if any record failed, with the reasons."""
+    """Produce lines from stdin (like kafka-console-producer); on a terminal, a progress
+    line on stderr; exit 1 if any record failed, with the reasons."""
     from lakelog.client import LakelogClientError, Producer
+    from lakelog.client.batches import Tally
     from lakelog.console import PRODUCE_PROPERTIES, LineParser, failure_summary, parse_properties
 
     name = _topic(topic_arg, topic, "produce")
@@ -56,50 +59,83 @@ def produce(
     if acks not in ("all", "1", "0"):
         raise LakelogError(f"--acks {acks!r}: use all, 1 or 0")
     to = server(url)
-    failures: list[tuple[int, str, str]] = []
     bad_line: LakelogError | None = None
-    sent = 0
-    started = time.monotonic()
-
-    def settle(futures: list[Any]) -> None:
-        for f in futures:
-            exc = f.exception()
-            if isinstance(exc, LakelogClientError):
-                failures.append((exc.error_code, exc.error, exc.message))
-            elif exc is not None:
-                failures.append((0, type(exc).__name__, str(exc)))
-
+    tally = Tally()
+    progress = Progress(tally) if sys.stderr.isatty() else None
     wait_ms = max(options.retry_timeout_ms, 1)
     try:
         with Producer(to.url, acks=acks, api_key=to.key.key,  # type: ignore[arg-type]
                       delivery_timeout_ms=wait_ms, max_block_ms=wait_ms) as producer:
             producer.partitions_for(name)
-            futures: list[Any] = []
-            for number, line in enumerate(sys.stdin, 1):
-                try:
-                    key, value = parser.parse(line.rstrip("\n"), number)
-                except LakelogError as exc:
-                    bad_line = exc  # as kafka-console-producer: stop at the line
+            for chunk in _line_chunks(sys.stdin):
+                # As kafka-console-producer: a bad line ends the input (the lines before
+                # it are produced).
+                records, bad_line = parser.parse_many(chunk, tally.sent + 1)
+                producer.send_many(name, records, tally)
+                if progress is not None:
+                    progress.show()
+                if bad_line is not None:
                     break
-                futures.append(producer.send(name, value, key=key))
-                sent += 1
-                if sent % PROGRESS_EVERY == 0:
-                    typer.echo(f"{sent:,} records sent ({sent / (time.monotonic() - started):,.0f}"
-                               "/s)", err=True)
-                if len(futures) >= 10_000:
-                    settle(futures)
-                    futures = []
-            settle(futures)
+            producer.flush()
     except LakelogClientError as exc:
         raise client_error(exc, to, f"{name}: ") from None
-    typer.echo(f"{sent - len(failures):,} records produced to {name}"
-               + (f", {len(failures):,} failed:" if failures else ""), err=True)
+    finally:
+        if progress is not None:
+            progress.clear()
+    failures = [(exc.error_code, exc.error, exc.message) if isinstance(exc, LakelogClientError)
+                else (0, type(exc).__name__, str(exc)) for exc in tally.failures]
+    typer.echo(f"{tally.acked:,} records produced to {name}"
+               + (f", {tally.failed:,} failed:" if tally.failed else ""), err=True)
     for line in failure_summary(failures):
         typer.echo(line, err=True)
+    if tally.failed > len(failures):
+        typer.echo(f"  (the reasons of {tally.failed - len(failures):,} more are not kept)",
+                   err=True)
     if bad_line is not None:
         raise bad_line
-    if failures:
+    if tally.failed:
         raise typer.Exit(1)
+
+
+def _line_chunks(stream: TextIO) -> Iterator[list[str]]:
+    """The lines of ``stream`` (without their newline) in lists of about
+    ``READ_CHUNK_CHARS``: one read and one split per chunk, not a call per line."""
+    rest = ""
+    while chunk := stream.read(READ_CHUNK_CHARS):
+        lines = (rest + chunk).split("\n")
+        rest = lines.pop()
+        if lines:
+            yield lines
+    if rest:
+        yield [rest]
+
+
+class Progress:
+    """One line on a terminal's stderr, rewritten in place at most every
+    ``PROGRESS_INTERVAL_S`` once the run has taken ``PROGRESS_AFTER_S``."""
+
+    def __init__(self, tally: Any) -> None:
+        self.tally = tally
+        self.started = time.monotonic()
+        self.shown_at = self.started + PROGRESS_AFTER_S - PROGRESS_INTERVAL_S
+        self.shown = False
+
+    def show(self, what: str | None = None) -> None:
+        now = time.monotonic()
+        if now - self.shown_at < PROGRESS_INTERVAL_S:
+            return
+        self.shown_at = now
+        self.shown = True
+        took = max(now - self.started, 1e-9)
+        text = what or (f"{self.tally.sent:,} records sent, {self.tally.acked:,} acknowledged "
+                        f"({self.tally.acked / took:,.0f}/s)")
+        sys.stderr.write(f"\r{text}\x1b[K")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 @app.command()
