@@ -39,8 +39,9 @@ def key_bytes(key: bytes | str) -> bytes:
 
 
 def to_entry(partition: int, key: bytes | str | None, value: bytes | str | None,
-          headers: Iterable[tuple[str, bytes]], timestamp_ms: int | None) -> dict[str, Any]:
-    """One record as an entry of ``records:batch``."""
+          headers: Iterable[tuple[str, bytes]], timestamp_ms: int | None) -> bytes:
+    """One record as an entry of ``records:batch``, JSON without its closing brace (the
+    request adds ``id`` and the producer's fields: ``entry_json``)."""
     out: dict[str, Any] = {"partition_id": partition, "key": envelope(key),
                            "value": envelope(value)}
     hs = [{"name": name, "value": base64.b64encode(v).decode()} for name, v in headers]
@@ -48,7 +49,31 @@ def to_entry(partition: int, key: bytes | str | None, value: bytes | str | None,
         out["headers"] = hs
     if timestamp_ms is not None:
         out["timestamp"] = timestamp_ms
-    return out
+    return _encode(out)[:-1]
+
+
+def envelope_json(data: bytes | str | None) -> bytes:
+    """``envelope(data)`` as JSON, without building the dict."""
+    if data is None:
+        return b"null"
+    if isinstance(data, str):
+        return b'{"type":"STRING","data":' + _encode(data) + b"}"
+    return b'{"type":"BINARY","data":"' + base64.b64encode(data) + b'"}'
+
+
+def plain_entry(partition: int, key: bytes | str | None, value: bytes | str | None) -> bytes:
+    """``to_entry`` of a record with no headers and no timestamp, faster."""
+    return (b'{"partition_id":%d,"key":%b,"value":%b'
+            % (partition, envelope_json(key), envelope_json(value)))
+
+
+def entry_json(entry: bytes, index: int, producer: tuple[int, int] | None,
+               sequence: int) -> bytes:
+    """The whole entry: its id (its index in the request) and the producer's fields."""
+    if producer is None:
+        return entry + b',"id":"%d"}' % index
+    return entry + (b',"id":"%d","producer_id":%d,"producer_epoch":%d,"sequence":%d}'
+                    % (index, producer[0], producer[1], sequence))
 
 
 MAX_TALLY_FAILURES = 10_000  # failures a Tally keeps one by one; past it, only counts
@@ -71,10 +96,11 @@ class Tally:
         with self._lock:
             self.sent += n
 
-    def _done(self, ok: bool, exc: BaseException | None = None) -> None:
+    def _done(self, ok: int, exc: BaseException | None = None) -> None:
+        """``ok`` records acknowledged, or (0) one failed with ``exc``."""
         with self._lock:
             if ok:
-                self.acked += 1
+                self.acked += ok
             else:
                 self.failed += 1
                 if exc is not None and len(self.failures) < MAX_TALLY_FAILURES:
@@ -94,7 +120,7 @@ class Pending:
 
     __slots__ = ("enqueued_at", "entry", "future", "resets", "settled", "size", "tally")
 
-    def __init__(self, entry: dict[str, Any], size: int,
+    def __init__(self, entry: bytes, size: int,
                  future: concurrent.futures.Future[RecordMetadata] | None,
                  enqueued_at: float, tally: Tally | None = None) -> None:
         self.entry = entry
@@ -113,9 +139,8 @@ class Pending:
             self.future.set_result(RecordMetadata(
                 topic, s.partition_id, s.offset,
                 datetime.fromisoformat(s.timestamp) if s.timestamp else datetime.now()))
-        elif not self.settled and self.tally is not None:
-            self.settled = True
-            self.tally._done(True)
+        elif not self.settled:
+            self.settled = True  # settle() counts it in its Tally
 
     def fail(self, exc: BaseException) -> None:
         if self.future is not None:
@@ -123,7 +148,7 @@ class Pending:
                 self.future.set_exception(exc)
         elif not self.settled and self.tally is not None:
             self.settled = True
-            self.tally._done(False, exc)
+            self.tally._done(0, exc)
 
 
 def fail(pendings: Iterable[Pending], exc: BaseException) -> None:
@@ -148,6 +173,7 @@ class Answer(msgspec.Struct, gc=False):
 
 
 decode_answer = msgspec.json.Decoder(Answer).decode
+_encode = msgspec.json.Encoder().encode
 
 
 def ids_by_partition(live: list[tuple[TopicPartition, list[Pending]]]) -> list[list[str]]:
@@ -183,8 +209,17 @@ def settle(topic: str, answer: Answer, live: list[tuple[TopicPartition, list[Pen
     by_id: dict[str, Pending] = {}
     for (_, batch), ids in zip(live, ids_by_partition(live), strict=True):
         by_id.update(zip(ids, batch, strict=True))
+    in_order = [p for _, batch in live for p in batch]
+    acked: dict[int, int] = {}
+    tallies: dict[int, Tally] = {}
     for s in answer.successes:
-        by_id[s.id].succeed(topic, s)
+        p = in_order[int(s.id)]
+        if p.tally is not None and not p.settled:
+            acked[id(p.tally)] = acked.get(id(p.tally), 0) + 1
+            tallies[id(p.tally)] = p.tally
+        p.succeed(topic, s)
+    for key, n in acked.items():
+        tallies[key]._done(n)
     failures: dict[str, dict[str, Any]] = {f["id"]: f for f in answer.failures}
     unanswered = [p for i, p in by_id.items() if i not in failures and not p.done()]
     if unanswered:  # not the server's contract: fail them rather than wait forever

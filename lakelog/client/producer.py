@@ -40,10 +40,9 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
-import msgspec
 
 from lakelog.client.batches import (
     Outcome,
@@ -51,9 +50,10 @@ from lakelog.client.batches import (
     Tally,
     again,
     decode_answer,
-    envelope,
+    entry_json,
     fail,
     key_bytes,
+    plain_entry,
     settle,
     to_entry,
 )
@@ -87,7 +87,6 @@ metadata is read again."""
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
 MAX_IN_FLIGHT = 5  # Kafka's bound with idempotence (its broker remembers 5 batches)
 JSON_BODY = {"content-type": "application/json"}
-encode = msgspec.json.Encoder().encode
 SEQUENCE_SPACE = 2**31
 
 
@@ -218,8 +217,8 @@ class Producer:
                      else next(self._round_robin) % n for k in keys]
         now = time.monotonic()
         tally._add(len(records))
-        pendings = [(p, Pending({"partition_id": p, "key": envelope(k), "value": envelope(v)},
-                                len(v or b"") + len(k or b""), None, now, tally))
+        pendings = [(p, Pending(plain_entry(p, k, v), len(v or b"") + len(k or b""), None, now,
+                                tally))
                     for p, (k, v) in zip(parts, records, strict=True)]
         for i in range(0, len(pendings), max(1, self.max_buffered // 2)):
             self._enqueue(topic, pendings[i:i + max(1, self.max_buffered // 2)])
@@ -388,7 +387,7 @@ class Producer:
         attempts = self._attempts(f"POST /topics/{topic}/records:batch", deadline,
                                   f"delivery_timeout_ms={self.delivery_timeout_ms:g}")
         every = [p for _, b in live for p in b]
-        entries: list[dict[str, Any]] = []
+        entries: list[bytes] = []
         sequences: list[int] = []
         firsts: dict[TopicPartition, int] = {}
         with self._ident_lock:
@@ -399,16 +398,17 @@ class Producer:
                 return
             for tp, batch in live:
                 seq = firsts[tp] = self._sequences.get(tp, 0)
-                for p in batch:
-                    entry = {**p.entry, "id": str(len(entries))}
-                    if ident is not None:
-                        entry["producer_id"], entry["producer_epoch"] = ident
-                        entry["sequence"] = seq
-                        sequences.append(seq)
-                        seq = (seq + 1) % SEQUENCE_SPACE
-                    entries.append(entry)
+                n = len(entries)
+                if ident is None:
+                    entries += [entry_json(p.entry, n + k, None, 0) for k, p in enumerate(batch)]
+                else:
+                    seqs = [(seq + k) % SEQUENCE_SPACE for k in range(len(batch))]
+                    entries += [entry_json(p.entry, n + k, ident, q)
+                                for k, (p, q) in enumerate(zip(batch, seqs, strict=True))]
+                    sequences += seqs
+                    seq = (seq + len(batch)) % SEQUENCE_SPACE
                 self._sequences[tp] = seq
-        body = encode({"entries": entries})
+        body = b'{"entries":[' + b",".join(entries) + b"]}"
         maybe_appended = False  # an attempt whose outcome is unknown was made
         http = self._leaders.client(leader)
         while True:
