@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import math
 import ssl
 import threading
 import time
@@ -158,6 +159,8 @@ class Producer:
         self._request_ids = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
+        self._wakeup_at = 0.0
+        """When the sender thread wakes up by itself (0 while it is awake)."""
         self._flush_requested = 0
         self._ident_lock = threading.Lock()
         """Guards the producer id, the epoch and the sequences (several requests at once)."""
@@ -246,7 +249,8 @@ class Producer:
                     self._queued_bytes[tp] = 0
                 if not queue:
                     self._first_at[tp] = pending.enqueued_at
-                    wake = True  # the sender's next wake-up may be later than this linger
+                    # Wake the sender only if it would sleep past this record's linger.
+                    wake = wake or pending.enqueued_at + self.linger_s < self._wakeup_at
                 queue.append(pending)
                 self._queued_bytes[tp] += pending.size
                 wake = wake or len(queue) == self.batch_records
@@ -298,10 +302,16 @@ class Producer:
                     self._leaders.url(tp.topic, tp.partition) != leader:
                 continue
             q = self._queues[tp]
-            batch = [q.popleft() for _ in range(min(len(q), self.batch_records,
-                                                      MAX_BATCH_ENTRIES - count))]
+            batch: list[Pending] = []
+            size = 0
+            # Kafka's batch.size: a partition's batch ends before the record that would take
+            # it past batch_size (a larger record goes alone).
+            while q and len(batch) < min(self.batch_records, MAX_BATCH_ENTRIES - count) and (
+                    not batch or size + q[0].size <= self.batch_bytes):
+                size += q[0].size
+                batch.append(q.popleft())
             count += len(batch)
-            self._queued_bytes[tp] -= sum(p.size for p in batch)
+            self._queued_bytes[tp] -= size
             if q:
                 self._first_at[tp] = q[0].enqueued_at
             taken.append((tp, batch))
@@ -322,7 +332,10 @@ class Producer:
                         break
                     waits = [self._first_at[tp] + self.linger_s - now
                              for tp, q in self._queues.items() if q and tp not in self._busy]
-                    self._cond.wait(max(0.0005, min(waits)) if waits and not ready else None)
+                    wait_s = max(0.0005, min(waits)) if waits and not ready else None
+                    self._wakeup_at = now + wait_s if wait_s is not None else math.inf
+                    self._cond.wait(wait_s)
+                    self._wakeup_at = 0.0
                 if job is None:
                     return
                 topic, leader, taken = job
