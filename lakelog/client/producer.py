@@ -285,22 +285,26 @@ class Producer:
 
     def _take(self, ready: list[TopicPartition]
               ) -> tuple[str, str, list[tuple[TopicPartition, list[Pending]]]] | None:
-        """One request's records: up to ``batch_records`` of each ready partition of one
-        topic that one broker leads (in a cluster, straight to the leader), if that broker
-        has room for another request in flight."""
+        """One request's records: a batch of each of its share of the ready partitions of
+        one topic that one broker leads (in a cluster, straight to the leader), if that
+        broker has room for another request in flight. The share spreads the ready
+        partitions over the requests the broker has room for, so that they go in parallel
+        rather than in one request that keeps every partition busy."""
         for first in ready:
             leader = self._leaders.url(first.topic, first.partition)
-            if self._requests_by_leader.get(leader, 0) < self.max_in_flight:
+            free = self.max_in_flight - self._requests_by_leader.get(leader, 0)
+            if free > 0:
                 break
         else:
             return None
         topic = first.topic
+        mine = [tp for tp in ready
+                if tp.topic == topic and self._leaders.url(tp.topic, tp.partition) == leader]
         taken: list[tuple[TopicPartition, list[Pending]]] = []
         count = 0
-        for tp in ready:
-            if tp.topic != topic or count >= MAX_BATCH_ENTRIES or \
-                    self._leaders.url(tp.topic, tp.partition) != leader:
-                continue
+        for tp in mine[:math.ceil(len(mine) / free)]:
+            if count >= MAX_BATCH_ENTRIES:
+                break
             q = self._queues[tp]
             batch: list[Pending] = []
             size = 0
