@@ -3,7 +3,10 @@ kafka-console-producer, kafka-console-consumer and kafka-delete-records."""
 
 from __future__ import annotations
 
+import codecs
 import gc
+import io
+import itertools
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from lakelog.console import ConsoleRecord, RecordFormat
 
 
-READ_CHUNK_CHARS = 1 << 20  # stdin is read this much at a time
+READ_CHUNK_BYTES = 1 << 20  # stdin is read up to this much at a time
 PROGRESS_AFTER_S = 1.0  # a run shorter than this shows no progress line
 PROGRESS_INTERVAL_S = 0.25
 GC_THRESHOLDS = (100_000, 50, 1000)
@@ -104,11 +107,21 @@ def produce(
 
 
 def _line_chunks(stream: TextIO) -> Iterator[list[str]]:
-    """The lines of ``stream`` (without their newline) in lists of about
-    ``READ_CHUNK_CHARS``: one read and one split per chunk, not a call per line."""
+    """The lines of ``stream`` (without their newline) in lists: what one read gives, up
+    to ``READ_CHUNK_BYTES`` (one split per read, not a call per line; a line typed at a
+    terminal goes at once). Decoded and its newlines translated as text-mode stdin's."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None or not hasattr(buffer, "read1"):  # not a file (a test's StringIO)
+        reads: Iterator[str] = iter(lambda: stream.read(READ_CHUNK_BYTES), "")
+    else:
+        decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder(
+            stream.encoding or "utf-8")(stream.errors or "strict"), translate=True)
+        reads = itertools.chain(
+            (decoder.decode(data) for data in iter(lambda: buffer.read1(READ_CHUNK_BYTES), b"")),
+            [decoder.decode(b"", final=True)])
     rest = ""
-    while chunk := stream.read(READ_CHUNK_CHARS):
-        lines = (rest + chunk).split("\n")
+    for text in reads:
+        lines = (rest + text).split("\n")
         rest = lines.pop()
         if lines:
             yield lines
