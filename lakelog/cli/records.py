@@ -9,8 +9,8 @@ import io
 import itertools
 import sys
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
@@ -55,8 +55,7 @@ def produce(
 ) -> None:
     """Produce lines from stdin (like kafka-console-producer); on a terminal, a progress
     line on stderr; exit 1 if any record failed, with the reasons."""
-    from lakelog.client import LakelogClientError, Producer
-    from lakelog.client.batches import Tally
+    from lakelog.client import LakelogClientError, Producer, Tally
     from lakelog.console import PRODUCE_PROPERTIES, LineParser, failure_summary, parse_properties
 
     name = _topic(topic_arg, topic, "produce")
@@ -66,7 +65,9 @@ def produce(
     to = server(url)
     bad_line: LakelogError | None = None
     tally = Tally()
-    progress = Progress(tally) if sys.stderr.isatty() else None
+    progress = Progress.on_terminal(
+        lambda took: f"{tally.sent:,} records sent, {tally.acked:,} acknowledged "
+                     f"({tally.acked / took:,.0f}/s)", stdout_too=True)
     wait_ms = max(options.retry_timeout_ms, 1)
     # Up to max_buffered_records records wait in the producer, a few objects each: at the
     # default thresholds the cyclic GC scans them all again and again (a third of the CPU
@@ -133,22 +134,29 @@ class Progress:
     """One line on a terminal's stderr, rewritten in place at most every
     ``PROGRESS_INTERVAL_S`` once the run has taken ``PROGRESS_AFTER_S``."""
 
-    def __init__(self, tally: Any) -> None:
-        self.tally = tally
+    def __init__(self, text: Callable[[float], str]) -> None:
+        self.text = text
+        """The line, given the seconds since the start."""
         self.started = time.monotonic()
         self.shown_at = self.started + PROGRESS_AFTER_S - PROGRESS_INTERVAL_S
         self.shown = False
 
-    def show(self, what: str | None = None) -> None:
+    @classmethod
+    def on_terminal(cls, text: Callable[[float], str], *, stdout_too: bool = False
+                    ) -> Progress | None:
+        """A progress line if stderr is a terminal (and stdout is not, unless
+        ``stdout_too``: records printed there would tear the line); else None."""
+        if not sys.stderr.isatty() or (not stdout_too and sys.stdout.isatty()):
+            return None
+        return cls(text)
+
+    def show(self) -> None:
         now = time.monotonic()
         if now - self.shown_at < PROGRESS_INTERVAL_S:
             return
         self.shown_at = now
         self.shown = True
-        took = max(now - self.started, 1e-9)
-        text = what or (f"{self.tally.sent:,} records sent, {self.tally.acked:,} acknowledged "
-                        f"({self.tally.acked / took:,.0f}/s)")
-        sys.stderr.write(f"\r{text}\x1b[K")
+        sys.stderr.write(f"\r{self.text(max(now - self.started, 1e-9))}\x1b[K")
         sys.stderr.flush()
 
     def clear(self) -> None:
@@ -202,8 +210,12 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
         fmt = replace(fmt, timestamp_type="LogAppendTime")
     count = 0
     idle_since = time.monotonic()
+    progress = Progress.on_terminal(
+        lambda took: f"{count:,} records consumed ({count / took:,.0f}/s)")
     try:
         for r in _records(client, to, name, partitions, group, from_beginning, max_records):
+            if progress is not None:
+                progress.show()
             if r is None:  # an empty poll
                 if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
                     break
@@ -216,8 +228,12 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
     except LakelogClientError as exc:
         raise client_error(exc, to, f"{name}: ") from None
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.clear()
         typer.echo(f"{count:,} records consumed", err=True)
         raise typer.Exit(130) from None
+    if progress is not None:
+        progress.clear()
     typer.echo(f"{count:,} records consumed", err=True)
 
 

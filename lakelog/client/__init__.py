@@ -37,6 +37,7 @@ default). For HTTPS with a private CA, pass ``verify="ca.pem"`` (or set
 """
 
 from lakelog.client.admin import AdminClient
+from lakelog.client.batches import Tally
 from lakelog.client.consumer import Consumer
 from lakelog.client.errors import (
     RETRIABLE_STATUS,
@@ -61,6 +62,7 @@ __all__ = [
     "Producer",
     "Record",
     "RecordMetadata",
+    "Tally",
     "TopicPartition",
     "default_api_key",
     "http_auth",

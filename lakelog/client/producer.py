@@ -1,9 +1,19 @@
 """The producer: batching, partitioning, idempotence, retries, and recovery from refusals.
 
-Records are queued per partition and sent as one request per topic (``linger_ms``,
-``batch_records``, ``batch_bytes``); one request is in flight at a time, so records
-stay in order. Keyed records are partitioned client-side with Kafka's murmur2 (the
-server's and Kafka's Java client's partition).
+Records are queued per partition; a partition's batch is ready when it holds
+``batch_size`` bytes or ``batch_records`` records, or its first record has waited
+``linger_ms`` (Kafka's meanings). A sender thread puts ready batches of one topic and
+leader into a ``records:batch`` request and runs it on a worker thread, up to
+``max_in_flight_requests_per_connection`` requests per broker at once, but never two
+for one partition: Kafka keeps several of a partition's batches in flight because they
+go in order on one TCP connection, and its broker refuses a batch whose sequence skips
+ahead. Requests over several HTTP connections may reach the server in any order, and
+the server refuses a skip just as Kafka's broker does (its dedup window of 5 runs is
+for retries, not reordering), so a partition's next batch waits for its previous
+answer. The ready partitions are spread over the requests a broker has room for.
+Keyed records are partitioned client-side with Kafka's murmur2 (the server's and Kafka's
+Java client's partition). ``send`` answers with a Future per record; ``send_many``
+counts the answers of many records in a ``Tally`` (no Future each: ``lakelog produce``).
 
 Idempotence (the default): every record carries the producer id, epoch and a sequence
 number, consecutive per partition, so a request sent again after a broken connection
