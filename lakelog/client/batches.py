@@ -206,28 +206,29 @@ def settle(topic: str, answer: Answer, live: list[tuple[TopicPartition, list[Pen
     ``successes`` and ``failures``), and say what changes for the producer: as points 2 and
     4 of ``producer.py``'s docstring."""
     out = Outcome()
-    by_id: dict[str, Pending] = {}
-    for (_, batch), ids in zip(live, ids_by_partition(live), strict=True):
-        by_id.update(zip(ids, batch, strict=True))
     in_order = [p for _, batch in live for p in batch]
-    acked: dict[int, int] = {}
-    tallies: dict[int, Tally] = {}
+    counts: dict[int, tuple[Tally, int]] = {}  # a Tally is told once per answer
     for s in answer.successes:
         p = in_order[int(s.id)]
-        if p.tally is not None and not p.settled:
-            acked[id(p.tally)] = acked.get(id(p.tally), 0) + 1
-            tallies[id(p.tally)] = p.tally
-        p.succeed(topic, s)
-    for key, n in acked.items():
-        tallies[key]._done(n)
+        if p.future is not None:
+            p.succeed(topic, s)
+        elif not p.settled and p.tally is not None:
+            p.settled = True
+            key = id(p.tally)
+            counts[key] = (p.tally, counts[key][1] + 1 if key in counts else 1)
+    for tally, n in counts.values():
+        tally._done(n)
     failures: dict[str, dict[str, Any]] = {f["id"]: f for f in answer.failures}
-    unanswered = [p for i, p in by_id.items() if i not in failures and not p.done()]
-    if unanswered:  # not the server's contract: fail them rather than wait forever
-        out.new_epoch = True
-        fail(unanswered, LakelogClientError(
-            0, "no_answer", f"the answer from {url} had no result for this record"))
+    if len(answer.successes) + len(failures) < len(in_order):
+        unanswered = [p for i, p in enumerate(in_order)
+                      if str(i) not in failures and not p.done()]
+        if unanswered:  # not the server's contract: fail them rather than wait forever
+            out.new_epoch = True
+            fail(unanswered, LakelogClientError(
+                0, "no_answer", f"the answer from {url} had no result for this record"))
     if not failures:
         return out
+    by_id = {str(i): p for i, p in enumerate(in_order)}
     if not idempotent:
         for i, f in failures.items():
             fail([by_id[i]], entry_error(f))

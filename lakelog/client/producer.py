@@ -209,7 +209,9 @@ class Producer:
             partition = ((murmur2(key_bytes(key)) & 0x7FFFFFFF) % n if key is not None
                          else next(self._round_robin) % n)
         future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        pending = Pending(to_entry(partition, key, value, headers, timestamp_ms),
+        entry = (to_entry(partition, key, value, headers, timestamp_ms)
+                 if headers or timestamp_ms is not None else plain_entry(partition, key, value))
+        pending = Pending(entry,
                           len(value or b"") + len(key or b""), future, time.monotonic())
         self._enqueue(topic, [(partition, pending)])
         return future
@@ -238,6 +240,13 @@ class Producer:
         return tally
 
     def _enqueue(self, topic: str, pendings: list[tuple[int, Pending]]) -> None:
+        by_partition: dict[int, list[Pending]] = {}
+        for partition, pending in pendings:
+            group = by_partition.get(partition)
+            if group is None:
+                by_partition[partition] = [pending]
+            else:
+                group.append(pending)
         blocked_until = time.monotonic() + self.max_block_ms / 1000
         with self._cond:
             while (self._buffered and self._buffered + len(pendings) > self.max_buffered
@@ -251,19 +260,22 @@ class Producer:
             if self._closed:
                 raise RuntimeError("the producer is closed")
             wake = False
-            for partition, pending in pendings:
+            for partition, group in by_partition.items():
                 tp = TopicPartition(topic, partition)
                 queue = self._queues.get(tp)
                 if queue is None:
                     queue = self._queues[tp] = deque()
                     self._queued_bytes[tp] = 0
                 if not queue:
-                    self._first_at[tp] = pending.enqueued_at
+                    self._first_at[tp] = group[0].enqueued_at
                     # Wake the sender only if it would sleep past this record's linger.
-                    wake = wake or pending.enqueued_at + self.linger_s < self._wakeup_at
-                queue.append(pending)
-                self._queued_bytes[tp] += pending.size
-                wake = wake or len(queue) == self.batch_records
+                    wake = wake or group[0].enqueued_at + self.linger_s < self._wakeup_at
+                before, bytes_before = len(queue), self._queued_bytes[tp]
+                queue.extend(group)
+                self._queued_bytes[tp] += sum(p.size for p in group)
+                # A batch just filled up (batch_records, batch_size): it is ready now.
+                wake = wake or before < self.batch_records <= len(queue) or \
+                    bytes_before < self.batch_bytes <= self._queued_bytes[tp]
             self._buffered += len(pendings)
             if wake:
                 self._cond.notify_all()
@@ -316,14 +328,17 @@ class Producer:
             if count >= MAX_BATCH_ENTRIES:
                 break
             q = self._queues[tp]
-            batch: list[Pending] = []
-            size = 0
-            # Kafka's batch.size: a partition's batch ends before the record that would take
-            # it past batch_size (a larger record goes alone).
-            while q and len(batch) < min(self.batch_records, MAX_BATCH_ENTRIES - count) and (
-                    not batch or size + q[0].size <= self.batch_bytes):
-                size += q[0].size
-                batch.append(q.popleft())
+            limit = min(len(q), self.batch_records, MAX_BATCH_ENTRIES - count)
+            size = sum(p.size for p in itertools.islice(q, limit))
+            if size <= self.batch_bytes:  # the usual case: no record-by-record check
+                batch = [q.popleft() for _ in range(limit)]
+            else:
+                # Kafka's batch.size: a partition's batch ends before the record that would
+                # take it past batch_size (a larger record goes alone).
+                batch, size = [], 0
+                while len(batch) < limit and (not batch or size + q[0].size <= self.batch_bytes):
+                    size += q[0].size
+                    batch.append(q.popleft())
             count += len(batch)
             self._queued_bytes[tp] -= size
             if q:

@@ -84,6 +84,7 @@ def test_a_progress_line_on_a_terminal_only(server: ServerProcess, tmp_path: Pat
                     seen += os.read(leader, 65536)
                 except OSError:  # the terminal closed with the process
                     break
+        proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
