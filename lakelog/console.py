@@ -56,6 +56,23 @@ class LineParser:
                                f"{shown!r} (each line is KEY{self.separator}VALUE)")
         return key, value
 
+    def parse_many(self, lines: list[str], first_number: int
+                   ) -> tuple[list[tuple[str | None, str]], LakelogError | None]:
+        """``parse`` of many lines (numbered from ``first_number``) without a call per
+        line: the records of the lines before the first bad one, and its error."""
+        if self.separator is None:
+            return [(None, line) for line in lines], None
+        split = [line.partition(self.separator) for line in lines]
+        bad = next((i for i, (_, sep, _) in enumerate(split) if not sep), None)
+        error = None
+        if bad is not None:
+            try:
+                self.parse(lines[bad], first_number + bad)
+            except LakelogError as exc:
+                error = exc
+            split = split[:bad]
+        return [(key, value) for key, _, value in split], error
+
 
 class ConsoleRecord(NamedTuple):
     partition: int

@@ -3,10 +3,14 @@ kafka-console-producer, kafka-console-consumer and kafka-delete-records."""
 
 from __future__ import annotations
 
+import codecs
+import gc
+import io
+import itertools
 import sys
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
@@ -18,7 +22,10 @@ if TYPE_CHECKING:
     from lakelog.console import ConsoleRecord, RecordFormat
 
 
-PROGRESS_EVERY = 100_000
+READ_CHUNK_BYTES = 1 << 20  # stdin is read up to this much at a time
+PROGRESS_AFTER_S = 1.0  # a run shorter than this shows no progress line
+PROGRESS_INTERVAL_S = 0.25
+GC_THRESHOLDS = (100_000, 50, 1000)
 TopicArg = Annotated[str | None, typer.Argument(metavar="TOPIC",
                                                 help="The topic (or --topic TOPIC).")]
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic (Kafka's spelling).")]
@@ -46,9 +53,9 @@ def produce(
     acks: Annotated[str, typer.Option(help="all, 1 or 0.")] = "all",
     url: Url = DEFAULT_URL,
 ) -> None:
-    """Produce lines from stdin (like kafka-console-producer); a progress line every 100,000
-    records on stderr; exit 1 if any record failed, with the reasons."""
-    from lakelog.client import LakelogClientError, Producer
+    """Produce lines from stdin (like kafka-console-producer); on a terminal, a progress
+    line on stderr; exit 1 if any record failed, with the reasons."""
+    from lakelog.client import LakelogClientError, Producer, Tally
     from lakelog.console import PRODUCE_PROPERTIES, LineParser, failure_summary, parse_properties
 
     name = _topic(topic_arg, topic, "produce")
@@ -56,50 +63,106 @@ def produce(
     if acks not in ("all", "1", "0"):
         raise LakelogError(f"--acks {acks!r}: use all, 1 or 0")
     to = server(url)
-    failures: list[tuple[int, str, str]] = []
     bad_line: LakelogError | None = None
-    sent = 0
-    started = time.monotonic()
-
-    def settle(futures: list[Any]) -> None:
-        for f in futures:
-            exc = f.exception()
-            if isinstance(exc, LakelogClientError):
-                failures.append((exc.error_code, exc.error, exc.message))
-            elif exc is not None:
-                failures.append((0, type(exc).__name__, str(exc)))
-
+    tally = Tally()
+    progress = Progress.on_terminal(
+        lambda took: f"{tally.sent:,} records sent, {tally.acked:,} acknowledged "
+                     f"({tally.acked / took:,.0f}/s)", stdout_too=True)
     wait_ms = max(options.retry_timeout_ms, 1)
+    # Up to max_buffered_records records wait in the producer, a few objects each: at the
+    # default thresholds the cyclic GC scans them all again and again (a third of the CPU
+    # of a run, measured). Rarer collections still collect what cycles there are.
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         with Producer(to.url, acks=acks, api_key=to.key.key,  # type: ignore[arg-type]
                       delivery_timeout_ms=wait_ms, max_block_ms=wait_ms) as producer:
             producer.partitions_for(name)
-            futures: list[Any] = []
-            for number, line in enumerate(sys.stdin, 1):
-                try:
-                    key, value = parser.parse(line.rstrip("\n"), number)
-                except LakelogError as exc:
-                    bad_line = exc  # as kafka-console-producer: stop at the line
+            for chunk in _line_chunks(sys.stdin):
+                # As kafka-console-producer: a bad line ends the input (the lines before
+                # it are produced).
+                records, bad_line = parser.parse_many(chunk, tally.sent + 1)
+                producer.send_many(name, records, tally)
+                if progress is not None:
+                    progress.show()
+                if bad_line is not None:
                     break
-                futures.append(producer.send(name, value, key=key))
-                sent += 1
-                if sent % PROGRESS_EVERY == 0:
-                    typer.echo(f"{sent:,} records sent ({sent / (time.monotonic() - started):,.0f}"
-                               "/s)", err=True)
-                if len(futures) >= 10_000:
-                    settle(futures)
-                    futures = []
-            settle(futures)
+            producer.flush()
     except LakelogClientError as exc:
         raise client_error(exc, to, f"{name}: ") from None
-    typer.echo(f"{sent - len(failures):,} records produced to {name}"
-               + (f", {len(failures):,} failed:" if failures else ""), err=True)
+    finally:
+        if progress is not None:
+            progress.clear()
+    failures = [(exc.error_code, exc.error, exc.message) if isinstance(exc, LakelogClientError)
+                else (0, type(exc).__name__, str(exc)) for exc in tally.failures]
+    typer.echo(f"{tally.acked:,} records produced to {name}"
+               + (f", {tally.failed:,} failed:" if tally.failed else ""), err=True)
     for line in failure_summary(failures):
         typer.echo(line, err=True)
+    if tally.failed > len(failures):
+        typer.echo(f"  (the reasons of {tally.failed - len(failures):,} more are not kept)",
+                   err=True)
     if bad_line is not None:
         raise bad_line
-    if failures:
+    if tally.failed:
         raise typer.Exit(1)
+
+
+def _line_chunks(stream: TextIO) -> Iterator[list[str]]:
+    """The lines of ``stream`` (without their newline) in lists: what one read gives, up
+    to ``READ_CHUNK_BYTES`` (one split per read, not a call per line; a line typed at a
+    terminal goes at once). Decoded and its newlines translated as text-mode stdin's."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None or not hasattr(buffer, "read1"):  # not a file (a test's StringIO)
+        reads: Iterator[str] = iter(lambda: stream.read(READ_CHUNK_BYTES), "")
+    else:
+        decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder(
+            stream.encoding or "utf-8")(stream.errors or "strict"), translate=True)
+        reads = itertools.chain(
+            (decoder.decode(data) for data in iter(lambda: buffer.read1(READ_CHUNK_BYTES), b"")),
+            [decoder.decode(b"", final=True)])
+    rest = ""
+    for text in reads:
+        lines = (rest + text).split("\n")
+        rest = lines.pop()
+        if lines:
+            yield lines
+    if rest:
+        yield [rest]
+
+
+class Progress:
+    """One line on a terminal's stderr, rewritten in place at most every
+    ``PROGRESS_INTERVAL_S`` once the run has taken ``PROGRESS_AFTER_S``."""
+
+    def __init__(self, text: Callable[[float], str]) -> None:
+        self.text = text
+        """The line, given the seconds since the start."""
+        self.started = time.monotonic()
+        self.shown_at = self.started + PROGRESS_AFTER_S - PROGRESS_INTERVAL_S
+        self.shown = False
+
+    @classmethod
+    def on_terminal(cls, text: Callable[[float], str], *, stdout_too: bool = False
+                    ) -> Progress | None:
+        """A progress line if stderr is a terminal (and stdout is not, unless
+        ``stdout_too``: records printed there would tear the line); else None."""
+        if not sys.stderr.isatty() or (not stdout_too and sys.stdout.isatty()):
+            return None
+        return cls(text)
+
+    def show(self) -> None:
+        now = time.monotonic()
+        if now - self.shown_at < PROGRESS_INTERVAL_S:
+            return
+        self.shown_at = now
+        self.shown = True
+        sys.stderr.write(f"\r{self.text(max(now - self.started, 1e-9))}\x1b[K")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 @app.command()
@@ -147,8 +210,12 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
         fmt = replace(fmt, timestamp_type="LogAppendTime")
     count = 0
     idle_since = time.monotonic()
+    progress = Progress.on_terminal(
+        lambda took: f"{count:,} records consumed ({count / took:,.0f}/s)")
     try:
         for r in _records(client, to, name, partitions, group, from_beginning, max_records):
+            if progress is not None:
+                progress.show()
             if r is None:  # an empty poll
                 if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
                     break
@@ -161,8 +228,12 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
     except LakelogClientError as exc:
         raise client_error(exc, to, f"{name}: ") from None
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.clear()
         typer.echo(f"{count:,} records consumed", err=True)
         raise typer.Exit(130) from None
+    if progress is not None:
+        progress.clear()
     typer.echo(f"{count:,} records consumed", err=True)
 
 

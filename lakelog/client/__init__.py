@@ -16,8 +16,11 @@
 The client is split by role, as aiokafka's: value types in ``structs.py``, errors in
 ``errors.py``, credentials, TLS and the httpx client in ``http.py``, retries in
 ``retry.py``, and one module per role. The producer (``producer.py``, with
-``batches.py``) batches per partition, partitions keyed records with Kafka's murmur2 and
-is idempotent by default; after a refused record the records behind it go on. The
+``batches.py``) batches per partition (``linger_ms``, ``batch_size``), keeps up to
+``max_in_flight_requests_per_connection`` requests in flight (one per partition),
+partitions keyed records with Kafka's murmur2 and is idempotent by default; after a
+refused record the records behind it go on. ``send_many`` counts many records' answers
+in a ``Tally`` instead of a Future each. The
 consumer (``consumer.py``, on ``membership.py``) is a member of a group (server-side
 assignment, cooperative revocation). The admin client (``admin.py``) makes the calls of
 ``lakelog topics|groups|acls|keys``: topics, groups, ACLs, API keys, deleted records and
@@ -37,6 +40,7 @@ default). For HTTPS with a private CA, pass ``verify="ca.pem"`` (or set
 """
 
 from lakelog.client.admin import AdminClient
+from lakelog.client.batches import Tally
 from lakelog.client.consumer import Consumer
 from lakelog.client.errors import (
     RETRIABLE_STATUS,
@@ -61,6 +65,7 @@ __all__ = [
     "Producer",
     "Record",
     "RecordMetadata",
+    "Tally",
     "TopicPartition",
     "default_api_key",
     "http_auth",

@@ -1,0 +1,168 @@
+"""The Producer's batching (linger.ms, batch.size) and its requests in flight
+(max.in.flight.requests.per.connection, one per partition) against a real server: the
+batches are the ones the settings ask for, order per partition is kept with several
+requests in flight, and a server restart with requests in flight duplicates nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lakelog.client import Producer, RecordMetadata
+from lakelog.client.batches import Tally
+from lakelog.client.structs import TopicPartition
+from tests.lakelog.helpers import make_topic, values
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+LONG_LINGER_MS = 60_000
+
+
+def _batch_requests(server: ServerProcess) -> int:
+    """``records:batch`` requests the server has answered (its /metrics)."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("lakelog_request_seconds_count{")
+               and "records:batch" in line and 'method="POST"' in line)
+
+
+def test_batch_size_cuts_a_partitions_batch_in_bytes(server: ServerProcess) -> None:
+    """40 records of 100 bytes to one partition with batch_size=1000: ten per request,
+    four requests, as the server counts them too; the records are stored in order."""
+    make_topic(server, "t", 1)
+    before = _batch_requests(server)
+    with Producer(server.url, linger_ms=LONG_LINGER_MS, batch_size=1000) as producer:
+        futures = [producer.send("t", f"{i:03d}" + "x" * 97, partition=0) for i in range(40)]
+        producer.flush()
+        offsets = [f.result(timeout=30).offset for f in futures]
+        assert producer.requests_sent == 4
+    assert offsets == list(range(40))
+    assert _batch_requests(server) - before == 4
+    assert [v[:3] for v in values(server, "t", 0) if v] == [f"{i:03d}" for i in range(40)]
+
+
+def test_linger_ms_holds_records_for_one_request(server: ServerProcess) -> None:
+    """Five records sent at once with linger_ms=300 go in one request, not before the
+    linger has passed (no flush asks for them)."""
+    make_topic(server, "t", 1)
+    with Producer(server.url, linger_ms=300) as producer:
+        started = time.monotonic()
+        futures = [producer.send("t", f"r{i}", partition=0) for i in range(5)]
+        for f in futures:
+            f.result(timeout=30)
+        took = time.monotonic() - started
+        assert producer.requests_sent == 1
+    assert took >= 0.3, took
+    assert values(server, "t", 0) == [f"r{i}" for i in range(5)]
+
+
+def test_several_requests_in_flight_keep_each_partitions_order(
+        server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight partitions, small batches, each request slowed by 20 ms: up to
+    max_in_flight_requests_per_connection requests are out at once, never two for one
+    partition, and every partition holds its records in send order, once."""
+    make_topic(server, "t", 8)
+    lock = threading.Lock()
+    out: list[TopicPartition] = []
+    seen: list[int] = []
+    overlap: list[TopicPartition] = []
+    active = 0
+    original = Producer._send
+
+    def slow_send(self: Producer, topic: str, taken: list[tuple[TopicPartition, list[object]]],
+                  leader: str) -> None:
+        nonlocal active
+        tps = [tp for tp, _ in taken]
+        with lock:
+            overlap.extend(tp for tp in tps if tp in out)
+            out.extend(tps)
+            active += 1
+            seen.append(active)
+        time.sleep(0.02)
+        try:
+            original(self, topic, taken, leader)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                active -= 1
+                for tp in tps:
+                    out.remove(tp)
+
+    monkeypatch.setattr(Producer, "_send", slow_send)
+    sent: dict[int, list[str]] = defaultdict(list)
+    with Producer(server.url, linger_ms=1, batch_records=20,
+                  max_in_flight_requests_per_connection=3) as producer:
+        futures = []
+        for i in range(2000):
+            p = i % 8
+            sent[p].append(f"p{p}-{i}")
+            futures.append(producer.send("t", f"p{p}-{i}", partition=p))
+        producer.flush()
+        metas: list[RecordMetadata] = [f.result(timeout=60) for f in futures]
+    assert not overlap, "two requests for one partition were in flight at once"
+    assert max(seen) == 3, "not as many requests in flight as allowed"
+    for p in range(8):
+        assert values(server, "t", p) == sent[p]
+    assert all(m.offset == sent[m.partition].index(f"p{m.partition}-{i}")
+               for i, m in enumerate(metas))
+
+
+def test_a_server_restart_with_requests_in_flight_duplicates_nothing(tmp_path: Path) -> None:
+    """send_many into eight partitions, five requests in flight, while the server is
+    SIGKILLed and started again: every record is acknowledged once and stored once, in
+    its key's order (the retries carry the same sequences; the server answers a retry of
+    a stored batch with its offsets)."""
+    server = ServerProcess(tmp_path / "data").start()
+    make_topic(server, "t", 8)
+    tally = Tally()
+    stop = threading.Event()
+    sent = 0
+
+    def produce(producer: Producer) -> None:
+        nonlocal sent
+        while not stop.is_set() and sent < 400_000:
+            producer.send_many("t", [(f"k{(sent + i) % 64}", str(sent + i))
+                                     for i in range(2000)], tally)
+            sent += 2000
+        producer.flush()
+
+    try:
+        with Producer(server.url, linger_ms=2, delivery_timeout_ms=120_000,
+                      max_in_flight_requests_per_connection=5) as producer:
+            thread = threading.Thread(target=produce, args=(producer,))
+            thread.start()
+            deadline = time.monotonic() + 60
+            while tally.acked < 20_000:
+                assert time.monotonic() < deadline, "the producer did not get going"
+                time.sleep(0.01)
+            outstanding = tally.sent - tally.acked
+            server.kill()  # SIGKILL with requests in flight
+            assert outstanding > 0
+            server.start()
+            acked_after = tally.acked
+            deadline = time.monotonic() + 120
+            while tally.acked < acked_after + 20_000:
+                assert time.monotonic() < deadline and not tally.failed, tally.failures[:3]
+                time.sleep(0.05)
+            stop.set()
+            thread.join(180)
+        assert not thread.is_alive()
+        assert (tally.sent, tally.acked, tally.failed) == (sent, sent, 0), tally.failures[:3]
+        stored = [v for p in range(8) for v in values(server, "t", p)]
+        counts = Counter(stored)
+        assert not [v for v, n in counts.items() if n > 1], "duplicates in the log"
+        assert len(stored) == sent
+        by_key: dict[int, list[int]] = defaultdict(list)
+        for p in range(8):
+            for v in values(server, "t", p):
+                assert v is not None
+                by_key[int(v) % 64].append(int(v))
+        assert all(vs == sorted(vs) for vs in by_key.values()), "a key's order changed"
+    finally:
+        stop.set()
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()
