@@ -157,7 +157,8 @@ def _has_class(spark: SparkSession, name: str | None) -> bool:
     try:
         jvm = spark.sparkContext._jvm  # not there under Spark Connect: lakelog's reads
         assert jvm is not None
-        jvm.java.lang.Class.forName(name)
+        # Spark's own class loader: it also sees jars added with spark.jars / --packages.
+        jvm.org.apache.spark.util.Utils.classForName(name, True, False)
         return True
     except Exception:
         return False

@@ -10,7 +10,8 @@ shape.
 Every task reads one offset range of one partition with ``read_range``
 (hot tier, Delta tier for what the hot tier no longer holds), or, for ``read_topic``
 on an object store that Spark's own Parquet reader cannot reach (no ``hadoop-aws``),
-the rows of one file of a fixed Delta snapshot (option ``files``) through pyarrow.
+the rows of one file of a fixed Delta snapshot (a fifth element, the file's URI, in
+an entry of the ``ranges`` option) through pyarrow.
 An object store's settings travel in the reader (``storage.object_store_env``: in
 memory, never logged), since a Python worker's environment need not hold them.
 """

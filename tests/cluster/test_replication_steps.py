@@ -1,7 +1,9 @@
-"""Replication's multi-step changes killed right after each step (cluster.replicas.step):
-a leader right after its ISR change is in ZooKeeper (``leader-isr-written``, before it
-holds it in memory), and a deposed leader right after it cut its log by leader epoch
-(``truncated``, before it fetched again). Real brokers on a real ZooKeeper; the broker
+"""Replication's multi-step changes killed right after each step (cluster.replicas.step
+and cluster.controller.step): a leader right after its ISR change is in ZooKeeper
+(``leader-isr-written``, before it holds it in memory), a deposed leader right after it
+cut its log by leader epoch (``truncated``, before it fetched again), and the controller
+right after it wrote a dead follower out of an ISR (``isr-written``) or moved a leader
+back to its preferred replica (``preferred-written``), before the rest of its pass. Real brokers on a real ZooKeeper; the broker
 under test runs ``lakelog serve`` under tests/cluster/broker_proc.py, which SIGKILLs it
 there; an idempotent acks=all producer runs throughout and every acknowledged record is
 counted at the end (lost, duplicated), with the replicas compared byte for byte."""
@@ -66,6 +68,35 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeperServer, chroot: str,
         for i in brokers.ids:  # a paused broker is resumed, then killed with the rest
             if brokers.alive(i):
                 cluster.resume(i)
+        brokers.kill_all()
+        zk.stop()
+        zk.close()
+
+
+@pytest.fixture
+def controlled(tmp_path: Path, zookeeper: ZooKeeperServer, chroot: str,
+               request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Brokers 1..3, broker 1 the controller under the launcher that kills it after the
+    test's step. Followers fall out of an ISR only when their session ends (a 30 s lag
+    allowance), so it is the controller, not a leader, that writes them out; preferred
+    leaders are checked every second."""
+    env = {**ENV, "LAKELOG_REPLICA_LAG_TIME_MAX_MS": "30000",
+           "LAKELOG_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "1"}
+    brokers = Brokers(tmp_path, zookeeper.connect + chroot, 3, env=env)
+    zk = KazooClient(hosts=zookeeper.connect + chroot, timeout=10)
+    zk.start(timeout=30)
+    cluster = Cluster(brokers, zk)
+    try:
+        launch_with(brokers, 1, request.param)
+        brokers.start(1, 60)
+        wait_for(lambda: cluster.controller(1) == 1, "broker 1 the controller")
+        for i in (2, 3):
+            launch_with(brokers, i, None)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda i: brokers.start(i, 60), (2, 3)))
+        wait_for(lambda: cluster.registered() == [1, 2, 3], "three brokers registered")
+        yield cluster
+    finally:
         brokers.kill_all()
         zk.stop()
         zk.close()
@@ -152,3 +183,42 @@ def test_deposed_leader_killed_after_truncating_converges_and_loses_nothing(
     assert figures["lost"] == 0 and figures["duplicated"] == 0, figures
     values = {rec["value"]["data"] for rec in cluster.fetch(1, topic, 0)}
     assert "leader-only" not in values
+
+
+@pytest.mark.parametrize("controlled", ["isr-written", "preferred-written"], indirect=True)
+def test_controller_killed_after_its_isr_or_preferred_leader_write_loses_nothing(
+        controlled: Cluster, request: pytest.FixtureRequest) -> None:
+    cluster = controlled
+    step = request.node.callspec.params["controlled"]
+    topic = _led_by(2, "controller-step")  # broker 2 its preferred leader, 1 a follower
+    _create(cluster, topic, 1)
+    assert _leader(cluster, topic) == 2
+    # The producer's bootstrap broker is one the test does not kill.
+    with Jepsen(cluster.brokers.url(2 if step == "isr-written" else 3), topic, 1) as jepsen:
+        wait_for(lambda: jepsen.acked_count() > 100, "the producer running")
+        if step == "isr-written":
+            cluster.brokers.kill(3)  # its session ends: the controller shrinks the ISR
+        else:
+            cluster.brokers.kill(2)  # broker 3 or 1 leads; then 2 returns, catches up,
+            wait_for(lambda: _leader(cluster, topic) not in (2, -1), "another leader")
+            before = jepsen.acked_count()
+            wait_for(lambda: jepsen.acked_count() > before + 50, "acknowledgements again")
+            _restart_plain(cluster, 2)  # and the controller moves the lead back to it
+        _died_at_step(cluster, 1, step)
+        state = cluster.state(topic, 0)
+        if step == "isr-written":
+            assert 3 not in state.isr and state.leader == 2, state
+            _restart_plain(cluster, 3)
+        else:
+            assert state.leader == 2, state
+        # A new controller takes over (broker 1's session ends) and finishes the pass.
+        wait_for(lambda: cluster.controller(2) in (2, 3), "a new controller")
+        _restart_plain(cluster, 1)
+        wait_for(lambda: len(cluster.state(topic, 0).isr) == 3, "every replica in sync")
+        assert _leader(cluster, topic) == 2, cluster.state(topic, 0)
+        before = jepsen.acked_count()
+        wait_for(lambda: jepsen.acked_count() > before + 50, "more acknowledgements")
+    figures = _check_no_loss(cluster, topic, 1, jepsen.acked)
+    records = _assert_replicas_identical(cluster, topic, 1)
+    _report(f"controller killed after {step}", figures, jepsen, records)
+    assert figures["lost"] == 0 and figures["duplicated"] == 0, figures

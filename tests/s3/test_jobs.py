@@ -127,6 +127,11 @@ def test_forcing_spark_reads_without_hadoop_aws_fails_clearly(
         spark: SparkSession, data: LogManager, s3_bucket: S3Bucket) -> None:
     """``objectStoreReads=spark`` is for clusters with hadoop-aws: here Spark's own reader
     has no s3a file system, and says so."""
+    from log_tables.spark.read import _has_class
+
+    # How "auto" decides: the store's Hadoop file system class is on Spark's class path.
+    assert _has_class(spark, "org.apache.hadoop.fs.LocalFileSystem")
+    assert not _has_class(spark, "org.apache.hadoop.fs.s3a.S3AFileSystem")
     layout = _on_s3(spark, data, s3_bucket)
     data.create_topic("events", 1)
     produce(data, "events", 0, 30, roll_every=30)
