@@ -34,7 +34,7 @@ import httpx
 import pyarrow as pa
 
 from lakelog.client.errors import LakelogClientError, error_from, raise_for
-from lakelog.client.fetcher import Answer, Fetcher, only, partitions_of
+from lakelog.client.fetcher import Answer, Fetcher, partitions_of
 from lakelog.client.http import api_client, default_api_key, find_coordinator
 from lakelog.client.membership import GroupMember
 from lakelog.client.polled import KAFKA_SCHEMA, PolledRecords
@@ -224,26 +224,31 @@ class Consumer(GroupMember):
         later record of that partition can be read."""
         with self._lock:
             assigned = set(self._assigned)
-        dropped = {tp: lo for tp, (lo, _) in partitions_of(answer.batches).items()
+        dropped = {tp: lo for tp, (lo, _) in partitions_of(answer.chunks).items()
                    if tp not in assigned}
         if dropped:
+            if self._fetcher.forget_in_flight():
+                # A request chained before these records were seen read on past them: its
+                # answer is forgotten, and the server's positions of every partition go
+                # back to this client's before the next request (after the put-back, so
+                # the server does not move on again meanwhile).
+                self._resync_needed = True
             self._put_back(dropped)
-        self._fetcher.fill(answer, only(answer.batches, assigned) if dropped
-                           else answer.batches)
+        self._fetcher.fill(answer, [c for c in answer.chunks if c.tp in assigned])
 
     def _hand_out(self, n: int) -> list[pa.RecordBatch]:
         """Up to ``n`` buffered records of partitions still assigned; the positions move
         past them (what ``commit()`` commits). With prefetch, the next request starts as
         soon as the buffer is empty, while the application works on these."""
         with self._lock:
-            out = self._fetcher.take(n, self._assigned)
-            for tp, (_, last) in partitions_of(out).items():
+            chunks = self._fetcher.take(n, self._assigned)
+            for tp, (_, last) in partitions_of(chunks).items():
                 self._positions[tp] = last + 1
-        if self.prefetch and not self._fetcher.buffered() and not self._resync_needed \
+        if self.prefetch and not self._fetcher.in_flight and not self._resync_needed \
                 and not self._rejoin.is_set() and self.member_id is not None:
             self.polled_member_id = self.member_id
             self._fetcher.send(self.member_id)
-        return out
+        return [c.batch for c in chunks]
 
     def _fetched_positions(self) -> dict[TopicPartition, int]:
         """Past the records handed out and those buffered (where the server should be)."""

@@ -131,5 +131,12 @@ class PolledRecords(Sequence[Record]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __add__(self, other: Sequence[Record]) -> list[Record]:
+        """A list, as ``poll`` answered before it decoded lazily (``a.poll() + b.poll()``)."""
+        return list(self) + list(other)
+
+    def __radd__(self, other: Sequence[Record]) -> list[Record]:
+        return list(other) + list(self)
+
     def __repr__(self) -> str:
         return f"PolledRecords({self._len} records, {self.materialized} made)"
