@@ -137,11 +137,90 @@ def measure(name: str, pid: int, url: str, body_path: Path, method: str, records
     return row
 
 
+PRODUCER = """
+import json, sys, time
+from lakelog.client import Producer
+url, topic, path = sys.argv[1], sys.argv[2], sys.argv[3]
+records = [line.rstrip("\\n").split(":", 1) for line in open(path)]
+with Producer(url) as producer:  # the defaults: acks=all, linger_ms=5, idempotent
+    producer.partitions_for(topic)
+    started = time.perf_counter()
+    for key, value in records:
+        producer.send(topic, value, key=key)
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"seconds": elapsed, "records": len(records),
+                      "requests": producer.requests_sent}))
+"""
+
+
+def lines_file(path: Path, records: int) -> list[tuple[str, str]]:
+    """``records`` lines ``KEY:VALUE``: 16-character keys (10,000 distinct), 100-character
+    values; returns the distinct (key, value) pairs of the first 1,000 lines."""
+    keys = [os.urandom(8).hex() for _ in range(10_000)]
+    values = [os.urandom(50).hex() for _ in range(1000)]
+    with path.open("w") as f:
+        for i in range(records):
+            f.write(f"{keys[i % len(keys)]}:{values[i % len(values)]}\n")
+    return [(keys[i % len(keys)], values[i % len(values)]) for i in range(1000)]
+
+
+def batch_body(pairs: list[tuple[str, str]], records: int) -> bytes:
+    """A ``records:batch`` body of ``records`` entries of ``pairs``, spread over the
+    partitions as a Producer's request is (each entry names its partition)."""
+    return json.dumps({"entries": [
+        {"id": str(i), "partition_id": i % PARTITIONS,
+         "key": {"type": "STRING", "data": pairs[i % len(pairs)][0]},
+         "value": {"type": "STRING", "data": pairs[i % len(pairs)][1]}}
+        for i in range(records)]}).encode()
+
+
+def client_cases(work: Path, port: int, pid: int, records: int, seconds: int, lua: Path
+                 ) -> list[dict[str, Any]]:
+    """The Python client against wrk on the same server (acks=all, the defaults of both
+    ``Producer`` and ``lakelog produce``): the ``Producer`` with its defaults sending
+    ``records`` lines' records (client pinned to CPU 1, as wrk is), wrk posting bodies of
+    as many records per request as the Producer's requests held on average, with 5
+    connections (its requests in flight); and ``lakelog produce`` of the same lines from
+    a file, timed from its start to its exit."""
+    base = f"http://127.0.0.1:{port}"
+    httpx.post(f"{base}/v3/clusters/lakelog/topics",
+               json={"topic_name": "client", "partitions_count": PARTITIONS}).raise_for_status()
+    path = work / "lines.txt"
+    pairs = lines_file(path, records)
+    print(f"  Producer: {records:,} records", flush=True)
+    out = subprocess.run(["taskset", "-c", "1", sys.executable, "-c", PRODUCER, base, "client",
+                          str(path)], capture_output=True, text=True, check=True).stdout
+    measured = json.loads(out.splitlines()[-1])
+    producer_rate = measured["records"] / measured["seconds"]
+    per_request = max(1, round(measured["records"] / measured["requests"]))
+    body_path = work / "client-body.json"
+    body_path.write_bytes(batch_body(pairs, per_request))
+    row_wrk = measure("wrk", pid, f"{base}/v3/clusters/lakelog/topics/client/records:batch"
+                      "?acks=all", body_path, "POST", per_request, 5, seconds, lua)
+    print(f"  lakelog produce: {records:,} lines", flush=True)
+    started = time.perf_counter()
+    with path.open("rb") as stdin:
+        subprocess.run(["taskset", "-c", "1", str(BIN / "lakelog"), "produce", "client",
+                        "--separator", ":", "--url", base], stdin=stdin, check=True,
+                       stdout=subprocess.DEVNULL)
+    cli_rate = records / (time.perf_counter() - started)
+    return [
+        {"case": "Producer (defaults)", "records_per_request": per_request,
+         "connections": 5, "rec_s": producer_rate, "vs_wrk": producer_rate / row_wrk["rec_s"]},
+        {**row_wrk, "case": "wrk, the Producer's requests"},
+        {"case": "lakelog produce (whole run)", "rec_s": cli_rate,
+         "vs_producer": cli_rate / producer_rate},
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="HTTP produce/fetch benchmark")
     parser.add_argument("--quick", action="store_true", help="3 s per case instead of 8")
     parser.add_argument("--sizes", default="1,100,1000",
                         help="records per request to measure, comma-separated (default 1,100,1000)")
+    parser.add_argument("--client-records", type=int, default=1_000_000,
+                        help="records the Python Producer and lakelog produce send (0: skip)")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
         sys.exit("bench.produce needs wrk and taskset: apt-get install wrk util-linux")
@@ -196,6 +275,8 @@ def main() -> None:
         if produce_1000:
             fetch_row["vs_produce"] = fetch_row["rec_s"] / produce_1000[0]["rec_s"]
         rows.append(fetch_row)
+        if args.client_records:
+            rows += client_cases(work, port, server.pid, args.client_records, seconds, lua)
     finally:
         for proc in (server, bare, floor):
             proc.send_signal(signal.SIGTERM)
@@ -203,7 +284,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print()
     print_table(rows, ["case", "records_per_request", "connections", "rec_s", "MB_s", "p50_ms",
-                       "p99_ms", "cpu_s_per_M", "vs_bare", "vs_floor", "vs_produce", "errors"])
+                       "p99_ms", "cpu_s_per_M", "vs_bare", "vs_floor", "vs_produce", "vs_wrk",
+                       "vs_producer", "errors"])
     print(f"\nwrote {write_json('produce', rows, {'seconds_per_case': seconds, 'sizes': sizes})}")
 
 
