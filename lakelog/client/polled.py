@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
 
 import pyarrow as pa
@@ -50,9 +51,30 @@ def data_bytes(batch: pa.RecordBatch) -> int:
     return total
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _datetimes(column: pa.Array) -> list[datetime | None]:
+    """A timestamp column as UTC datetimes. pyarrow's own ``to_pylist`` of a zoned column
+    costs ~3.7 us a value; integers and one datetime per distinct value (a produced
+    batch shares its timestamp) cost ~0.1."""
+    made: dict[int, datetime] = {}
+    out: list[datetime | None] = []
+    for micros in column.cast(pa.int64()).to_pylist():
+        if micros is None:
+            out.append(None)
+            continue
+        value = made.get(micros)
+        if value is None:
+            value = made[micros] = _EPOCH + timedelta(microseconds=micros)
+        out.append(value)
+    return out
+
+
 def _records(batch: pa.RecordBatch, fmt: Format) -> list[Record]:
-    cols = {name: batch.column(name).to_pylist()
-            for name in ("key", "value", "topic", "partition", "offset", "timestamp")}
+    cols: dict[str, list[Any]] = {name: batch.column(name).to_pylist()
+                                  for name in ("key", "value", "topic", "partition", "offset")}
+    cols["timestamp"] = _datetimes(batch.column("timestamp"))
     raw_headers = batch.column("headers")
     headers: list[list[tuple[str, bytes | None]]]
     if raw_headers.null_count == len(raw_headers):
