@@ -132,6 +132,8 @@ class Fetcher:
         self._taken = 0
         """Answers the consumer has taken (``wait``)."""
         self._closed = False
+        self._forgetting = False
+        """Set while ``forget_in_flight`` waits: a forgotten answer must not chain."""
         self._buffer: list[Chunk] = []
         self.buffer_member: str | None = None
         """The member the buffered records were polled as."""
@@ -157,7 +159,7 @@ class Fetcher:
     def _chain(self, member_id: str, number: int) -> None:
         """Start the next request now, if this answer (``number``) is the only one held."""
         with self._chain_lock:
-            if self._closed or self._next is not None or self._buffer \
+            if self._closed or self._forgetting or self._next is not None or self._buffer \
                     or self._taken != number - 1:
                 return
             self._started += 1
@@ -289,15 +291,21 @@ class Fetcher:
         """Wait for the request in flight (and one it chained) and forget its answer; True
         if there was one (the server's positions are then past what it read)."""
         forgot = False
-        while self._inflight is not None:
-            forgot = True
-            try:
-                answer = self._inflight.result(
-                    timeout=self.settings.fetch_max_wait_ms / 1000 + self._request_timeout_s)
-                self._count(-answer.records, -answer.data_bytes)
-            except Exception:  # a failed request: nothing was counted
-                pass
-            self._took()
+        with self._chain_lock:
+            self._forgetting = True
+        try:
+            while self._inflight is not None:
+                forgot = True
+                try:
+                    answer = self._inflight.result(
+                        timeout=self.settings.fetch_max_wait_ms / 1000 + self._request_timeout_s)
+                    self._count(-answer.records, -answer.data_bytes)
+                except Exception:  # a failed request: nothing was counted
+                    pass
+                self._took()
+        finally:
+            with self._chain_lock:
+                self._forgetting = False
         return forgot
 
     def close(self) -> None:
