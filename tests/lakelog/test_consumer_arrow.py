@@ -118,7 +118,7 @@ def test_records_are_made_only_as_they_are_read_and_poll_batch_gives_arrow(
         assert len(list(records)) == len(records) == records.materialized
         # As when poll answered a list: records add up to a list.
         assert records + records[:1] == [*records, records[0]]
-        assert [] + records == list(records)
+        assert [] + records == list(records)  # noqa: RUF005 (the + is what is tested)
     with Consumer(server.url, "b", ["t"], auto_offset_reset="earliest",
                   max_poll_records=300) as consumer:
         batches: list[pa.RecordBatch] = []
