@@ -15,6 +15,7 @@ import pytest
 
 from lakelog.client import Producer, RecordMetadata
 from lakelog.client.batches import Tally
+from lakelog.client.sender import Sender
 from lakelog.client.structs import TopicPartition
 from tests.lakelog.helpers import make_topic, values
 from tests.server import ServerProcess
@@ -72,9 +73,9 @@ def test_several_requests_in_flight_keep_each_partitions_order(
     seen: list[int] = []
     overlap: list[TopicPartition] = []
     active = 0
-    original = Producer._send
+    original = Sender._send
 
-    def slow_send(self: Producer, topic: str, taken: list[tuple[TopicPartition, list[object]]],
+    def slow_send(self: Sender, topic: str, taken: list[tuple[TopicPartition, list[object]]],
                   leader: str) -> None:
         nonlocal active
         tps = [tp for tp, _ in taken]
@@ -92,7 +93,7 @@ def test_several_requests_in_flight_keep_each_partitions_order(
                 for tp in tps:
                     out.remove(tp)
 
-    monkeypatch.setattr(Producer, "_send", slow_send)
+    monkeypatch.setattr(Sender, "_send", slow_send)
     sent: dict[int, list[str]] = defaultdict(list)
     with Producer(server.url, linger_ms=1, batch_records=20,
                   max_in_flight_requests_per_connection=3) as producer:
