@@ -15,6 +15,7 @@ import pytest
 
 from lakelog.client import Producer, RecordMetadata
 from lakelog.client.batches import Tally
+from lakelog.client.futures import FutureRecordMetadata
 from lakelog.client.sender import Sender
 from lakelog.client.structs import TopicPartition
 from tests.lakelog.helpers import make_topic, values
@@ -110,6 +111,46 @@ def test_several_requests_in_flight_keep_each_partitions_order(
         assert values(server, "t", p) == sent[p]
     assert all(m.offset == sent[m.partition].index(f"p{m.partition}-{i}")
                for i, m in enumerate(metas))
+
+
+def test_records_sent_from_many_threads_at_once_are_stored_once_in_order(
+        server: ServerProcess) -> None:
+    """Eight threads send through one producer at once (send appends without a lock):
+    every record is acknowledged at the offset it is stored at, once, and the records of
+    each key keep their send order."""
+    make_topic(server, "t", 4)
+    per_thread = 3000
+    start = threading.Barrier(8)
+    futures: dict[str, FutureRecordMetadata] = {}
+    lock = threading.Lock()
+
+    def send(producer: Producer, n: int) -> None:
+        start.wait(30)
+        mine = {f"{n}-{i}": producer.send("t", f"{n}-{i}", key=f"k{n}-{i % 5}")
+                for i in range(per_thread)}
+        with lock:
+            futures.update(mine)
+
+    with Producer(server.url, linger_ms=1) as producer:
+        threads = [threading.Thread(target=send, args=(producer, n)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        producer.flush()
+        acked = {v: f.result(timeout=60) for v, f in futures.items()}
+    assert len(acked) == 8 * per_thread
+    stored = {p: values(server, "t", p) for p in range(4)}
+    assert sum(len(v) for v in stored.values()) == len(acked)
+    for value, md in acked.items():
+        assert stored[md.partition][md.offset] == value
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for vs in stored.values():
+        for v in vs:
+            assert v is not None
+            n, i = v.split("-")
+            by_key[f"{n}-{int(i) % 5}"].append(int(i))
+    assert all(vs == sorted(vs) for vs in by_key.values())
 
 
 def test_a_server_restart_with_requests_in_flight_duplicates_nothing(tmp_path: Path) -> None:
