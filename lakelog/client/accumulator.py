@@ -24,13 +24,18 @@ import time
 from collections import deque
 from operator import attrgetter
 
+import pyarrow as pa
+
 from lakelog.client.batches import Batch, key_bytes
 from lakelog.client.errors import LakelogTimeoutError
 from lakelog.client.futures import FutureRecordMetadata
 from lakelog.client.structs import TopicPartition
-from log_tables.partitioner import partitions_for_keys
+from log_tables.partitioner import partitions_for_key_array, partitions_for_keys
 
 MIN_WAIT_S = 0.0005  # the sender thread's shortest sleep
+ARROW_KEYS = 256
+"""From this many keys, murmur2 reads them from an Arrow array (0.06 us a key at 1,000,
+against 0.12 us for ``partitions_for_keys``, which is faster below)."""
 _size = attrgetter("_size")
 _enqueued_at = attrgetter("_enqueued_at")
 
@@ -171,7 +176,7 @@ class RecordAccumulator:
         given = [r._partition for r in records]
         keys = [r._key for r in records]
         if given.count(None) == len(given) and None not in keys:  # the usual: all keyed
-            return partitions_for_keys(
+            return _partitions_for_keys(
                 [k if k.__class__ is bytes else key_bytes(k)  # type: ignore[arg-type]
                  for k in keys], self._partitions[topic])
         out: list[int] = []
@@ -182,7 +187,7 @@ class RecordAccumulator:
             out.append(p if p is not None else -1 if k is not None
                        else next(self._round_robin) % self._partitions[topic])
         if keyed:
-            picked = partitions_for_keys(
+            picked = _partitions_for_keys(
                 [key_bytes(keys[i]) for i in keyed],  # type: ignore[arg-type]
                 self._partitions[topic])
             for i, p in zip(keyed, picked, strict=True):
@@ -238,3 +243,10 @@ class RecordAccumulator:
         if (self.queued or in_flight) and self.linger_s >= MIN_WAIT_S:
             wait_s = self.linger_s if wait_s is None else min(wait_s, self.linger_s)
         return wait_s
+
+
+def _partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]:
+    if len(keys) >= ARROW_KEYS:
+        return partitions_for_key_array(  # type: ignore[no-any-return]
+            pa.array(keys, pa.binary()), partitions).tolist()
+    return partitions_for_keys(keys, partitions)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,7 @@ BINARY_ENTRY = (b'{"partition_id":%d,"key":{"type":"BINARY","data":"%b"},'
                 b'"value":{"type":"BINARY","data":"%b"},"id":"%d"')
 """A whole entry of a bytes key and value, but for the producer's fields and the closing
 brace: one format, no call per field."""
+BINARY_PLAIN_ENTRY = BINARY_ENTRY + b"}"
 BINARY_PRODUCER_ENTRY = BINARY_ENTRY + b',"producer_id":%d,"producer_epoch":%d,"sequence":%d}'
 
 
@@ -87,26 +88,33 @@ def entries(batch: Sequence[FutureRecordMetadata], partition: int, first_index: 
     record with a bytes key and value and no headers or timestamp (the usual one) takes
     one format."""
     indexes = range(first_index, first_index + len(batch))
-    if producer is None:
-        return [BINARY_ENTRY % (partition, _b64(r._key, newline=False),
-                                _b64(r._value, newline=False), i) + b"}"
-                if r._extra is None and r._key.__class__ is bytes and r._value.__class__ is bytes
-                else entry(r, partition) + b',"id":"%d"}' % i
-                for i, r in zip(indexes, batch, strict=True)]
-    pid, epoch = producer
     sequences = (s % SEQUENCE_SPACE for s in itertools.count(first_sequence))
-    return [BINARY_PRODUCER_ENTRY % (partition, _b64(r._key, newline=False),
-                                     _b64(r._value, newline=False), i, pid, epoch, s)
-            if r._extra is None and r._key.__class__ is bytes and r._value.__class__ is bytes
-            else entry(r, partition) + (b',"id":"%d","producer_id":%d,"producer_epoch":%d,'
-                                        b'"sequence":%d}' % (i, pid, epoch, s))
-            for i, s, r in zip(indexes, sequences, batch, strict=False)]
+    pid, epoch = producer if producer is not None else (0, 0)
+    try:  # a str or None key or value fails the first format: then each is looked at
+        if producer is None:
+            return [BINARY_PLAIN_ENTRY % (partition, _b64(r._key, newline=False),
+                                          _b64(r._value, newline=False), i)
+                    if r._extra is None else _entry(r, partition, i, None, 0)
+                    for i, r in zip(indexes, batch, strict=True)]
+        return [BINARY_PRODUCER_ENTRY % (partition, _b64(r._key, newline=False),
+                                         _b64(r._value, newline=False), i, pid, epoch, s)
+                if r._extra is None else _entry(r, partition, i, producer, s)
+                for i, s, r in zip(indexes, sequences, batch, strict=False)]
+    except TypeError:
+        sequences = (s % SEQUENCE_SPACE for s in itertools.count(first_sequence))
+        return [_entry(r, partition, i, producer, s)
+                for i, s, r in zip(indexes, sequences, batch, strict=False)]
 
 
-def entry(r: FutureRecordMetadata, partition: int) -> bytes:
-    """A record as an entry, without the fields of its request and the closing brace."""
-    return (to_entry(partition, r._key, r._value, *r._extra) if r._extra is not None
+def _entry(r: FutureRecordMetadata, partition: int, index: int,
+           producer: tuple[int, int] | None, sequence: int) -> bytes:
+    """``entries`` of one record, whatever its key, value, headers and timestamp."""
+    head = (to_entry(partition, r._key, r._value, *r._extra) if r._extra is not None
             else plain_entry(partition, r._key, r._value))
+    if producer is None:
+        return head + b',"id":"%d"}' % index
+    return head + (b',"id":"%d","producer_id":%d,"producer_epoch":%d,"sequence":%d}'
+                   % (index, producer[0], producer[1], sequence))
 
 
 class Answer(msgspec.Struct, gc=False):
@@ -118,7 +126,7 @@ class Answer(msgspec.Struct, gc=False):
 
 decode_answer = msgspec.json.Decoder(Answer).decode
 _encode = msgspec.json.Encoder().encode
-_b64 = binascii.b2a_base64
+_b64: Callable[..., bytes] = binascii.b2a_base64  # TypeError for a str or None
 
 
 Batch = list[FutureRecordMetadata]
