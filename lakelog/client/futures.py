@@ -139,7 +139,8 @@ class FutureRecordMetadata(msgspec.Struct, eq=False):
 
     It has the methods of ``concurrent.futures.Future`` that callers use: ``result``,
     ``exception``, ``done``, ``add_done_callback`` (its callbacks run on the producer's
-    thread that received the answer), ``cancel``/``cancelled`` (a record in the producer
+    thread that received the answer, as Kafka's: keep them short, since that request's
+    partitions wait for them), ``cancel``/``cancelled`` (a record in the producer
     cannot be taken back: always False) and ``running``. It is not a
     ``concurrent.futures.Future``: ``concurrent.futures.wait`` and ``as_completed`` do not
     take it (``Producer.flush`` waits for every record sent before it).
