@@ -58,8 +58,11 @@ class RecordAccumulator:
         self.sleeping = False
         """The sender thread waits longer than a new record's linger: ``send`` wakes it."""
         self.wake_count = batch_records
-        """Records in ``incoming`` at which ``send`` wakes the sender thread (a batch may be
-        full: ``batch_records``, or ``batch_size`` at the sizes seen)."""
+        """Records in ``incoming`` at which ``send`` wakes the sender thread: with them, a
+        partition's batch may be full (``batch_records``, or ``batch_size`` at the record
+        sizes seen), counting what its queue holds."""
+        self._record_bytes = 1
+        """The mean bytes of the records last drained."""
         self.closed = False
         self.flush_requested = 0
         self.queued = 0
@@ -140,9 +143,7 @@ class RecordAccumulator:
                                  else [r for r in records if r._topic == topic])
         self.queued += len(records)
         self.room -= len(records)
-        # Wake up for a full batch_size too, at the sizes of these records.
-        self.wake_count = max(1, min(self.batch_records,
-                                     self.batch_bytes * len(records) // max(1, added)))
+        self._record_bytes = max(1, added // len(records))
 
     def _place(self, topic: str, records: list[FutureRecordMetadata]) -> int:
         """Queue records of one topic, each in its partition, in order; their bytes."""
@@ -236,12 +237,17 @@ class RecordAccumulator:
                in_flight: bool) -> float | None:
         """How long the sender thread may sleep: until the first linger ends of a partition
         that can go (an answer wakes it for the others), and while anything is queued or
-        in flight, no longer than ``linger_ms`` (None: until woken)."""
-        waits = [] if ready else [self._first_at[tp] + self.linger_s - now
-                                  for tp, q in self._queues.items() if q and tp not in busy]
+        in flight, no longer than ``linger_ms`` (None: until woken). Sets ``wake_count``
+        for the partitions that can go."""
+        waiting = [tp for tp, q in self._queues.items() if q and tp not in busy]
+        waits = [] if ready else [self._first_at[tp] + self.linger_s - now for tp in waiting]
         wait_s = max(MIN_WAIT_S, min(waits)) if waits else None
         if (self.queued or in_flight) and self.linger_s >= MIN_WAIT_S:
             wait_s = self.linger_s if wait_s is None else min(wait_s, self.linger_s)
+        fullest = max((len(self._queues[tp]) for tp in waiting), default=0)
+        most_bytes = max((self._queued_bytes[tp] for tp in waiting), default=0)
+        self.wake_count = max(1, min(self.batch_records - fullest,
+                                     (self.batch_bytes - most_bytes) // self._record_bytes))
         return wait_s
 
 

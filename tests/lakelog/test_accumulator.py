@@ -76,20 +76,22 @@ def test_take_cuts_a_batch_at_batch_records_and_before_batch_size() -> None:
         assert acc.queued == 14 - 4
 
 
-def test_a_full_batch_of_incoming_records_wakes_the_sender_thread() -> None:
+def test_send_wakes_the_sender_thread_when_a_batch_may_be_full() -> None:
+    """wake_count: the incoming records that may fill a partition's batch, counting what
+    the fullest queue that can go holds, in records and (at the sizes seen) in bytes."""
     acc = _accumulator(batch_records=10)
     assert acc.wake_count == 10
     for _ in range(4):
-        _append(acc, b"k", b"v" * 100)
+        _append(acc, b"k", b"v" * 100, partition=0)
     with acc.cond:
         acc.drain()
-    assert acc.wake_count == 10  # 101-byte records: batch_records fills first
-    acc.batch_bytes = 250
-    for _ in range(4):
-        _append(acc, b"k", b"v" * 100)
-    with acc.cond:
-        acc.drain()
-    assert acc.wake_count == 2  # two such records fill batch_size
+        acc.wait_s(time.monotonic(), [], set(), False)
+        assert acc.wake_count == 6  # 4 of 10 queued in partition 0
+        acc.wait_s(time.monotonic(), [], {TopicPartition("t", 0)}, True)
+        assert acc.wake_count == 10  # partition 0 is in a request: its answer wakes us
+        acc.batch_bytes = 650
+        acc.wait_s(time.monotonic(), [], set(), False)
+        assert acc.wake_count == 2  # 404 of 650 bytes queued, 101 a record
 
 
 def test_send_waits_for_room_then_fails_at_max_block_ms() -> None:

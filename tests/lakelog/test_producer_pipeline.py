@@ -63,6 +63,20 @@ def test_linger_ms_holds_records_for_one_request(server: ServerProcess) -> None:
     assert values(server, "t", 0) == [f"r{i}" for i in range(5)]
 
 
+def test_a_full_batch_goes_at_once_however_long_the_linger(server: ServerProcess) -> None:
+    """linger_ms=60 s, batch_records=10: the first twenty records go in two requests as
+    soon as their batches are full (send wakes the sender thread); the last five wait for
+    their linger, or a flush."""
+    make_topic(server, "t", 1)
+    with Producer(server.url, linger_ms=LONG_LINGER_MS, batch_records=10) as producer:
+        futures = [producer.send("t", f"r{i}", partition=0) for i in range(25)]
+        assert [f.result(timeout=30).offset for f in futures[:20]] == list(range(20))
+        assert not any(f.done() for f in futures[20:])
+        producer.flush()
+        assert [f.result(timeout=30).offset for f in futures[20:]] == list(range(20, 25))
+        assert producer.requests_sent == 3
+
+
 def test_several_requests_in_flight_keep_each_partitions_order(
         server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight partitions, small batches, each request slowed by 20 ms: up to
