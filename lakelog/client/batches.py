@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,8 @@ from lakelog.client.structs import TopicPartition
 MAX_RESETS = 3  # times one record is sent again under a new epoch before it fails
 SEQUENCE_SPACE = 2**31
 MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
-ENTRY_IDS = [str(i) for i in range(MAX_BATCH_ENTRIES)]
+ENTRY_INDEXES = list(range(MAX_BATCH_ENTRIES))
+ENTRY_IDS = [str(i) for i in ENTRY_INDEXES]
 """The ids of a request's entries (their indexes), to compare an answer's with."""
 
 
@@ -87,8 +87,8 @@ def entries(batch: Sequence[FutureRecordMetadata], partition: int, first_index: 
     the request) and, when idempotent, the producer's fields and consecutive sequences. A
     record with a bytes key and value and no headers or timestamp (the usual one) takes
     one format."""
-    indexes = range(first_index, first_index + len(batch))
-    sequences = (s % SEQUENCE_SPACE for s in itertools.count(first_sequence))
+    indexes = ENTRY_INDEXES[first_index:first_index + len(batch)]  # made once, not per record
+    sequences = _sequences(first_sequence, len(batch))
     pid, epoch = producer if producer is not None else (0, 0)
     try:  # a str or None key or value fails the first format: then each is looked at
         if producer is None:
@@ -101,9 +101,16 @@ def entries(batch: Sequence[FutureRecordMetadata], partition: int, first_index: 
                 if r._extra is None else _entry(r, partition, i, producer, s)
                 for i, s, r in zip(indexes, sequences, batch, strict=False)]
     except TypeError:
-        sequences = (s % SEQUENCE_SPACE for s in itertools.count(first_sequence))
+        sequences = _sequences(first_sequence, len(batch))
         return [_entry(r, partition, i, producer, s)
                 for i, s, r in zip(indexes, sequences, batch, strict=False)]
+
+
+def _sequences(first: int, n: int) -> Iterable[int]:
+    """``n`` consecutive sequences from ``first``, wrapping at ``SEQUENCE_SPACE``."""
+    if first + n <= SEQUENCE_SPACE:
+        return range(first, first + n)
+    return (s % SEQUENCE_SPACE for s in range(first, first + n))
 
 
 def _entry(r: FutureRecordMetadata, partition: int, index: int,
