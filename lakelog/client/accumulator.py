@@ -50,7 +50,11 @@ class RecordAccumulator:
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
         self.max_buffered = max_buffered
-        self.cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self.cond = threading.Condition(lock)
+        """What the sender thread waits on: records, answers, a flush, close."""
+        self.room_freed = threading.Condition(lock)
+        """What a ``send`` waiting for room waits on: a request took records."""
         self.incoming: deque[FutureRecordMetadata] = deque()
         self.room = max_buffered
         """How many records ``incoming`` may hold before ``send`` waits for room:
@@ -103,7 +107,7 @@ class RecordAccumulator:
                         f"sent to {url} after max_block_ms={max_block_ms:g}")
                 self.sleeping = False
                 self.cond.notify_all()  # the sender thread may not have seen them yet
-                self.cond.wait(left)
+                self.room_freed.wait(left)
 
     def wake(self) -> None:
         with self.cond:
@@ -115,6 +119,7 @@ class RecordAccumulator:
             self.closed = True
             self.room = 0  # send takes the slow path, which says the producer is closed
             self.cond.notify_all()
+            self.room_freed.notify_all()
 
     def leftovers(self) -> list[FutureRecordMetadata]:
         """Records a ``send`` that raced with ``close`` appended after the sender thread

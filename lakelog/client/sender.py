@@ -128,7 +128,7 @@ class Sender:
                 self._in_flight[request] = [r for _, batch in taken for r in batch]
                 self._busy.update(tp for tp, _ in taken)
                 self._requests_by_leader[leader] = self._requests_by_leader.get(leader, 0) + 1
-                acc.cond.notify_all()  # send() may be waiting for room
+                acc.room_freed.notify_all()
             self._workers.submit(self._request, request, topic, taken, leader)
 
     def _take(self, ready: list[TopicPartition]) -> tuple[str, str, Taken] | None:
