@@ -41,7 +41,8 @@ def envelope(data: bytes | str | None) -> dict[str, Any] | None:
 
 
 def key_bytes(key: bytes | str) -> bytes:
-    return key.encode() if isinstance(key, str) else key
+    """The bytes murmur2 hashes: a str's UTF-8."""
+    return key.encode() if isinstance(key, str) else bytes(key)
 
 
 def to_entry(partition: int, key: bytes | str | None, value: bytes | str | None,

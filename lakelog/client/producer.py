@@ -62,7 +62,7 @@ from typing import Literal
 import httpx
 
 from lakelog.client.accumulator import RecordAccumulator
-from lakelog.client.batches import MAX_BATCH_ENTRIES
+from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
 from lakelog.client.errors import raise_for
 from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally
 from lakelog.client.http import api_client, default_api_key
@@ -136,7 +136,7 @@ class Producer:
         self._partitions: dict[str, int] = {}
         self._deliveries = Deliveries()
         self._accumulator = RecordAccumulator(
-            self._partitions, linger_s=self.linger_s, batch_records=batch_records,
+            self._partitions, self._deliveries, linger_s=self.linger_s, batch_records=batch_records,
             batch_bytes=batch_bytes, max_buffered=max_buffered_records)
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
                               self.policy, url=self.url, acks=acks, idempotent=idempotent,
@@ -165,16 +165,20 @@ class Producer:
              partition: int | None = None, headers: Iterable[tuple[str, bytes]] = (),
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue one record; waits up to ``max_block_ms`` while ``max_buffered_records``
-        are waiting (then ``LakelogTimeoutError``)."""
+        are waiting (then ``LakelogTimeoutError``). A key or value that is not bytes, str
+        or None fails the record's future with ``TypeError``."""
         if partition is None and topic not in self._partitions:
             self.partitions_for(topic)  # here, so that its max_block_ms is send's
+        extra = None
+        if headers or timestamp_ms is not None:
+            extra = (tuple(headers), timestamp_ms)
+            to_entry(0, key, value, *extra)  # raises here what could not be sent
         acc = self._accumulator
         incoming = acc.incoming
         if len(incoming) >= acc.room:
             acc.wait_for_room(topic, 1, self.max_block_ms, self.url)
-        record = FutureRecordMetadata(
-            self._deliveries, topic, monotonic(), key, value, partition,
-            None if not headers and timestamp_ms is None else (tuple(headers), timestamp_ms))
+        record = FutureRecordMetadata(self._deliveries, topic, monotonic(), key, value,
+                                      partition, extra)
         incoming.append(record)
         # Read after the append: see accumulator.py on waking without a race.
         if acc.sleeping or len(incoming) == acc.wake_count or acc.closed:

@@ -23,7 +23,7 @@ def _accumulator(**settings: int | float) -> RecordAccumulator:
     kw: dict[str, int | float] = {"linger_s": 60.0, "batch_records": 1000,
                                   "batch_bytes": 1 << 20, "max_buffered": 100_000}
     kw.update(settings)
-    return RecordAccumulator({"t": 4}, **kw)  # type: ignore[arg-type]
+    return RecordAccumulator({"t": 4}, Deliveries(), **kw)  # type: ignore[arg-type]
 
 
 def _append(acc: RecordAccumulator, key: bytes | str | None, value: bytes | str | None,
@@ -59,6 +59,19 @@ def test_drain_partitions_as_one_record_at_a_time_would_and_keeps_the_send_order
         assert record in queues[expected], (i, expected)
     for p, queue in queues.items():  # each partition in send order
         assert [sent.index(r) for r in queue] == sorted(sent.index(r) for r in queue), p
+
+
+def test_a_key_or_value_of_another_type_fails_its_record_alone() -> None:
+    acc = _accumulator()
+    good = _append(acc, b"k", b"v")
+    wrong = _append(acc, b"k", 42)  # type: ignore[arg-type]
+    also_good = _append(acc, bytearray(b"k"), memoryview(b"v"))  # type: ignore[arg-type]
+    with acc.cond:
+        acc.drain()
+    assert isinstance(wrong.exception(timeout=0), TypeError)
+    assert "not int" in str(wrong.exception())
+    assert not good.done() and not also_good.done()
+    assert acc.queued == 2
 
 
 def test_take_cuts_a_batch_at_batch_records_and_before_batch_size() -> None:
@@ -113,6 +126,13 @@ def test_send_waits_for_room_then_fails_at_max_block_ms() -> None:
     assert all(isinstance(f.exception(timeout=0), LakelogTimeoutError) for f in sent)
     with pytest.raises(RuntimeError, match="closed"):
         producer.send("t", "after close", partition=0)
+
+
+def test_headers_that_cannot_be_sent_raise_in_send() -> None:
+    with Producer(DEAD_URL, delivery_timeout_ms=100) as producer:
+        with pytest.raises(TypeError):
+            producer.send("t", b"v", partition=0, headers=[("h", 5)])  # type: ignore[list-item]
+        assert producer._accumulator.empty()
 
 
 def test_records_sent_from_many_threads_at_once_are_each_queued_once() -> None:
