@@ -1,6 +1,6 @@
-"""A produce request's records: how each goes on the wire (encoded by the sender thread,
-in bulk, then numbered per request), and what the request's answer does to them (points 2
-and 4 of ``producer.py``'s docstring)."""
+"""A produce request's records: how each goes on the wire (one format a record when its
+request is made: ``entries``), and what the request's answer does to them (points 2 and 4
+of ``producer.py``'s docstring)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ returns, Kafka's light future), a ``Tally`` (what ``send_many`` counts in) and
 
 A ``concurrent.futures.Future`` costs a Condition and an RLock each (~3 us to make) and a
 lock and a notify to complete; at hundreds of thousands of records a second that was a
-fifth of the producer's time. Kafka's producer has its own future type for the same
-reason: the records of one answer are completed together, under one lock, with one
-``notify_all``; the waiters then check their own record.
+fifth of the producer's time. Kafka's producer has its own future type too, completed a
+batch at a time: here the records of one answer are completed together, under one lock,
+with one ``notify_all``, and each waiter then checks its own record.
 """
 
 from __future__ import annotations

@@ -136,8 +136,9 @@ class Producer:
         self._partitions: dict[str, int] = {}
         self._deliveries = Deliveries()
         self._accumulator = RecordAccumulator(
-            self._partitions, self._deliveries, linger_s=self.linger_s, batch_records=batch_records,
-            batch_bytes=batch_bytes, max_buffered=max_buffered_records)
+            self._partitions, self._deliveries, linger_s=self.linger_s,
+            batch_records=batch_records, batch_bytes=batch_bytes,
+            max_buffered=max_buffered_records)
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
                               self.policy, url=self.url, acks=acks, idempotent=idempotent,
                               delivery_timeout_ms=delivery_timeout_ms,
