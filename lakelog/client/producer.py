@@ -12,8 +12,17 @@ the server refuses a skip just as Kafka's broker does (its dedup window of 5 run
 for retries, not reordering), so a partition's next batch waits for its previous
 answer. The ready partitions are spread over the requests a broker has room for.
 Keyed records are partitioned client-side with Kafka's murmur2 (the server's and Kafka's
-Java client's partition). ``send`` answers with a Future per record; ``send_many``
-counts the answers of many records in a ``Tally`` (no Future each: ``lakelog produce``).
+Java client's partition).
+
+``send`` does as little as it can on the caller's thread (Kafka's split): it appends
+the record to the accumulator's incoming queue without a lock and answers with a light
+Future (``futures.FutureRecordMetadata``); the sender thread moves what came in to the
+partitions' queues in bulk, murmur2 over numpy for all the keys at once
+(``accumulator.py``), and takes the ready batches into requests (``sender.py``); a
+request encodes each record with one format (``batches.entries``), and its answer
+completes its records together, under one lock per producer (``futures.Deliveries``).
+``send_many`` counts the answers of many records in a ``Tally`` (no Future each:
+``lakelog produce``).
 
 Idempotence (the default): every record carries the producer id, epoch and a sequence
 number, consecutive per partition, so a request sent again after a broken connection
@@ -37,45 +46,25 @@ failure, as Kafka's producer (its TransactionManager) does it:
    unknown fails, the others are sent again under the new epoch.
 
 How records go on the wire, and what an answer does to each (2 and 4), is in
-``batches.py``; this module queues, sends and retries.
+``batches.py``; the requests, their retries and 1-4 in ``sender.py``.
 """
+
 
 from __future__ import annotations
 
-import concurrent.futures
-import itertools
-import math
 import ssl
-import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
+from time import monotonic
 from types import TracebackType
 from typing import Literal
 
 import httpx
 
-from lakelog.client.batches import (
-    Outcome,
-    Pending,
-    Tally,
-    again,
-    decode_answer,
-    entry_json,
-    fail,
-    key_bytes,
-    plain_entry,
-    settle,
-    to_entry,
-)
-from lakelog.client.errors import (
-    LakelogClientError,
-    LakelogConnectionError,
-    LakelogTimeoutError,
-    entry_error,
-    error_from,
-    raise_for,
-)
+from lakelog.client.accumulator import RecordAccumulator
+from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
+from lakelog.client.errors import raise_for
+from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally
 from lakelog.client.http import api_client, default_api_key
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import (
@@ -83,26 +72,14 @@ from lakelog.client.retry import (
     Attempts,
     RetryPolicy,
     call,
-    describe,
-    never_sent,
-    permanent,
     resolve_request_timeout_ms,
 )
-from lakelog.client.structs import RecordMetadata, TopicPartition
-from log_tables.partitioner import murmur2, partitions_for_keys
-
-MOVED = ("not_leader_or_follower", "broker_not_available")
-"""Errors after which a request goes to the bootstrap broker (which forwards) while the
-metadata is read again."""
-
-MAX_BATCH_ENTRIES = 1000  # the server's default max_batch_entries
-MAX_IN_FLIGHT = 5  # Kafka's bound with idempotence (its broker remembers 5 batches)
-JSON_BODY = {"content-type": "application/json"}
-SEQUENCE_SPACE = 2**31
+from lakelog.client.sender import MAX_IN_FLIGHT, Sender
 
 
 class Producer:
-    """Batching, idempotent producer; ``send`` returns a Future of ``RecordMetadata``.
+    """Batching, idempotent producer; ``send`` returns a Future of ``RecordMetadata``
+    (a ``FutureRecordMetadata``: not a ``concurrent.futures.Future``, see its doc).
 
     Kafka's settings, in milliseconds: ``linger_ms`` (how long a partition's first record
     waits for more), ``batch_size`` (bytes of one partition's batch; ``batch_bytes`` is its
@@ -112,7 +89,9 @@ class Producer:
     ``retry_backoff_max_ms``, ``request_timeout_ms`` (one attempt; ``timeout_s`` is its
     older spelling, in seconds), ``delivery_timeout_ms`` (from ``send`` to the record's
     answer, retries included) and ``max_block_ms`` (how long ``send`` may wait for topic
-    metadata or for room in the buffer).
+    metadata or for room in the buffer). ``max_buffered_records`` bounds the records not
+    yet in a request (``send`` counts without a lock: threads sending at the same moment
+    may pass it by one record each).
     """
 
     def __init__(self, url: str, *, acks: Literal["all", "1", "0"] = "all",
@@ -154,45 +133,29 @@ class Producer:
         self.retries = retries
         self.delivery_timeout_ms = delivery_timeout_ms
         self.max_block_ms = max_block_ms
-        self.requests_sent = 0
-        """``records:batch`` requests sent so far (attempts; retries included)."""
         self._partitions: dict[str, int] = {}
-        self._round_robin = itertools.count()
-        self._queues: dict[TopicPartition, deque[Pending]] = {}
-        self._queued_bytes: dict[TopicPartition, int] = {}
-        self._first_at: dict[TopicPartition, float] = {}
-        self._buffered = 0
-        self._in_flight: dict[int, list[Pending]] = {}
-        self._busy: set[TopicPartition] = set()
-        """Partitions with a request awaiting its answer: one each, see the module docstring."""
-        self._requests_by_leader: dict[str, int] = {}
-        self._request_ids = itertools.count()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._wakeup_at = 0.0
-        """When the sender thread wakes up by itself (0 while it is awake)."""
-        self._flush_requested = 0
-        self._ident_lock = threading.Lock()
-        """Guards the producer id, the epoch and the sequences (several requests at once)."""
-        self._producer: tuple[int, int] | None = None
-        self._new_epoch = False
-        """The sequences may disagree with the server's: take a new epoch before the next send."""
-        self._sequences: dict[TopicPartition, int] = {}
-        self._workers = concurrent.futures.ThreadPoolExecutor(
-            MAX_IN_FLIGHT * 2, thread_name_prefix="lakelog-producer-request")
-        self._thread = threading.Thread(target=self._run, name="lakelog-producer", daemon=True)
-        self._thread.start()
+        self._deliveries = Deliveries()
+        self._accumulator = RecordAccumulator(
+            self._partitions, self._deliveries, linger_s=self.linger_s,
+            batch_records=batch_records, batch_bytes=batch_bytes,
+            max_buffered=max_buffered_records)
+        self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
+                              self.policy, url=self.url, acks=acks, idempotent=idempotent,
+                              delivery_timeout_ms=delivery_timeout_ms,
+                              max_in_flight=max_in_flight_requests_per_connection)
 
-    def _attempts(self, what: str, deadline: float, setting: str) -> Attempts:
-        return Attempts(self.policy, deadline, what, self.url, setting)
+    @property
+    def requests_sent(self) -> int:
+        """``records:batch`` requests sent so far (attempts; retries included)."""
+        return self._sender.requests_sent
 
     def partitions_for(self, topic: str) -> int:
         """The topic's partition count (asked once, retried within ``max_block_ms``)."""
         n = self._partitions.get(topic)
         if n is None:
-            attempts = self._attempts(f"GET /topics/{topic}",
-                                      time.monotonic() + self.max_block_ms / 1000,
-                                      f"max_block_ms={self.max_block_ms:g}")
+            attempts = Attempts(self.policy, time.monotonic() + self.max_block_ms / 1000,
+                                f"GET /topics/{topic}", self.url,
+                                f"max_block_ms={self.max_block_ms:g}")
             r = call(lambda t: self._http.get(f"/topics/{topic}", timeout=t), attempts,
                      idempotent=True)
             raise_for(r)
@@ -201,20 +164,36 @@ class Producer:
 
     def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
              partition: int | None = None, headers: Iterable[tuple[str, bytes]] = (),
-             timestamp_ms: int | None = None) -> concurrent.futures.Future[RecordMetadata]:
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue one record; waits up to ``max_block_ms`` while ``max_buffered_records``
-        are waiting (then ``LakelogTimeoutError``)."""
-        if partition is None:
-            n = self.partitions_for(topic)
-            partition = ((murmur2(key_bytes(key)) & 0x7FFFFFFF) % n if key is not None
-                         else next(self._round_robin) % n)
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        entry = (to_entry(partition, key, value, headers, timestamp_ms)
-                 if headers or timestamp_ms is not None else plain_entry(partition, key, value))
-        pending = Pending(entry,
-                          len(value or b"") + len(key or b""), future, time.monotonic())
-        self._enqueue(topic, [(partition, pending)])
-        return future
+        are waiting (then ``LakelogTimeoutError``). A key or value that is not bytes, str
+        or None fails the record's future with ``TypeError``."""
+        if partition is None and topic not in self._partitions:
+            self.partitions_for(topic)  # here, so that its max_block_ms is send's
+        extra = None
+        if headers or timestamp_ms is not None:
+            extra = (tuple(headers), timestamp_ms)
+            to_entry(0, key, value, *extra)  # raises here what could not be sent
+        acc = self._accumulator
+        incoming = acc.incoming
+        if len(incoming) >= acc.room:
+            acc.wait_for_room(topic, 1, self.max_block_ms, self.url)
+        record = FutureRecordMetadata(self._deliveries, topic, monotonic(), key, value,
+                                      partition, extra)
+        incoming.append(record)
+        # Read after the append: see accumulator.py on waking without a race.
+        if acc.sleeping or len(incoming) == acc.wake_count or acc.closed:
+            self._appended()
+        return record
+
+    def _appended(self) -> None:
+        """Wake the sender thread; after ``close``, make sure a record appended while the
+        producer closed has its answer."""
+        if self._accumulator.closed and not self._sender.alive():
+            self._deliveries.fail(self._accumulator.leftovers(),
+                                  RuntimeError("the producer is closed"))
+        else:
+            self._accumulator.wake()
 
     def send_many(self, topic: str, records: Sequence[tuple[bytes | str | None,
                                                             bytes | str | None]],
@@ -223,329 +202,37 @@ class Producer:
         their answers are counted in ``tally`` (a new one if None), not in Futures. Waits
         for room as ``send`` does."""
         tally = tally if tally is not None else Tally()
-        n = self.partitions_for(topic)
-        keys = [k for k, _ in records]
-        if all(k is not None for k in keys):
-            parts = partitions_for_keys([key_bytes(k) for k in keys if k is not None], n)
-        else:
-            parts = [(murmur2(key_bytes(k)) & 0x7FFFFFFF) % n if k is not None
-                     else next(self._round_robin) % n for k in keys]
-        now = time.monotonic()
-        tally._add(len(records))
-        pendings = [(p, Pending(plain_entry(p, k, v), len(v or b"") + len(k or b""), None, now,
-                                tally))
-                    for p, (k, v) in zip(parts, records, strict=True)]
-        for i in range(0, len(pendings), max(1, self.max_buffered // 2)):
-            self._enqueue(topic, pendings[i:i + max(1, self.max_buffered // 2)])
+        self.partitions_for(topic)
+        now = monotonic()
+        made = [FutureRecordMetadata(self._deliveries, topic, now, k, v, _tally=tally)
+                for k, v in records]
+        tally._add(len(made))
+        # Through the incoming queue, as send's records: a partition's keep their order.
+        self._accumulator.append_many(made, topic, self.max_block_ms, self.url)
         return tally
-
-    def _enqueue(self, topic: str, pendings: list[tuple[int, Pending]]) -> None:
-        by_partition: dict[int, list[Pending]] = {}
-        for partition, pending in pendings:
-            group = by_partition.get(partition)
-            if group is None:
-                by_partition[partition] = [pending]
-            else:
-                group.append(pending)
-        blocked_until = time.monotonic() + self.max_block_ms / 1000
-        with self._cond:
-            while (self._buffered and self._buffered + len(pendings) > self.max_buffered
-                   and not self._closed):
-                left = blocked_until - time.monotonic()
-                if left <= 0:
-                    raise LakelogTimeoutError(
-                        f"send to {topic}: {self._buffered} records were still waiting to be "
-                        f"sent to {self.url} after max_block_ms={self.max_block_ms:g}")
-                self._cond.wait(left)
-            if self._closed:
-                raise RuntimeError("the producer is closed")
-            wake = False
-            for partition, group in by_partition.items():
-                tp = TopicPartition(topic, partition)
-                queue = self._queues.get(tp)
-                if queue is None:
-                    queue = self._queues[tp] = deque()
-                    self._queued_bytes[tp] = 0
-                if not queue:
-                    self._first_at[tp] = group[0].enqueued_at
-                    # Wake the sender only if it would sleep past this record's linger.
-                    wake = wake or group[0].enqueued_at + self.linger_s < self._wakeup_at
-                before, bytes_before = len(queue), self._queued_bytes[tp]
-                queue.extend(group)
-                self._queued_bytes[tp] += sum(p.size for p in group)
-                # A batch just filled up (batch_records, batch_size): it is ready now.
-                wake = wake or before < self.batch_records <= len(queue) or \
-                    bytes_before < self.batch_bytes <= self._queued_bytes[tp]
-            self._buffered += len(pendings)
-            if wake:
-                self._cond.notify_all()
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued and wait for the answers (records sent again after a
         refusal of a record before them included)."""
-        with self._cond:
-            pendings = [p for q in self._queues.values() for p in q]
-            pendings += [p for batch in self._in_flight.values() for p in batch]
-            self._flush_requested += 1
-            self._cond.notify_all()
+        acc = self._accumulator
+        with acc.cond:
+            records = acc.waiting() + self._sender.in_flight()
+            acc.flush_requested += 1
+            acc.sleeping = False
+            acc.cond.notify_all()
         try:
-            futures = [p.future for p in pendings if p.future is not None]
-            tallies = {id(p.tally): p.tally for p in pendings if p.tally is not None}
-            deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            concurrent.futures.wait(futures, timeout_s)
-            for tally in tallies.values():
-                tally.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._deliveries.wait(records, timeout_s)
         finally:
-            with self._cond:
-                self._flush_requested -= 1
-
-    def _ready(self, now: float) -> list[TopicPartition]:
-        return [tp for tp, q in self._queues.items() if q and tp not in self._busy and (
-            self._flush_requested or self._closed or len(q) >= self.batch_records
-            or self._queued_bytes[tp] >= self.batch_bytes
-            or now - self._first_at[tp] >= self.linger_s)]
-
-    def _take(self, ready: list[TopicPartition]
-              ) -> tuple[str, str, list[tuple[TopicPartition, list[Pending]]]] | None:
-        """One request's records: a batch of each of its share of the ready partitions of
-        one topic that one broker leads (in a cluster, straight to the leader), if that
-        broker has room for another request in flight. The share spreads the ready
-        partitions over the requests the broker has room for, so that they go in parallel
-        rather than in one request that keeps every partition busy."""
-        for first in ready:
-            leader = self._leaders.url(first.topic, first.partition)
-            free = self.max_in_flight - self._requests_by_leader.get(leader, 0)
-            if free > 0:
-                break
-        else:
-            return None
-        topic = first.topic
-        mine = [tp for tp in ready
-                if tp.topic == topic and self._leaders.url(tp.topic, tp.partition) == leader]
-        taken: list[tuple[TopicPartition, list[Pending]]] = []
-        count = 0
-        for tp in mine[:math.ceil(len(mine) / free)]:
-            if count >= MAX_BATCH_ENTRIES:
-                break
-            q = self._queues[tp]
-            limit = min(len(q), self.batch_records, MAX_BATCH_ENTRIES - count)
-            size = sum(p.size for p in itertools.islice(q, limit))
-            if size <= self.batch_bytes:  # the usual case: no record-by-record check
-                batch = [q.popleft() for _ in range(limit)]
-            else:
-                # Kafka's batch.size: a partition's batch ends before the record that would
-                # take it past batch_size (a larger record goes alone).
-                batch, size = [], 0
-                while len(batch) < limit and (not batch or size + q[0].size <= self.batch_bytes):
-                    size += q[0].size
-                    batch.append(q.popleft())
-            count += len(batch)
-            self._queued_bytes[tp] -= size
-            if q:
-                self._first_at[tp] = q[0].enqueued_at
-            taken.append((tp, batch))
-        self._buffered -= count
-        return topic, leader, taken
-
-    def _run(self) -> None:
-        """Start requests as partitions become ready, up to ``max_in_flight`` per broker
-        and one per partition; each runs on a worker thread."""
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    ready = self._ready(now)
-                    job = self._take(ready) if ready else None
-                    if job is not None or (self._closed and not self._buffered
-                                           and not self._in_flight):
-                        break
-                    waits = [self._first_at[tp] + self.linger_s - now
-                             for tp, q in self._queues.items() if q and tp not in self._busy]
-                    wait_s = max(0.0005, min(waits)) if waits and not ready else None
-                    self._wakeup_at = now + wait_s if wait_s is not None else math.inf
-                    self._cond.wait(wait_s)
-                    self._wakeup_at = 0.0
-                if job is None:
-                    return
-                topic, leader, taken = job
-                request = next(self._request_ids)
-                self._in_flight[request] = [p for _, batch in taken for p in batch]
-                self._busy.update(tp for tp, _ in taken)
-                self._requests_by_leader[leader] = self._requests_by_leader.get(leader, 0) + 1
-                self._cond.notify_all()  # send() may be waiting for room
-            self._workers.submit(self._request, request, topic, taken, leader)
-
-    def _request(self, request: int, topic: str,
-                 taken: list[tuple[TopicPartition, list[Pending]]], leader: str) -> None:
-        try:
-            self._send(topic, taken, leader)
-        except Exception as exc:  # never leave a future waiting forever
-            fail(self._in_flight.get(request, ()), exc)
-        finally:
-            # After _send re-queued what goes again: the partitions free up only now, so
-            # their next request carries the re-queued records first.
-            with self._cond:
-                self._in_flight.pop(request, None)
-                self._busy.difference_update(tp for tp, _ in taken)
-                self._requests_by_leader[leader] -= 1
-                self._cond.notify_all()
-
-    # -- one request ---------------------------------------------------------------------
-
-    def _producer_id(self, attempts: Attempts) -> tuple[int, int]:
-        """The producer id and epoch; a new epoch first when the sequences may be off."""
-        if self._producer is not None and not self._new_epoch:
-            return self._producer
-        body = {"producer_id": self._producer[0]} if self._producer is not None else {}
-        # Not strictly idempotent, but harmless twice: an unused id, or an epoch skipped.
-        r = call(lambda t: self._http.post("/producers", json=body, timeout=t), attempts,
-                 idempotent=True)
-        if r.status_code == 404 and body:  # the server forgot the id: take a new one
-            r = call(lambda t: self._http.post("/producers", json={}, timeout=t), attempts,
-                     idempotent=True)
-        raise_for(r)
-        answer = r.json()
-        self._producer = (int(answer["producer_id"]), int(answer["producer_epoch"]))
-        self._new_epoch = False
-        self._sequences.clear()
-        return self._producer
-
-    def _send(self, topic: str, taken: list[tuple[TopicPartition, list[Pending]]],
-              leader: str) -> None:
-        now = time.monotonic()
-        delivery_s = self.delivery_timeout_ms / 1000
-        live: list[tuple[TopicPartition, list[Pending]]] = []
-        for tp, batch in taken:
-            expired = [p for p in batch if now >= p.enqueued_at + delivery_s]
-            fail(expired, LakelogTimeoutError(
-                f"a record for {tp.topic}-{tp.partition} waited in the producer longer than "
-                f"delivery_timeout_ms={self.delivery_timeout_ms:g} (the requests before it "
-                f"to {self.url} were being retried); it was never sent"))
-            if keep := [p for p in batch if not p.done()]:
-                live.append((tp, keep))
-        if not live:
-            return
-        deadline = min(p.enqueued_at for _, b in live for p in b) + delivery_s
-        attempts = self._attempts(f"POST /topics/{topic}/records:batch", deadline,
-                                  f"delivery_timeout_ms={self.delivery_timeout_ms:g}")
-        every = [p for _, b in live for p in b]
-        entries: list[bytes] = []
-        sequences: list[int] = []
-        firsts: dict[TopicPartition, int] = {}
-        with self._ident_lock:
-            try:
-                ident = self._producer_id(attempts) if self.idempotent else None
-            except LakelogClientError as exc:
-                fail(every, exc)
-                return
-            for tp, batch in live:
-                seq = firsts[tp] = self._sequences.get(tp, 0)
-                n = len(entries)
-                if ident is None:
-                    entries += [entry_json(p.entry, n + k, None, 0) for k, p in enumerate(batch)]
-                else:
-                    seqs = [(seq + k) % SEQUENCE_SPACE for k in range(len(batch))]
-                    entries += [entry_json(p.entry, n + k, ident, q)
-                                for k, (p, q) in enumerate(zip(batch, seqs, strict=True))]
-                    sequences += seqs
-                    seq = (seq + len(batch)) % SEQUENCE_SPACE
-                self._sequences[tp] = seq
-        body = b'{"entries":[' + b",".join(entries) + b"]}"
-        maybe_appended = False  # an attempt whose outcome is unknown was made
-        http = self._leaders.client(leader)
-        while True:
-            try:
-                self.requests_sent += 1
-                r = http.post(f"/topics/{topic}/records:batch", params={"acks": self.acks},
-                              content=body, headers=JSON_BODY, timeout=attempts.timeout_s())
-            except httpx.TransportError as exc:
-                sent = not never_sent(exc)
-                if http is not self._http:  # that broker is gone: ask any (they forward)
-                    self._leaders.invalidate(topic)
-                    http = self._http
-                if permanent(exc) or (sent and not self.idempotent):
-                    fail(every, LakelogConnectionError(
-                        f"{attempts.what} at {self.url}: {describe(exc)}" + (
-                            "; whether the records were appended is unknown (a producer "
-                            "with idempotent=False does not send them again)" if sent else "")))
-                    self._after_failure(ident, firsts, maybe_appended or sent)
-                    return
-                maybe_appended |= sent
-                if attempts.again(exc):
-                    continue
-                fail(every, attempts.gave_up())
-                self._after_failure(ident, firsts, maybe_appended)
-                return
-            error = error_from(r) if r.status_code >= 400 else None
-            if error is not None and http is not self._http and \
-                    error.code in MOVED:  # the leader moved: any broker forwards
-                self._leaders.invalidate(topic)
-                http = self._http
-            if error is not None and again(error):
-                if self.idempotent or r.status_code == 429:  # 429: refused, nothing appended
-                    maybe_appended |= r.status_code != 429
-                    if attempts.again(error):
-                        continue
-                    error = attempts.gave_up()
-                fail(every, error)
-                self._after_failure(ident, firsts, maybe_appended or r.status_code != 429)
-                return
-            if error is not None:  # refused whole: this attempt appended nothing
-                fail(every, error)
-                self._after_failure(ident, firsts, maybe_appended)
-                return
-            answer = decode_answer(r.content)
-            retry = [f for f in answer.failures if again(entry_error(f))]
-            if retry and self.idempotent and attempts.again(entry_error(retry[0])):
-                continue
-            self._complete(ident, settle(topic, answer, live, sequences, self.idempotent,
-                                         self.url))
-            return
-
-    def _after_failure(self, ident: tuple[int, int] | None, firsts: dict[TopicPartition, int],
-                       maybe_appended: bool) -> None:
-        """After a request failed whole: if it may have appended, a new epoch; if not, its
-        partitions' sequences go back to where it started (unless another request took a
-        new epoch meanwhile: then every partition starts again at 0 anyway)."""
-        if not self.idempotent:
-            return
-        with self._ident_lock:
-            if maybe_appended:
-                self._new_epoch = True
-            elif ident == self._producer:
-                self._sequences.update(firsts)
-
-    def _complete(self, ident: tuple[int, int] | None, outcome: Outcome) -> None:
-        """Take what a request's answer changed (``batches.settle``); what it says of the
-        sequences holds only for the epoch the request was sent under."""
-        with self._ident_lock:
-            self._new_epoch |= outcome.new_epoch
-            if ident == self._producer:
-                if outcome.forget_producer:
-                    self._producer = None
-                self._sequences.update(outcome.sequences)
-        for tp, resend in outcome.again:
-            self._requeue(tp, resend)
-
-    def _requeue(self, tp: TopicPartition, pendings: list[Pending]) -> None:
-        """Put records back at the front of their partition's queue, in order."""
-        if not pendings:
-            return
-        with self._cond:
-            queue = self._queues.setdefault(tp, deque())
-            queue.extendleft(reversed(pendings))
-            self._first_at[tp] = min(p.enqueued_at for p in queue)
-            self._queued_bytes[tp] = self._queued_bytes.get(tp, 0) + sum(p.size for p in pendings)
-            self._buffered += len(pendings)
-            self._cond.notify_all()
+            with acc.cond:
+                acc.flush_requested -= 1
 
     def close(self) -> None:
         """Send what is queued (within ``delivery_timeout_ms``), then stop."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join()
-        self._workers.shutdown(wait=True)
+        self._accumulator.close()
+        self._sender.join()
+        # A send that raced with close may have come after the sender thread's last look.
+        self._deliveries.fail(self._accumulator.leftovers(),
+                              RuntimeError("the producer is closed"))
         self._http.close()
         for client in self._brokers.values():
             client.close()
@@ -556,4 +243,3 @@ class Producer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-

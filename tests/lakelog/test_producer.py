@@ -5,7 +5,6 @@ SIGKILL of the server with every acknowledged record stored exactly once."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 from collections import Counter, defaultdict
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lakelog.client import LakelogClientError, LakelogTimeoutError, Producer, RecordMetadata
+from lakelog.client.futures import FutureRecordMetadata
 from tests.lakelog.helpers import make_topic, values
 from tests.server import ServerProcess
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 LONG_LINGER_MS = 60_000  # records go out only on flush(): one request for all of them
 
 
-def _outcomes(futures: list[concurrent.futures.Future[RecordMetadata]]
+def _outcomes(futures: list[FutureRecordMetadata]
               ) -> list[RecordMetadata | LakelogClientError]:
     out: list[RecordMetadata | LakelogClientError] = []
     for f in futures:
@@ -114,7 +114,7 @@ def test_an_idempotent_producer_rides_through_a_server_sigkill_without_duplicate
 
     def produce(producer: Producer) -> None:
         i = 0
-        pending: list[tuple[str, concurrent.futures.Future[RecordMetadata]]] = []
+        pending: list[tuple[str, FutureRecordMetadata]] = []
         while not stop.is_set():
             value = f"v{i}"
             pending.append((value, producer.send("t", value, key=f"k{i % 50}")))

@@ -15,6 +15,8 @@ import pytest
 
 from lakelog.client import Producer, RecordMetadata
 from lakelog.client.batches import Tally
+from lakelog.client.futures import FutureRecordMetadata
+from lakelog.client.sender import Sender
 from lakelog.client.structs import TopicPartition
 from tests.lakelog.helpers import make_topic, values
 from tests.server import ServerProcess
@@ -61,6 +63,20 @@ def test_linger_ms_holds_records_for_one_request(server: ServerProcess) -> None:
     assert values(server, "t", 0) == [f"r{i}" for i in range(5)]
 
 
+def test_a_full_batch_goes_at_once_however_long_the_linger(server: ServerProcess) -> None:
+    """linger_ms=60 s, batch_records=10: the first twenty records go in two requests as
+    soon as their batches are full (send wakes the sender thread); the last five wait for
+    their linger, or a flush."""
+    make_topic(server, "t", 1)
+    with Producer(server.url, linger_ms=LONG_LINGER_MS, batch_records=10) as producer:
+        futures = [producer.send("t", f"r{i}", partition=0) for i in range(25)]
+        assert [f.result(timeout=30).offset for f in futures[:20]] == list(range(20))
+        assert not any(f.done() for f in futures[20:])
+        producer.flush()
+        assert [f.result(timeout=30).offset for f in futures[20:]] == list(range(20, 25))
+        assert producer.requests_sent == 3
+
+
 def test_several_requests_in_flight_keep_each_partitions_order(
         server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight partitions, small batches, each request slowed by 20 ms: up to
@@ -72,9 +88,9 @@ def test_several_requests_in_flight_keep_each_partitions_order(
     seen: list[int] = []
     overlap: list[TopicPartition] = []
     active = 0
-    original = Producer._send
+    original = Sender._send
 
-    def slow_send(self: Producer, topic: str, taken: list[tuple[TopicPartition, list[object]]],
+    def slow_send(self: Sender, topic: str, taken: list[tuple[TopicPartition, list[object]]],
                   leader: str) -> None:
         nonlocal active
         tps = [tp for tp, _ in taken]
@@ -92,7 +108,7 @@ def test_several_requests_in_flight_keep_each_partitions_order(
                 for tp in tps:
                     out.remove(tp)
 
-    monkeypatch.setattr(Producer, "_send", slow_send)
+    monkeypatch.setattr(Sender, "_send", slow_send)
     sent: dict[int, list[str]] = defaultdict(list)
     with Producer(server.url, linger_ms=1, batch_records=20,
                   max_in_flight_requests_per_connection=3) as producer:
@@ -109,6 +125,46 @@ def test_several_requests_in_flight_keep_each_partitions_order(
         assert values(server, "t", p) == sent[p]
     assert all(m.offset == sent[m.partition].index(f"p{m.partition}-{i}")
                for i, m in enumerate(metas))
+
+
+def test_records_sent_from_many_threads_at_once_are_stored_once_in_order(
+        server: ServerProcess) -> None:
+    """Eight threads send through one producer at once (send appends without a lock):
+    every record is acknowledged at the offset it is stored at, once, and the records of
+    each key keep their send order."""
+    make_topic(server, "t", 4)
+    per_thread = 3000
+    start = threading.Barrier(8)
+    futures: dict[str, FutureRecordMetadata] = {}
+    lock = threading.Lock()
+
+    def send(producer: Producer, n: int) -> None:
+        start.wait(30)
+        mine = {f"{n}-{i}": producer.send("t", f"{n}-{i}", key=f"k{n}-{i % 5}")
+                for i in range(per_thread)}
+        with lock:
+            futures.update(mine)
+
+    with Producer(server.url, linger_ms=1) as producer:
+        threads = [threading.Thread(target=send, args=(producer, n)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        producer.flush()
+        acked = {v: f.result(timeout=60) for v, f in futures.items()}
+    assert len(acked) == 8 * per_thread
+    stored = {p: values(server, "t", p) for p in range(4)}
+    assert sum(len(v) for v in stored.values()) == len(acked)
+    for value, md in acked.items():
+        assert stored[md.partition][md.offset] == value
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for vs in stored.values():
+        for v in vs:
+            assert v is not None
+            n, i = v.split("-")
+            by_key[f"{n}-{int(i) % 5}"].append(int(i))
+    assert all(vs == sorted(vs) for vs in by_key.values())
 
 
 def test_a_server_restart_with_requests_in_flight_duplicates_nothing(tmp_path: Path) -> None:
