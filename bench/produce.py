@@ -17,6 +17,12 @@ bare endpoint's rate the request's own work leaves.
 Reported: records/s, MB/s (key+value bytes), p50/p99 latency (wrk), server
 CPU seconds per million records, and the ratios to the baseline's and the
 floor's records/s.
+
+The Python client (``--client-records``, default 1,000,000; 0 skips it): the
+``Producer`` with its defaults (acks=all) against wrk posting bodies of as many records
+per request as the Producer's requests held, 5 connections, to the same server; and
+``lakelog produce`` of the same lines (from a file, process start to exit) against the
+Producer.
 """
 
 from __future__ import annotations
