@@ -47,6 +47,8 @@ from log_tables.errors import (
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
+    import httpx
+
     from ingest_api.cluster_link import ClusterLink
 
 _encoder = msgspec.json.Encoder()
@@ -74,15 +76,17 @@ class GroupPoll:
         where = self.cluster.route(tp.topic, tp.partition, forwarded=False)
         return None if isinstance(where, int) else where
 
-    async def _remote_read(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
-                           max_records: int, max_bytes: int, fmt: Format
-                           ) -> RemoteFetch:
+    async def _remote_get(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
+                          max_records: int, max_bytes: int, params: dict[str, str],
+                          headers: dict[str, str] | None = None) -> httpx.Response:
+        """A fetch from the leader (no waiting); its errors raised as this broker's."""
         assert self.cluster is not None
         r = await self.cluster.send(
             broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
                            f"{tp.partition}/records", principal=None,
             params={"offset": str(offset), "max_records": str(max_records),
-                    "max_bytes": str(max(max_bytes, 1)), "format": fmt, "timeout_ms": "0"})
+                    "max_bytes": str(max(max_bytes, 1)), "timeout_ms": "0", **params},
+            headers=headers)
         if r.status_code == 416:
             body = r.json()
             raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", offset,
@@ -90,6 +94,13 @@ class GroupPoll:
                                         int(body["high_watermark"]))
         if r.status_code != 200:
             raise error_of(r)
+        return r
+
+    async def _remote_read(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
+                           max_records: int, max_bytes: int, fmt: Format
+                           ) -> RemoteFetch:
+        r = await self._remote_get(broker, tp, offset, max_records, max_bytes,
+                                   {"format": fmt})
         return _remote_fetch.decode(r.content)
 
     async def _remote_offsets(self, broker: BrokerInfo, tp: TopicPartition) -> tuple[int, int]:
@@ -320,20 +331,8 @@ class GroupPoll:
                                  max_records: int, max_bytes: int
                                  ) -> tuple[list[pa.RecordBatch], int]:
         """A fetch from the leader in Arrow: its batches and the next offset."""
-        assert self.cluster is not None
-        r = await self.cluster.send(
-            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
-                           f"{tp.partition}/records", principal=None,
-            params={"offset": str(offset), "max_records": str(max_records),
-                    "max_bytes": str(max(max_bytes, 1)), "timeout_ms": "0"},
-            headers={"accept": ARROW_STREAM})
-        if r.status_code == 416:
-            body = r.json()
-            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", offset,
-                                        int(body["log_start_offset"]),
-                                        int(body["high_watermark"]))
-        if r.status_code != 200:
-            raise error_of(r)
+        r = await self._remote_get(broker, tp, offset, max_records, max_bytes, {},
+                                   {"accept": ARROW_STREAM})
         batches = list(pa.ipc.open_stream(r.content))
         return batches, int(r.headers[NEXT_OFFSET])
 

@@ -11,6 +11,7 @@ import pytest
 from log_tables.clock import ManualClock
 from log_tables.config import TopicConfig
 from log_tables.hot.partition_log import PartitionLog
+from tests.server import ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,3 +57,14 @@ def spark(spark_session: SparkSession, tmp_path: Path) -> SparkSession:
     from log_tables.spark.session import attach
 
     return attach(spark_session, tmp_path / "data")
+
+
+@pytest.fixture
+def jobs_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server whose jobs tier and compact every second, rolling segments as soon as
+    they are due (for reads across the hot and Delta tiers and compacted gaps)."""
+    proc = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_COMPACT_INTERVAL_MS": "1000",
+        "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
+    yield proc
+    proc.stop(timeout_s=90)

@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -243,17 +242,9 @@ def _offsets(client: httpx.Client, topic: str) -> list[int]:
         offset = body["next_offset"]
 
 
-@pytest.fixture
-def tiering_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", env={
-        "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_COMPACT_INTERVAL_MS": "1000",
-        "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
-    yield proc
-    proc.stop(timeout_s=90)
-
 
 def test_arrow_across_the_delta_tier_and_compacted_gaps(
-        tiering_server: ServerProcess) -> None:
+        jobs_server: ServerProcess) -> None:
     """Offsets 0-19 in two segments, tiered, compacted and dropped from the hot tier
     (the even ones share two keys: only 16 and 18 of them stay); 20-29 hot; every offset
     fetched both ways."""
@@ -261,7 +252,7 @@ def test_arrow_across_the_delta_tier_and_compacted_gaps(
         return f"k{i % 4}".encode() if i % 2 == 0 and i < 20 else f"u{i}".encode()
 
     expected = [*range(1, 16, 2), 16, 17, 18, 19, *range(20, 30)]
-    with tiering_server.client() as client:
+    with jobs_server.client() as client:
         r = client.post("/topics", json={"topic_name": "cold", "partitions_count": 1,
                                          "configs": [
                                              {"name": "segment.ms", "value": "300"},
@@ -279,7 +270,7 @@ def test_arrow_across_the_delta_tier_and_compacted_gaps(
         _produce(client, "cold", _mixed(10, start=20, key_of=key_of))  # stays hot
         deadline = time.monotonic() + 180
         while True:
-            assert time.monotonic() < deadline, tiering_server.log()
+            assert time.monotonic() < deadline, jobs_server.log()
             part = client.get("/topics/cold/partitions/0").json()
             if part["hot_log_start_offset"] >= 20 and _offsets(client, "cold") == expected:
                 break

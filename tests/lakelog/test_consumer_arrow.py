@@ -7,9 +7,7 @@ from __future__ import annotations
 import base64
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -199,14 +197,6 @@ def test_fetch_min_bytes_waits_for_more_than_one_record(server: ServerProcess) -
         assert consumer._fetcher.requests >= 2
 
 
-@pytest.fixture
-def compacting_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", env={
-        "LAKELOG_TIER_INTERVAL_MS": "1000", "LAKELOG_COMPACT_INTERVAL_MS": "1000",
-        "LAKELOG_ROLL_CHECK_INTERVAL_MS": "100"}).start()
-    yield proc
-    proc.stop(timeout_s=90)
-
 
 def _offsets(server: ServerProcess, topic: str) -> set[tuple[int, int]]:
     with httpx.Client(base_url=server.url + "/v3/clusters/lakelog", timeout=30) as c:
@@ -214,14 +204,14 @@ def _offsets(server: ServerProcess, topic: str) -> set[tuple[int, int]]:
 
 
 def test_reading_across_a_restart_a_rebalance_and_a_compaction_loses_nothing(
-        compacting_server: ServerProcess) -> None:
+        jobs_server: ServerProcess) -> None:
     """Two consumers commit after every poll. The first reads part of the topic; the
     server is SIGKILLed and started again; older segments are tiered and compacted; a
     second consumer joins. Every record the compaction kept is read, nothing else is
     invented, and a record is read twice only as at-least-once allows: what was polled
     and whose commit was refused, or polled but not yet committed when the membership
     changed (a poll's worth a partition)."""
-    server = compacting_server
+    server = jobs_server
     make_topic(server, "c", 2, **{"segment.ms": "300", "local.retention.ms": "0",
                                   "delta.target.lag.ms": "-1", "cleanup.policy": "compact",
                                   "min.cleanable.dirty.ratio": "0.01"})
