@@ -65,6 +65,8 @@ DENIED_FIELDS = {
     "pipeline_command": "pipelines", "create_resource_profile_command": "resource profiles",
 }
 """Plan fields a principal without cluster admin may not use, and what they do."""
+LISTINGS = frozenset({"list_tables", "list_columns", "table_exists", "get_table"})
+"""Catalog calls that need every view registered first."""
 _FIRST_WORD = re.compile(r"(?:\s|--[^\n]*\n|/\*.*?\*/|\()*([A-Za-z]+)", re.S)
 _WORDS = re.compile(r"[A-Za-z0-9._-]+")
 _REFLECTION = re.compile(r"\b(reflect|try_reflect|java_method)\s*\(", re.I)
@@ -113,6 +115,12 @@ def _walk(message: Message, fields: set[str], strings: list[str]) -> None:
             strings.extend(value if fd.is_repeated else (value,))
 
 
+def _first_word(sql: str) -> str:
+    """The statement's first keyword, lower case (comments and parentheses skipped)."""
+    found = _FIRST_WORD.match(sql)
+    return found.group(1).lower() if found else ""
+
+
 def _sql_texts(message: Message) -> Iterator[str]:
     """The SQL statements of a plan (``spark.sql``'s relation and command)."""
     for fd, value in message.ListFields():
@@ -127,7 +135,7 @@ def _sql_texts(message: Message) -> Iterator[str]:
             yield from _sql_texts(item)
 
 
-class ConnectFront(grpc.GenericRpcHandler):
+class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
     """Forwards Spark Connect calls to ``backend`` once they pass lakelog's checks."""
 
     def __init__(self, backend: str, views: SessionViews, store: SecurityStore | None) -> None:
@@ -163,7 +171,9 @@ class ConnectFront(grpc.GenericRpcHandler):
         with _answering(context):
             request = self._admit(name, request_type, raw, context)
             call = self._channel.unary_unary(method)
-            return call(request, metadata=_forwarded(context), timeout=_deadline(context))
+            answer: bytes = call(request, metadata=_forwarded(context),
+                                 timeout=_deadline(context))
+            return answer
 
     def _stream_out(self, method: str, name: str, request_type: Any, raw: bytes,
                     context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -227,6 +237,8 @@ class ConnectFront(grpc.GenericRpcHandler):
         if name != "Config":
             named = {w for s in strings for w in _WORDS.findall(s)}
             named |= {w.strip("`") for s in strings for w in s.split()}
+            if fields & LISTINGS or any(_first_word(t) == "show" for t in _sql_texts(request)):
+                named.add("*")
             self.views.prepare(request.user_context.user_id, request.session_id, named,
                                visible)
         return request.SerializeToString()  # type: ignore[no-any-return]
@@ -251,8 +263,7 @@ class ConnectFront(grpc.GenericRpcHandler):
                          f"{who} may not change the session's settings: that needs cluster "
                          "admin")
         for text in _sql_texts(request):
-            first = _FIRST_WORD.match(text)
-            if first is None or first.group(1).lower() not in QUERY_WORDS:
+            if _first_word(text) not in QUERY_WORDS:
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED,
                              f"{who} may only query (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, "
                              f"VALUES, TABLE); '{text.strip()[:60]}' needs cluster admin")
@@ -278,7 +289,7 @@ class _answering:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if isinstance(exc, Denied):
             self.context.abort(exc.code, str(exc))
         if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):
@@ -286,7 +297,6 @@ class _answering:
             if trailing:
                 self.context.set_trailing_metadata(trailing)
             self.context.abort(exc.code(), exc.details() or "")
-        return False
 
 
 def _deadline(context: grpc.ServicerContext) -> float | None:

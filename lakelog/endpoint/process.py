@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, _watch_parent
+from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
 from log_tables.layout import Layout
 
@@ -36,34 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SQL_NICE = 5
-STATE_FILE = "sql-endpoint.json"
 JDBC_REFRESH_S = 2.0
 """How often the JDBC server's shared session re-registers the views whose data changed."""
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
-
-
-def state_path(data_dir: str | os.PathLike[str]) -> Path:
-    return Path(data_dir) / STATE_FILE
-
-
-def read_state(data_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The endpoint's state as it last wrote it, or None (none runs, or it is gone)."""
-    try:
-        state: dict[str, Any] = json.loads(state_path(data_dir).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not Path(f"/proc/{pid}").exists():
-        return None
-    return state
-
-
-def _write_state(data_dir: str, **state: Any) -> None:
-    path = state_path(data_dir)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "since_ms": int(time.time() * 1000),
-                               **state}))
-    tmp.replace(path)
 
 
 class EndpointProcess(JobProcess):
@@ -182,14 +158,14 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=spec.get("log_level", "INFO"),
                         format="%(levelname)s:     [sql] %(name)s: %(message)s")
     data_dir = spec["data_dir"]
-    _write_state(data_dir, state="starting")
+    write_state(data_dir, state="starting")
     try:
         spark, server, stop = start_endpoint(spec)
     except Exception as exc:
         log.exception("the SQL endpoint failed to start")
-        _write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
+        write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
         sys.exit(1)
-    _write_state(data_dir, state="ready",
+    write_state(data_dir, state="ready", auth=spec["auth"],
                  connect=f"sc://{spec['host']}:{spec['port']}" if spec["port"] else None,
                  jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default"
                  if spec["jdbc_port"] else None)

@@ -101,8 +101,9 @@ class SessionViews:
     def prepare(self, user_id: str, session_id: str, named: Collection[str],
                 visible: Collection[str] | None) -> None:
         """Make the session ready for a request naming ``named`` (words of its plan):
-        register the views among them whose data changed since (all of them, the first
-        time). ``visible``: the topics the session's principal may consume (None: all)."""
+        register the views among them that are new to the session or whose data changed
+        since (``*`` among them: every view, for SHOW and the catalog's listings).
+        ``visible``: the topics the session's principal may consume (None: all)."""
         key = (user_id, session_id)
         with self._lock:
             prepared = self._sessions.get(key)
@@ -114,11 +115,11 @@ class SessionViews:
                     self._sessions.popitem(last=False)
             else:
                 self._sessions.move_to_end(key)
-        first = not prepared.views
-        topics = [t for t in self.topics() if visible is None or t in visible]
-        wanted = topics if first else [t for t in topics if t in named]
-        system = first or any(v in named for v in (*SYSTEM_VIEWS, *GROUP_HELPER_VIEWS))
-        self._refresh(prepared, wanted, system, visible)
+        everything = "*" in named
+        topics = [t for t in self.topics() if (visible is None or t in visible)
+                  and (everything or t in named)]
+        system = everything or any(v in named for v in (*SYSTEM_VIEWS, *GROUP_HELPER_VIEWS))
+        self._refresh(prepared, topics, system, visible)
 
     def refresh_root(self) -> None:
         """Every view in the root session (the JDBC server's), where its data changed."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_SQL_PORT = 15002
-"""Spark Connect's own default port."""
+from lakelog.endpoint import DEFAULT_SQL_PORT
 
 
 class EndpointSettings(BaseSettings):
