@@ -27,7 +27,10 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consumer_groups.offsets import offsets_uri
+from consumer_groups.subscriptions import subscriptions_path
 from lakelog.views import register_views
+from log_tables.cold.job_runs import job_runs_uri
 from log_tables.config import GROUP_HELPER_VIEWS, GROUP_VIEWS, LOG_VIEWS
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.spark.read import read_topic
@@ -61,12 +64,34 @@ def fingerprint(layout: Layout, topic: str) -> str:
                 for entry in os.scandir(part.path):
                     st = entry.stat()
                     digest.update(f"{part.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    uri = layout.table_uri(topic)
+    digest.update(_newest_commit(layout.table_uri(topic)).encode())
+    return digest.hexdigest()
+
+
+def _newest_commit(uri: str) -> str:
+    """The name of a local Delta table's newest log entry ("" if none); random for a
+    table on an object store (not listed on every query: always refreshed)."""
     if not is_local(uri):
         return os.urandom(8).hex()
     with contextlib.suppress(FileNotFoundError):
-        log_dir = Path(delta_path(uri)) / "_delta_log"
-        digest.update(max((e.name for e in os.scandir(log_dir)), default="").encode())
+        return max((e.name for e in os.scandir(Path(delta_path(uri)) / "_delta_log")),
+                   default="")
+    return ""
+
+
+def system_fingerprint(layout: Layout, topics: Collection[str], marks: dict[str, str]) -> str:
+    """Changes whenever a system view's rows may have: a topic's data (``marks``: the
+    topics' fingerprints, made here where missing), the offsets and job-runs tables, the
+    groups' subscriptions, or the set of topics."""
+    digest = hashlib.blake2b(digest_size=16)
+    for topic in sorted(topics):
+        mark = marks.get(topic) or marks.setdefault(topic, fingerprint(layout, topic))
+        digest.update(f"{topic}={mark};".encode())
+    for uri in (offsets_uri(layout.warehouse), job_runs_uri(layout.warehouse)):
+        digest.update(_newest_commit(uri).encode())
+    with contextlib.suppress(FileNotFoundError):
+        st = subscriptions_path(layout.data_dir).stat()
+        digest.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
     return digest.hexdigest()
 
 
@@ -153,8 +178,9 @@ class SessionViews:
     def _refresh(self, prepared: _Prepared, topics: list[str], system: bool,
                  visible: Collection[str] | None) -> None:
         with prepared.lock:
+            marks: dict[str, str] = {}
             for topic in topics:
-                mark = fingerprint(self.layout, topic)
+                mark = marks[topic] = fingerprint(self.layout, topic)
                 if prepared.views.get(topic) == mark:
                     continue
                 try:
@@ -164,5 +190,11 @@ class SessionViews:
                     continue
                 prepared.views[topic] = mark
             if system:
-                register_views(prepared.spark, [], zookeeper=self.zookeeper, visible=visible)
-                prepared.views[SYSTEM] = "registered"
+                shown = [t for t in self.topics() if visible is None or t in visible]
+                # A cluster's leaders and ISR live in ZooKeeper: asked again every time.
+                mark = system_fingerprint(self.layout, shown, marks) \
+                    if self.zookeeper is None else os.urandom(8).hex()
+                if prepared.views.get(SYSTEM) != mark:
+                    register_views(prepared.spark, [], zookeeper=self.zookeeper,
+                                   visible=visible)
+                    prepared.views[SYSTEM] = mark
