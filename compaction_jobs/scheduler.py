@@ -217,6 +217,18 @@ class JobProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def status(self) -> dict[str, object]:
+        """How the job process is (a row of the dashboard): off, running, or exited."""
+        if not self.enabled:
+            return {"state": "off", "why": "every job interval is 0"}
+        proc = self._proc
+        if proc is None:
+            return {"state": "stopped"}
+        code = proc.poll()
+        if code is None:
+            return {"state": "running", "pid": proc.pid}
+        return {"state": "exited", "pid": proc.pid, "exit_code": code}
+
     def start(self, manager: LogManager | None = None) -> None:
         spec = {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
                 "spark_master": self.spark_master, "intervals": self.intervals._asdict(),

@@ -38,6 +38,9 @@ def serve(
         help="ZooKeeper HOST:PORT/CHROOT (chroot optional) of the cluster \\[LAKELOG_ZOOKEEPER].")] = None,
     broker_rack: Annotated[str | None, typer.Option(
         help="Rack or zone of this broker [LAKELOG_BROKER_RACK].")] = None,
+    access_log: Annotated[str | None, typer.Option(
+        help="Append one line per HTTP request to this file; - for standard output "
+             "[LAKELOG_ACCESS_LOG].")] = None,
 ) -> None:
     """Run the HTTP server (uvicorn) on the data directory, with the jobs scheduled;
     SIGTERM/SIGINT stop it cleanly."""
@@ -53,7 +56,8 @@ def serve(
         "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
         "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
         "broker_id": broker_id, "zookeeper": zookeeper, "broker_rack": broker_rack,
-        "allow_insecure_non_loopback": allow_insecure_non_loopback}.items() if v is not None}
+        "allow_insecure_non_loopback": allow_insecure_non_loopback,
+        "access_log": access_log}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
@@ -81,7 +85,9 @@ def serve(
     http = bounded_protocol(settings.max_request_head_bytes,
                             settings.request_head_timeout_ms / 1000,
                             settings.request_body_idle_timeout_ms / 1000)
-    uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
+    app = create_app(settings, services)
+    app.state.services["jobs"] = scheduler.status  # a row of the dashboard's health
+    uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http=http,
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
                 access_log=False, ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
