@@ -137,8 +137,11 @@ class AuthMiddleware:
                    "'Authorization: Bearer <key id>.<secret>'" if creds is None and not header
                    else "unknown API key or wrong secret" if creds
                    else "malformed Authorization header: use Basic or Bearer")
+            # No challenge to the dashboard's page: a browser would answer it with its
+            # own password dialog, and the page asks for the key itself.
             await _reject(send, 401, 40101, "authentication_failed", why,
-                          [(b"www-authenticate", CHALLENGE)])
+                          [(b"www-authenticate", CHALLENGE)]
+                          if scope["path"] != UI_DATA_PATH else None)
             return
         if on_behalf is not None:
             if not is_broker_principal(principal):
