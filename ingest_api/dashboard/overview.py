@@ -77,10 +77,14 @@ class Dashboard:
                 row: dict[str, Any] = {"partition": p, "leader": placement.leader,
                                        "replicas": list(placement.replicas),
                                        "isr": list(placement.in_sync)}
-                try:  # a partition this broker holds no replica of shows its placement only
+                # A partition this broker holds no replica of shows its placement only.
+                if st.cluster is not None and st.cluster.broker_id not in placement.replicas:
+                    partitions.append(row)
+                    continue
+                try:
                     plog = st.manager.log(meta.name, p)
                     cold = st.tiered.state(meta.name, p)
-                except (UnknownTopicError, UnknownPartitionError):
+                except (UnknownTopicError, UnknownPartitionError):  # deleted meanwhile
                     partitions.append(row)
                     continue
                 start = log_start(plog.log_start_offset, cold)
