@@ -217,35 +217,47 @@ class JobProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    MODULE = "compaction_jobs.scheduler"
+    """What ``python -m`` runs as the child."""
+    WANTS_ROLLS = True
+    """Whether the child hears of every sealed segment."""
+
+    def spec(self) -> dict[str, object]:
+        """What the child is told (one JSON argument)."""
+        return {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
+                "spark_master": self.spark_master, "intervals": self.intervals._asdict(),
+                "log_level": self.log_level.upper(), "parent_pid": os.getpid(),
+                "cluster": self.cluster}
+
+    def describe(self) -> str:
+        return "tier/retention/compact/upkeep every " + \
+            "/".join(str(ms) for ms in self.intervals[:4]) + " ms"
+
     def status(self) -> dict[str, object]:
-        """How the job process is (a row of the dashboard): off, running, or exited."""
+        """How the child is (a row of the dashboard's health): off, running (with its
+        pid and what it runs), stopped, or exited (with its code)."""
         if not self.enabled:
-            return {"state": "off", "why": "every job interval is 0"}
+            return {"state": "off"}
         proc = self._proc
         if proc is None:
             return {"state": "stopped"}
         code = proc.poll()
         if code is None:
-            return {"state": "running", "pid": proc.pid}
+            return {"state": "running", "pid": proc.pid, "runs": self.describe()}
         return {"state": "exited", "pid": proc.pid, "exit_code": code}
 
     def start(self, manager: LogManager | None = None) -> None:
-        spec = {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
-                "spark_master": self.spark_master, "intervals": self.intervals._asdict(),
-                "log_level": self.log_level.upper(), "parent_pid": os.getpid(),
-                "cluster": self.cluster}
         # A process group of its own: the child can take its JVM with it in one kill,
         # and a Ctrl-C meant for the server does not reach it.
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "compaction_jobs.scheduler", json.dumps(spec)],
+            [sys.executable, "-m", self.MODULE, json.dumps(self.spec())],
             stdin=subprocess.PIPE, process_group=0)
         assert self._proc.stdin is not None
         self._pipe = self._proc.stdin.fileno()
         os.set_blocking(self._pipe, False)
-        if manager is not None:
+        if manager is not None and self.WANTS_ROLLS:
             manager.roll_listeners.append(self._on_roll)
-        log.info("job process %d started (tier/retention/compact/upkeep every %s ms)",
-                 self._proc.pid, "/".join(str(ms) for ms in self.intervals[:4]))
+        log.info("%s %d started (%s)", self.MODULE, self._proc.pid, self.describe())
 
     def _on_roll(self, plog: PartitionLog, sealed: LogSegment) -> None:
         # Never blocks the appender: a full pipe already holds a wake-up. One os.write of
@@ -273,8 +285,9 @@ class JobProcess:
         try:
             proc.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            log.warning("job process %d still busy after %.0f s: killed with its Spark JVM "
-                        "(its job is undone or finished by the next run)", proc.pid, STOP_WAIT_S)
+            log.warning("%s %d still busy after %.0f s: killed with its Spark JVM (a job "
+                        "is undone or finished by the next run)", self.MODULE, proc.pid,
+                        STOP_WAIT_S)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

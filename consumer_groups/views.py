@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from consumer_groups.offsets import SPARK_DDL, offsets_uri
@@ -34,10 +35,14 @@ OFFSET_ROWS, SUBSCRIPTIONS = GROUP_HELPER_VIEWS
 PARTITIONS = LOG_VIEWS[0]
 
 
-def register_group_views(spark: SparkSession, layout: Layout) -> list[str]:
-    """Register the three views (needs the ``partitions`` view); returns their names."""
-    read_delta(spark, offsets_uri(layout.warehouse), SPARK_DDL).createOrReplaceTempView(
-        OFFSET_ROWS)
+def register_group_views(spark: SparkSession, layout: Layout,
+                         visible: Collection[str] | None = None) -> list[str]:
+    """Register the three views (needs the ``partitions`` view); returns their names.
+    ``visible``: only rows of these topics (what a principal may consume)."""
+    rows = read_delta(spark, offsets_uri(layout.warehouse), SPARK_DDL)
+    if visible is not None:
+        rows = rows.where(rows.topic.isin(sorted(visible)))
+    rows.createOrReplaceTempView(OFFSET_ROWS)
     spark.sql(f"""
         SELECT `group`, topic, partition, latest.offset AS offset, latest.metadata AS metadata,
                latest.commit_timestamp AS commit_timestamp, latest.member_id AS member_id,
@@ -49,7 +54,7 @@ def register_group_views(spark: SparkSession, layout: Layout) -> list[str]:
         WHERE latest.offset IS NOT NULL
     """).createOrReplaceTempView(OFFSETS)
     subscribed = [(g, t) for g, topics in read_subscriptions(layout.data_dir).items()
-                  for t in topics]
+                  for t in topics if visible is None or t in visible]
     spark.createDataFrame(subscribed, SUBSCRIPTIONS_DDL).createOrReplaceTempView(SUBSCRIPTIONS)
     # Every partition of every topic the group reads, committed or not: a partition the
     # group has not reached is all lag (from the log start), not absent.

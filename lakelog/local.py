@@ -35,7 +35,7 @@ class LocalServer:
     """A server on 127.0.0.1; ``settings`` become ``LAKELOG_*`` variables (e.g.
     ``tier_interval_ms=0``). Without ``data_dir`` it uses a temporary directory that
     ``stop`` removes. Authentication is off (it listens on loopback only) unless
-    ``auth="api-key"`` is passed."""
+    ``auth="api-key"`` is passed; no SQL endpoint runs unless ``sql_port`` is passed."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, port: int | None = None,
                  **settings: object) -> None:
@@ -44,6 +44,7 @@ class LocalServer:
             "data" if data_dir is None else "")
         self.port = port or free_port()
         settings.setdefault("auth", "none")
+        settings.setdefault("sql_port", 0)
         self.settings = {f"LAKELOG_{k.upper()}": str(v) for k, v in settings.items()}
         self.proc: subprocess.Popen[bytes] | None = None
         self._stopped = threading.Event()

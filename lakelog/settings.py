@@ -10,19 +10,34 @@ master). ``lakelog serve`` reads them all; the README's reference is generated f
 
 from __future__ import annotations
 
+from typing import Self
+
+from pydantic import model_validator
+
 from compaction_jobs.settings import JobSettings
 from consumer_groups.settings import GroupSettings
+from ingest_api.addresses import is_loopback
 from ingest_api.settings import ApiSettings
+from lakelog.endpoint.settings import EndpointSettings
 
 
-class Settings(ApiSettings, JobSettings):
+class Settings(ApiSettings, JobSettings, EndpointSettings):
     """Everything an operator can set (defaults < ``LAKELOG_*`` variables < CLI flags)."""
 
     @classmethod
     def names(cls) -> list[str]:
         """Every setting by owner: the server's, the groups', the jobs'."""
         server = [n for n in ApiSettings.model_fields if n not in GroupSettings.model_fields]
-        return server + list(GroupSettings.model_fields) + list(JobSettings.model_fields)
+        return server + list(GroupSettings.model_fields) + list(JobSettings.model_fields) + \
+            list(EndpointSettings.model_fields)
+
+    @model_validator(mode="after")
+    def _sql_beyond_loopback(self) -> Self:
+        if self.sql_port and not is_loopback(self.sql_host) and not (
+                self.auth == "api-key" and self.tls_cert):
+            raise ValueError(f"sql_host={self.sql_host} is not loopback: the SQL endpoint "
+                             "then needs auth=api-key and TLS (tls_cert, tls_key)")
+        return self
 
     def describe(self) -> dict[str, str]:
         """The settings as printed at start (no secrets exist yet; they would be masked here)."""

@@ -7,15 +7,23 @@ import contextlib
 import json
 import logging
 import os
+import re
+import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from lakelog.endpoint import DEFAULT_SQL_PORT
 from log_tables.errors import LakelogError
+
+ENDPOINT_PROBE_S = 0.5
+ENDPOINT_START_WAIT_S = 180.0
 
 
 def _plain(value: Any) -> Any:
@@ -30,6 +38,8 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, list):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     if hasattr(value, "asDict"):
         return {k: _plain(v) for k, v in value.asDict().items()}
     return value
@@ -66,34 +76,134 @@ def _spark_log() -> Iterator[Path]:
 
 
 def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
-            master: str | None, as_json: bool, max_rows: int, zookeeper: str | None = None
+            master: str | None, as_json: bool, max_rows: int, zookeeper: str | None = None,
+            connect: str | None = None, api_key: str | None = None, local: bool = False
             ) -> Iterator[str]:
-    """Lines of output: a table with a row count, or one JSON object per row."""
-    from pyspark.errors import PySparkException
+    """Lines of output: a table with a row count, or one JSON object per row.
+
+    The query goes to the SQL endpoint (``connect``, else ``LAKELOG_SQL_CONNECT``, else
+    ``sc://127.0.0.1:15002``) when one answers there; one still starting is waited for;
+    without one (or with ``local``) Spark starts in this process. Both say so on stderr.
+    """
+    target = connect or os.environ.get("LAKELOG_SQL_CONNECT") or \
+        f"sc://127.0.0.1:{DEFAULT_SQL_PORT}"
+    if not local:
+        remote = _endpoint(target, data_dir, api_key)
+        if remote is not None:
+            yield from _run_remote(remote, query, as_json, max_rows)
+            return
+    yield from _run_local(query, data_dir, warehouse, master, as_json, max_rows, zookeeper)
+
+
+def _say(line: str) -> None:
+    print(f"lakelog: {line}", file=sys.stderr, flush=True)
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=ENDPOINT_PROBE_S):
+            return True
+    except OSError:
+        return False
+
+
+def _endpoint(target: str, data_dir: str | os.PathLike[str], api_key: str | None
+              ) -> str | None:
+    """The Spark Connect URL to use (with the key as its token), or None: no endpoint."""
+    from lakelog.endpoint.state import read_state
+
+    url = urlsplit(target.split(";", 1)[0].replace("sc://", "http://", 1))
+    host, port = url.hostname or "127.0.0.1", url.port or DEFAULT_SQL_PORT
+    state = read_state(data_dir)
+    if not _reachable(host, port):
+        if state is None or state.get("state") != "starting":
+            _say(f"no SQL endpoint answers at {target} (`lakelog serve` runs one); starting "
+                 "Spark in this process, which takes 30 s or more...")
+            return None
+        _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")
+        deadline = time.monotonic() + ENDPOINT_START_WAIT_S
+        while not _reachable(host, port):
+            state = read_state(data_dir)
+            if state is None or state.get("state") == "failed" or \
+                    time.monotonic() > deadline:
+                why = (state or {}).get("error") or "it did not become ready"
+                raise LakelogError(f"the SQL endpoint at {target} failed to start: {why}")
+            time.sleep(0.2)
+    if state is not None and state.get("auth") == "none":
+        return target
+    key = api_key or os.environ.get("LAKELOG_API_KEY") or _admin_key(data_dir)
+    if key is None:
+        return target
+    # lakelog's keys are KEY_ID:SECRET; a bearer token is KEY_ID.SECRET. Spark Connect's
+    # client sends a token over loopback only to "localhost" (local credentials), else TLS.
+    token = key.replace(":", ".", 1)
+    base, _, params = target.partition("/;")
+    if host in ("127.0.0.1", "::1"):
+        base = f"sc://localhost:{port}"
+    return f"{base.rstrip('/')}/;{params + ';' if params else ''}token={token}"
+
+
+def _admin_key(data_dir: str | os.PathLike[str]) -> str | None:
+    try:
+        return (Path(data_dir) / "security" / "admin.key").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _quiet_query_logs() -> None:
+    """PySpark logs a failed query's Java stack trace as one long JSON line on stderr
+    before raising: the error lakelog prints says what matters, on one line."""
     from pyspark.logger import PySparkLogger
+
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    details = re.search(r'details = "([^"\n]*)', text)
+    return details.group(1) if details and "RPC that terminated" in first else first
+
+
+def _run_remote(url: str, query: str, as_json: bool, max_rows: int) -> Iterator[str]:
+    from lakelog.endpoint.client import query as remote_query
+
+    table = remote_query(url, query, max_rows + 1)
+    rows = [list(r.values()) for r in table.to_pylist()]
+    yield from _output(table.column_names, rows, as_json, max_rows)
+
+
+def _output(columns: list[str], rows: list[list[Any]], as_json: bool, max_rows: int
+            ) -> Iterator[str]:
+    more = len(rows) > max_rows
+    rows = rows[:max_rows]
+    if as_json:
+        for row in rows:
+            yield json.dumps({k: _plain(v) for k, v in zip(columns, row, strict=True)})
+        return
+    yield from format_table(columns, [[_plain(v) for v in row] for row in rows])
+    yield f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if more else ''})"
+
+
+def _run_local(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
+               master: str | None, as_json: bool, max_rows: int, zookeeper: str | None
+               ) -> Iterator[str]:
+    from pyspark.errors import PySparkException
 
     from lakelog.views import register_views
     from log_tables.spark.session import lakelog_session
 
+    started = time.monotonic()
     with _spark_log() as log_path:
         spark = lakelog_session(data_dir, warehouse, master=master, app_name="lakelog-sql")
-    # PySpark logs a failed query's Java stack trace as one long JSON line on stderr
-    # before raising: the error below says what matters, on one line.
-    for name in QUERY_CONTEXT_LOGGERS:
-        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    _say(f"Spark started in {time.monotonic() - started:.0f} s")
+    _quiet_query_logs()
     register_views(spark, zookeeper=zookeeper)
     try:
         df = spark.sql(query)
         rows = df.limit(max_rows + 1).collect()
     except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LakelogError(f"SQL failed: {first} (Spark's log: {log_path})") from None
+        raise LakelogError(f"SQL failed: {_one_line(exc)} (Spark's log: {log_path})") from None
     log_path.unlink(missing_ok=True)  # the JVM may still write to it; nobody needs it
-    more = len(rows) > max_rows
-    rows = rows[:max_rows]
-    if as_json:
-        for row in rows:
-            yield json.dumps({k: _plain(v) for k, v in row.asDict().items()})
-        return
-    yield from format_table(df.columns, [[_plain(v) for v in row] for row in rows])
-    yield f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if more else ''})"
+    yield from _output(df.columns, [list(r) for r in rows], as_json, max_rows)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,8 @@ Placing = Callable[[str, int], Place]
 
 
 def register_views(spark: SparkSession, topics: list[str] | None = None, *,
-                   zookeeper: str | None = None) -> list[str]:
+                   zookeeper: str | None = None,
+                   visible: Collection[str] | None = None) -> list[str]:
     """Make every topic (or the given ones) a temporary SQL view, plus ``partitions``,
     ``job_runs`` (what the jobs did: one row per run and partition), and the consumer
     group views ``consumer_offsets``, ``consumer_lag`` and ``consumer_group_lag``;
@@ -55,22 +56,27 @@ def register_views(spark: SparkSession, topics: list[str] | None = None, *,
 
     ``zookeeper`` ("HOST:PORT/chroot", else the session's ``spark.lakelog.zookeeper``,
     else ``LAKELOG_ZOOKEEPER``): the cluster whose leaders ``partitions`` shows.
+    ``visible`` (the topics a principal may consume, for the SQL endpoint): no view of
+    another topic, and no row about one in ``partitions``, ``job_runs`` or the group views.
     A view is a snapshot as of this call (like ``read_topic``); call again to refresh.
     """
     layout = session_layout(spark)
-    names = [t.name for t in layout.topics() if topics is None or t.name in topics]
+    names = [t.name for t in layout.topics() if (topics is None or t.name in topics)
+             and (visible is None or t.name in visible)]
     for name in names:
         read_topic(spark, name).createOrReplaceTempView(f"`{name}`")
     connect = zookeeper or spark.conf.get(CONF_ZOOKEEPER, None) or \
         os.environ.get("LAKELOG_ZOOKEEPER") or None
     place = placing(layout, connect)
     rows = [(*row, *place(str(row[0]), row[1]))  # type: ignore[arg-type]
-            for row in partition_rows(layout)]
+            for row in partition_rows(layout) if visible is None or row[0] in visible]
     spark.createDataFrame(rows, f"{PARTITIONS_DDL}, {PLACEMENT_DDL}").createOrReplaceTempView(
         PARTITIONS)
-    read_delta(spark, job_runs_uri(layout.warehouse), JOB_RUNS_DDL).createOrReplaceTempView(
-        JOB_RUNS)
-    return [*names, *LOG_VIEWS, *register_group_views(spark, layout)]
+    runs = read_delta(spark, job_runs_uri(layout.warehouse), JOB_RUNS_DDL)
+    if visible is not None:
+        runs = runs.where(runs.topic.isin(sorted(visible)))
+    runs.createOrReplaceTempView(JOB_RUNS)
+    return [*names, *LOG_VIEWS, *register_group_views(spark, layout, visible)]
 
 
 def placing(layout: Layout, zookeeper: str | None) -> Placing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 OpenLog = Callable[..., PartitionLog]
+# Every server the tests start (by any route) runs without a SQL endpoint, which would
+# start a JVM and take port 15002: the endpoint's tests turn it on, on a port of their own.
+os.environ.setdefault("LAKELOG_SQL_PORT", "0")
 
 
 @pytest.fixture

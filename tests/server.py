@@ -35,11 +35,12 @@ class ServerProcess:
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        # Scheduled tiering starts Spark inside the server: only tests that want it turn it
-        # on. Authentication is off (loopback) except in the tests of security.
+        # Scheduled tiering and the SQL endpoint start Spark beside the server: only tests
+        # that want them turn them on. Authentication is off (loopback) except in the tests of security.
         self.env = {**os.environ, "LAKELOG_AUTH": "none", "LAKELOG_TIER_INTERVAL_MS": "0",
                     "LAKELOG_RETENTION_INTERVAL_MS": "0", "LAKELOG_COMPACT_INTERVAL_MS": "0",
-                    "LAKELOG_UPKEEP_INTERVAL_MS": "0", **(env or {})}
+                    "LAKELOG_UPKEEP_INTERVAL_MS": "0", "LAKELOG_SQL_PORT": "0",
+                    **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.scheme = "http"
         self.verify: ssl.SSLContext | bool = True

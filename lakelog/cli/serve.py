@@ -38,6 +38,10 @@ def serve(
         help="ZooKeeper HOST:PORT/CHROOT (chroot optional) of the cluster \\[LAKELOG_ZOOKEEPER].")] = None,
     broker_rack: Annotated[str | None, typer.Option(
         help="Rack or zone of this broker [LAKELOG_BROKER_RACK].")] = None,
+    sql_port: Annotated[int | None, typer.Option(
+        help="Spark Connect port of the SQL endpoint; 0: none [LAKELOG_SQL_PORT].")] = None,
+    jdbc_port: Annotated[int | None, typer.Option(
+        help="JDBC (Hive Thrift) port on loopback; 0: none [LAKELOG_JDBC_PORT].")] = None,
     access_log: Annotated[str | None, typer.Option(
         help="Append one line per HTTP request to this file; - for standard output "
              "[LAKELOG_ACCESS_LOG].")] = None,
@@ -56,8 +60,8 @@ def serve(
         "warehouse": warehouse, "tier_interval_ms": tier_interval_ms,
         "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
         "broker_id": broker_id, "zookeeper": zookeeper, "broker_rack": broker_rack,
-        "allow_insecure_non_loopback": allow_insecure_non_loopback,
-        "access_log": access_log}.items() if v is not None}
+        "allow_insecure_non_loopback": allow_insecure_non_loopback, "sql_port": sql_port,
+        "jdbc_port": jdbc_port, "access_log": access_log}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
@@ -79,14 +83,19 @@ def serve(
         settings.tier_interval_ms, settings.retention_interval_ms, settings.compact_interval_ms,
         settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
         settings.log_level, cluster=settings.zookeeper is not None)
-    services = [scheduler] if scheduler.enabled else []
+    from lakelog.endpoint.process import EndpointProcess
+
+    endpoint = EndpointProcess(settings.layout, settings)
+    services = [s for s in (scheduler, endpoint) if s.enabled]
     from ingest_api.http_protocol import bounded_protocol
 
     http = bounded_protocol(settings.max_request_head_bytes,
                             settings.request_head_timeout_ms / 1000,
                             settings.request_body_idle_timeout_ms / 1000)
     app = create_app(settings, services)
-    app.state.services["jobs"] = scheduler.status  # a row of the dashboard's health
+    # Rows of the dashboard's health (ingest_api.dashboard.health): one line each.
+    app.state.services["jobs"] = scheduler.status
+    app.state.services["sql"] = endpoint.state if endpoint.enabled else {"state": "off"}
     uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http=http,
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,

@@ -22,10 +22,19 @@ def sql(
     zookeeper: Annotated[str | None, typer.Option(
         help="A cluster's ZooKeeper (HOST:PORT/chroot), for the leaders in `partitions` "
              "[LAKELOG_ZOOKEEPER].")] = None,
+    connect: Annotated[str | None, typer.Option(
+        help="The SQL endpoint (Spark Connect URL) to ask; default sc://127.0.0.1:15002 "
+             "[LAKELOG_SQL_CONNECT].")] = None,
+    local: Annotated[bool, typer.Option(
+        "--local", help="Start Spark in this process even if an endpoint answers.")] = False,
 ) -> None:
-    """Run Spark SQL over the topics (cold and hot tiers) and print the result."""
+    """Run Spark SQL over the topics (cold and hot tiers, the live tail included) and print
+    the result: on the SQL endpoint of `lakelog serve` when one answers (under a second
+    when warm), else on a Spark started here (a line on stderr says so)."""
+    from lakelog.cli.root import options
     from lakelog.sql import run_sql
 
-    for line in run_sql(query, data_dir, warehouse, master, as_json, max_rows, zookeeper):
+    for line in run_sql(query, data_dir, warehouse, master, as_json, max_rows, zookeeper,
+                        connect=connect, api_key=options.api_key, local=local):
         typer.echo(line)
 

@@ -289,9 +289,13 @@ def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
     return out
 
 
+def attached_source(layout: Layout) -> type[LakelogDataSource]:
+    """``LakelogDataSource`` with ``layout`` as its default dataDir/warehouse."""
+    return type("LakelogDataSourceAttached", (LakelogDataSource,),
+                {"default_layout": (layout.data_dir, layout.warehouse),
+                 "store_env": object_store_env(layout.warehouse)})
+
+
 def register_source(spark: SparkSession, layout: Layout) -> None:
     """Register ``format("lakelog")`` with ``layout`` as its default dataDir/warehouse."""
-    attached = type("LakelogDataSourceAttached", (LakelogDataSource,),
-                    {"default_layout": (layout.data_dir, layout.warehouse),
-                     "store_env": object_store_env(layout.warehouse)})
-    spark.dataSource.register(attached)
+    spark.dataSource.register(attached_source(layout))

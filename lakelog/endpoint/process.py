@@ -1,0 +1,191 @@
+"""The SQL endpoint's process: a resident Spark serving Spark Connect (behind lakelog's
+front) and, if asked, JDBC; a child of ``lakelog serve`` as the job process is.
+
+It is a process of its own, not the job process's Spark, because (measured in
+``bench.sql``, reasoned in docs/architecture.md) a query must neither wait behind a
+compaction nor take the jobs down with it: a user's query that exhausts the driver's
+heap kills this JVM, which the server then reports, while tiering and retention (which
+bound the hot tier's disk) go on. It costs one more JVM's memory.
+
+Queries yield to produce and fetch: the process runs at nice ``SQL_NICE`` (the JVM and
+its Python workers inherit it), between the server (0) and the jobs (10, SCHED_IDLE).
+
+It writes its state to ``<data_dir>/sql-endpoint.json`` (``starting``, ``ready`` with
+the addresses, or ``failed`` with the error) so ``lakelog sql`` can say what it waits
+for, and removes it when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compaction_jobs.scheduler import STOP, Intervals, JobProcess, _watch_parent
+from lakelog.endpoint.state import read_state, state_path, write_state
+from lakelog.local import free_port
+from log_tables.layout import Layout
+
+if TYPE_CHECKING:
+    from ingest_api.security import SecurityStore
+
+log = logging.getLogger(__name__)
+SQL_NICE = 5
+JDBC_REFRESH_S = 2.0
+"""How often the JDBC server's shared session re-registers the views whose data changed."""
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+class EndpointProcess(JobProcess):
+    """The server's side: starts ``python -m lakelog.endpoint.process`` and stops it."""
+
+    MODULE = "lakelog.endpoint.process"
+    WANTS_ROLLS = False
+
+    def __init__(self, layout: Layout, settings: Any) -> None:
+        super().__init__(layout, Intervals(), settings.sql_master, settings.log_level)
+        self.settings = settings
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings.sql_port or self.settings.jdbc_port)
+
+    def spec(self) -> dict[str, object]:
+        s = self.settings
+        return {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
+                "master": s.sql_master, "driver_memory": s.sql_driver_memory,
+                "host": s.sql_host, "port": s.sql_port, "jdbc_port": s.jdbc_port,
+                "auth": s.auth, "zookeeper": s.zookeeper,
+                "zookeeper_session_timeout_ms": s.zookeeper_session_timeout_ms,
+                "tls_cert": str(s.tls_cert) if s.tls_cert else None,
+                "tls_key": str(s.tls_key) if s.tls_key else None,
+                "log_level": self.log_level.upper(), "parent_pid": os.getpid()}
+
+    def describe(self) -> str:
+        s = self.settings
+        return f"Spark Connect on {s.sql_host}:{s.sql_port}" + (
+            f", JDBC on 127.0.0.1:{s.jdbc_port}" if s.jdbc_port else "")
+
+    def state(self) -> dict[str, Any]:
+        """For the dashboard and health: the child's own report, or why there is none."""
+        found = read_state(self.layout.data_dir)
+        if found is not None:
+            return found
+        alive = self._proc is not None and self._proc.poll() is None
+        return {"state": "starting" if alive else "stopped", "pid": self.pid}
+
+
+def _security(spec: dict[str, Any]) -> SecurityStore | None:
+    if spec["auth"] != "api-key":
+        return None
+    from ingest_api.security import ZNODE_PATH, SecurityStore
+
+    if spec.get("zookeeper") is None:
+        return SecurityStore(Path(spec["data_dir"]))
+    from cluster.session import ZkSession
+    from cluster.znode import VersionedZnode
+
+    session = ZkSession(spec["zookeeper"], spec["zookeeper_session_timeout_ms"])
+    session.start()
+    return SecurityStore(Path(spec["data_dir"]), VersionedZnode(session.client, ZNODE_PATH))
+
+
+def _credentials(spec: dict[str, Any]) -> Any:
+    """TLS with the server's certificate; else local credentials (loopback, a key sent
+    in the clear only to this machine) with auth on; none with auth off."""
+    import grpc
+
+    if spec.get("tls_cert") and spec.get("tls_key"):
+        key, cert = Path(spec["tls_key"]).read_bytes(), Path(spec["tls_cert"]).read_bytes()
+        return grpc.ssl_server_credentials([(key, cert)])
+    if spec["auth"] == "api-key":
+        return grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    return None
+
+
+def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Spark with Spark Connect on a loopback port of its own, JDBC if asked, and the
+    front on the public port; returns (spark, front server, stop event)."""
+    import threading
+
+    from lakelog.endpoint.front import ConnectFront, run_periodically, serve_front
+    from lakelog.endpoint.sessions import SessionViews
+    from log_tables.spark.session import lakelog_session
+
+    layout = Layout(spec["data_dir"], spec["warehouse"])
+    backend_port = free_port()
+    conf = {"spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(backend_port),
+            "spark.scheduler.mode": "FAIR",
+            "spark.driver.memory": spec["driver_memory"],
+            "spark.sql.hive.thriftServer.singleSession": "true"}
+    started = time.monotonic()
+    spark = lakelog_session(layout.data_dir, layout.warehouse, master=spec["master"],
+                            app_name="lakelog-sql", conf=conf)
+    views = SessionViews(spark, layout, spec.get("zookeeper"))
+    stop = threading.Event()
+    if spec["jdbc_port"]:
+        views.refresh_root()
+        spark.conf.set("hive.server2.thrift.port", str(spec["jdbc_port"]))
+        spark.conf.set("hive.server2.thrift.bind.host", "127.0.0.1")
+        jvm = spark._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+            spark._jsparkSession.sqlContext())
+        run_periodically(JDBC_REFRESH_S, views.refresh_root, stop, "jdbc-views")
+    server = None
+    if spec["port"]:
+        front = ConnectFront(f"127.0.0.1:{backend_port}", views, _security(spec))
+        server = serve_front(front, f"{spec['host']}:{spec['port']}", _credentials(spec))
+    log.info("SQL endpoint ready in %.1f s: Spark Connect on %s:%s, JDBC on %s",
+             time.monotonic() - started, spec["host"], spec["port"], spec["jdbc_port"] or "-")
+    return spark, server, stop
+
+
+def main(argv: list[str]) -> None:
+    """Run the endpoint until the server says STOP (or leave with the server)."""
+    spec = json.loads(argv[0])
+    check_parent = _watch_parent(spec.get("parent_pid"))
+    with contextlib.suppress(OSError):
+        os.nice(SQL_NICE)
+    logging.basicConfig(level=spec.get("log_level", "INFO"),
+                        format="%(levelname)s:     [sql] %(name)s: %(message)s")
+    data_dir = spec["data_dir"]
+    write_state(data_dir, state="starting")
+    try:
+        spark, server, stop = start_endpoint(spec)
+    except Exception as exc:
+        log.exception("the SQL endpoint failed to start")
+        write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
+        sys.exit(1)
+    write_state(data_dir, state="ready", auth=spec["auth"],
+                 connect=f"sc://{spec['host']}:{spec['port']}" if spec["port"] else None,
+                 jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default"
+                 if spec["jdbc_port"] else None)
+    stdin = sys.stdin.fileno()
+    try:
+        while True:
+            readable, _, _ = select.select([stdin], [], [], 1.0)
+            check_parent()
+            if readable:
+                chunk = os.read(stdin, 64)
+                if STOP in chunk or not chunk:
+                    break
+    finally:
+        stop.set()
+        if server is not None:
+            server.stop(grace=2).wait(5)
+        with contextlib.suppress(FileNotFoundError):
+            state_path(data_dir).unlink()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,168 @@
+"""The endpoint's Spark side: lakelog's views in every Spark Connect session, and in the
+one session the JDBC server shares.
+
+A Spark Connect client's session is an isolated SparkSession in the endpoint's JVM
+(``SparkConnectService.getOrCreateIsolatedSession(user, session id)``). Before a request
+of that session runs, the front calls ``SessionViews.prepare`` with the names the request
+mentions: the session is made (attached to the data directory, the ``lakelog`` source
+registered in it), and every view named is registered again when its data changed, so a
+query sees the live tail as of its start, and a topic made after the session began is
+found by name. A principal's session holds views of the topics it may consume only,
+and ``partitions``, ``job_runs`` and the group views hold rows of those topics only.
+
+The JDBC server runs in single-session mode on the root session: ``refresh_root``
+registers every view there, again whenever its data changed (the front cannot see
+JDBC requests, so a thread calls it every ``JDBC_REFRESH_S``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakelog.views import register_views
+from log_tables.config import GROUP_HELPER_VIEWS, GROUP_VIEWS, LOG_VIEWS
+from log_tables.layout import Layout, delta_path, is_local
+from log_tables.spark.read import read_topic
+from log_tables.spark.session import CONF_DATA_DIR, CONF_WAREHOUSE
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+SYSTEM_VIEWS = (*LOG_VIEWS, *GROUP_VIEWS)
+"""``partitions``, ``job_runs``, ``consumer_offsets``, ``consumer_lag``,
+``consumer_group_lag``: registered together (the group views read ``partitions``)."""
+MAX_SESSIONS = 1024
+"""Sessions whose views are tracked; the oldest is forgotten beyond this (Spark Connect
+closes idle sessions itself; a forgotten one is prepared again if it comes back)."""
+SESSION_CONF = {
+    # `parquet.`/path`` in SQL would read any file the endpoint can: off, for everyone.
+    "spark.sql.runSQLOnFiles": "false",
+}
+SYSTEM = "*system*"
+
+
+def fingerprint(layout: Layout, topic: str) -> str:
+    """Changes whenever the topic's data may have: its hot files (names, sizes, times)
+    and its Delta log's newest commit. (An object-store table: always new.)"""
+    digest = hashlib.blake2b(digest_size=16)
+    hot = layout.hot_dir / topic
+    with contextlib.suppress(FileNotFoundError):
+        for part in sorted(os.scandir(hot), key=lambda e: e.name):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for entry in os.scandir(part.path):
+                    st = entry.stat()
+                    digest.update(f"{part.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    uri = layout.table_uri(topic)
+    if not is_local(uri):
+        return os.urandom(8).hex()
+    with contextlib.suppress(FileNotFoundError):
+        log_dir = Path(delta_path(uri)) / "_delta_log"
+        digest.update(max((e.name for e in os.scandir(log_dir)), default="").encode())
+    return digest.hexdigest()
+
+
+class _Prepared:
+    """What one session holds: the fingerprint each view was registered at."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.views: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+
+class SessionViews:
+    """Registers lakelog's views in Spark Connect sessions and in the root session."""
+
+    def __init__(self, root: SparkSession, layout: Layout, zookeeper: str | None) -> None:
+        self.root = root
+        self.layout = layout
+        self.zookeeper = zookeeper
+        self._sessions: OrderedDict[tuple[str, str], _Prepared] = OrderedDict()
+        self._lock = threading.Lock()
+        self._root = _Prepared(root)
+        jvm = root._jvm
+        assert jvm is not None
+        self._jvm = jvm
+        self._connect = getattr(getattr(jvm.org.apache.spark.sql.connect.service,
+                                        "SparkConnectService$"), "MODULE$")
+
+    def topics(self) -> list[str]:
+        return [t.name for t in self.layout.topics()]
+
+    def prepare(self, user_id: str, session_id: str, named: Collection[str],
+                visible: Collection[str] | None) -> None:
+        """Make the session ready for a request naming ``named`` (words of its plan):
+        register the views among them that are new to the session or whose data changed
+        since (``*`` among them: every view, for SHOW and the catalog's listings).
+        ``visible``: the topics the session's principal may consume (None: all)."""
+        key = (user_id, session_id)
+        with self._lock:
+            prepared = self._sessions.get(key)
+            if prepared is None:
+                holder = self._connect.getOrCreateIsolatedSession(user_id, session_id)
+                prepared = _Prepared(self._wrap(holder.session()))
+                self._sessions[key] = prepared
+                while len(self._sessions) > MAX_SESSIONS:
+                    self._sessions.popitem(last=False)
+            else:
+                self._sessions.move_to_end(key)
+        everything = "*" in named
+        topics = [t for t in self.topics() if (visible is None or t in visible)
+                  and (everything or t in named)]
+        system = everything or any(v in named for v in (*SYSTEM_VIEWS, *GROUP_HELPER_VIEWS))
+        self._refresh(prepared, topics, system, visible)
+
+    def refresh_root(self) -> None:
+        """Every view in the root session (the JDBC server's), where its data changed."""
+        self._refresh(self._root, self.topics(), True, None)
+
+    def forget(self, user_id: str, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop((user_id, session_id), None)
+
+    def _wrap(self, jsession: Any) -> SparkSession:
+        """A Python handle on a JVM session, attached to lakelog (the ``lakelog`` source
+        registered in it: a new session's data sources are its own)."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql.udf import _wrap_function
+
+        from log_tables.spark.source import attached_source
+
+        spark = SparkSession(self.root.sparkContext, jsession)
+        spark.conf.set(CONF_DATA_DIR, self.layout.data_dir)
+        spark.conf.set(CONF_WAREHOUSE, self.layout.warehouse)
+        for key, value in SESSION_CONF.items():
+            spark.conf.set(key, value)
+        manager = jsession.sessionState().dataSourceManager()
+        if not manager.dataSourceExists("lakelog"):
+            source = attached_source(self.layout)
+            udds = self._jvm.org.apache.spark.sql.execution.datasources.v2.python
+            manager.registerDataSource("lakelog", udds.UserDefinedPythonDataSource(
+                _wrap_function(self.root.sparkContext, source)))
+        return spark
+
+    def _refresh(self, prepared: _Prepared, topics: list[str], system: bool,
+                 visible: Collection[str] | None) -> None:
+        with prepared.lock:
+            for topic in topics:
+                mark = fingerprint(self.layout, topic)
+                if prepared.views.get(topic) == mark:
+                    continue
+                try:
+                    read_topic(prepared.spark, topic).createOrReplaceTempView(f"`{topic}`")
+                except Exception:  # deleted meanwhile: Spark says so when it is queried
+                    log.debug("view of topic %s not registered", topic, exc_info=True)
+                    continue
+                prepared.views[topic] = mark
+            if system:
+                register_views(prepared.spark, [], zookeeper=self.zookeeper, visible=visible)
+                prepared.views[SYSTEM] = "registered"

@@ -1,0 +1,27 @@
+"""Settings of the SQL endpoint ``lakelog serve`` runs (``LAKELOG_*`` variables)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lakelog.endpoint import DEFAULT_SQL_PORT
+
+
+class EndpointSettings(BaseSettings):
+    """Where the SQL endpoint listens, and its Spark."""
+
+    model_config = SettingsConfigDict(env_prefix="LAKELOG_", extra="forbid")
+
+    sql_port: int = Field(DEFAULT_SQL_PORT, ge=0, le=65535,
+                          description="Spark Connect port of the SQL endpoint (its own process, "
+                                      "with a resident Spark); 0: no endpoint.")
+    sql_host: str = Field("127.0.0.1", description="Address of the Spark Connect port; beyond "
+                                                   "loopback only with auth=api-key and TLS.")
+    jdbc_port: int = Field(0, ge=0, le=65535,
+                           description="Port of the JDBC/ODBC (Hive Thrift) server on loopback, "
+                                       "e.g. 10000; 0: none. It serves every topic to anyone on "
+                                       "this machine: no API keys or ACLs (they apply to Spark "
+                                       "Connect).")
+    sql_master: str = Field("local[2]", description="Spark master of the SQL endpoint.")
+    sql_driver_memory: str = Field("1g", description="JVM heap of the SQL endpoint's Spark.")
