@@ -49,20 +49,21 @@ MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 Arrow batch of results)."""
 QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "explain", "values",
                          "table", "from"})
+_UDF = "use user-defined functions (they run code in the endpoint)"
 DENIED_FIELDS = {
-    "data_source": "reading files or data sources directly (query lakelog's views)",
-    "write_operation": "writing", "write_operation_v2": "writing",
-    "write_stream_operation_start": "writing a stream",
-    "register_function": "registering functions", "register_table_function":
-    "registering functions", "register_data_source": "registering data sources",
-    "common_inline_user_defined_function": "user-defined functions",
-    "common_inline_user_defined_table_function": "user-defined functions",
-    "common_inline_user_defined_data_source": "user-defined data sources",
-    "python_udf": "user-defined functions", "scalar_scala_udf": "user-defined functions",
-    "java_udf": "user-defined functions", "create_external_table": "creating tables",
-    "create_table": "creating tables", "merge_into_table_command": "writing",
-    "execute_external_command": "external commands", "ml_command": "ML commands",
-    "pipeline_command": "pipelines", "create_resource_profile_command": "resource profiles",
+    "data_source": "read files or data sources directly (query lakelog's views)",
+    "write_operation": "write", "write_operation_v2": "write",
+    "write_stream_operation_start": "write a stream",
+    "register_function": "register functions", "register_table_function": "register functions",
+    "register_data_source": "register data sources",
+    "common_inline_user_defined_function": _UDF,
+    "common_inline_user_defined_table_function": _UDF,
+    "common_inline_user_defined_data_source": "use data sources of its own",
+    "python_udf": _UDF, "scalar_scala_udf": _UDF, "java_udf": _UDF,
+    "create_external_table": "create tables", "create_table": "create tables",
+    "merge_into_table_command": "write", "execute_external_command": "run external commands",
+    "ml_command": "run ML commands", "pipeline_command": "run pipelines",
+    "create_resource_profile_command": "create resource profiles",
 }
 """Plan fields a principal without cluster admin may not use, and what they do."""
 LISTINGS = frozenset({"list_tables", "list_columns", "table_exists", "get_table"})
@@ -254,7 +255,7 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         for field, what in DENIED_FIELDS.items():
             if field in fields:
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                             f"{who} may not use {what} here: that needs cluster admin")
+                             f"{who} may not {what}: that needs cluster admin")
         if request.DESCRIPTOR.name == "ConfigRequest" and \
                 request.operation.WhichOneof("op_type") not in ("get", "get_with_default",
                                                                 "get_option", "get_all",

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, _watch_parent
 from lakelog.endpoint.state import read_state, state_path, write_state
-from lakelog.local import free_port
 from log_tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -119,10 +118,11 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
     from log_tables.spark.session import lakelog_session
 
     layout = Layout(spec["data_dir"], spec["warehouse"])
-    backend_port = free_port()
+    # Spark Connect itself listens on a loopback port the kernel picks (0): a port chosen
+    # here could be the public one, not yet bound by the front.
     conf = {"spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(backend_port),
+            "spark.connect.grpc.binding.port": "0",
             "spark.scheduler.mode": "FAIR",
             "spark.driver.memory": spec["driver_memory"],
             "spark.sql.hive.thriftServer.singleSession": "true"}
@@ -130,6 +130,7 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
     spark = lakelog_session(layout.data_dir, layout.warehouse, master=spec["master"],
                             app_name="lakelog-sql", conf=conf)
     views = SessionViews(spark, layout, spec.get("zookeeper"))
+    backend_port = views.connect_service.localPort()
     stop = threading.Event()
     if spec["jdbc_port"]:
         views.refresh_root()

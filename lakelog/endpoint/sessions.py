@@ -92,7 +92,7 @@ class SessionViews:
         jvm = root._jvm
         assert jvm is not None
         self._jvm = jvm
-        self._connect = getattr(getattr(jvm.org.apache.spark.sql.connect.service,
+        self.connect_service = getattr(getattr(jvm.org.apache.spark.sql.connect.service,
                                         "SparkConnectService$"), "MODULE$")
 
     def topics(self) -> list[str]:
@@ -108,7 +108,7 @@ class SessionViews:
         with self._lock:
             prepared = self._sessions.get(key)
             if prepared is None:
-                holder = self._connect.getOrCreateIsolatedSession(user_id, session_id)
+                holder = self.connect_service.getOrCreateIsolatedSession(user_id, session_id)
                 prepared = _Prepared(self._wrap(holder.session()))
                 self._sessions[key] = prepared
                 while len(self._sessions) > MAX_SESSIONS:
