@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, _watch_parent
 from lakelog.endpoint.state import read_state, state_path, write_state
+from lakelog.local import free_port
 from log_tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -95,6 +96,13 @@ def _security(spec: dict[str, Any]) -> SecurityStore | None:
     return SecurityStore(Path(spec["data_dir"]), VersionedZnode(session.client, ZNODE_PATH))
 
 
+def _free_port_but(*taken: int) -> int:
+    """A free loopback port that is none of ``taken`` (public ports not yet bound)."""
+    while (port := free_port()) in taken:
+        pass
+    return port
+
+
 def _credentials(spec: dict[str, Any]) -> Any:
     """TLS with the server's certificate; else local credentials (loopback, a key sent
     in the clear only to this machine) with auth on; none with auth off."""
@@ -114,6 +122,7 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
     import threading
 
     from lakelog.endpoint.front import ConnectFront, run_periodically, serve_front
+    from lakelog.endpoint.jdbc_front import HTTP_PATH, serve_jdbc_front
     from lakelog.endpoint.sessions import SessionViews
     from log_tables.spark.session import lakelog_session
 
@@ -132,18 +141,24 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
     views = SessionViews(spark, layout, spec.get("zookeeper"))
     backend_port = views.connect_service.localPort()
     stop = threading.Event()
+    store = _security(spec)
     if spec["jdbc_port"]:
         views.refresh_root()
-        spark.conf.set("hive.server2.thrift.port", str(spec["jdbc_port"]))
-        spark.conf.set("hive.server2.thrift.bind.host", "127.0.0.1")
+        backend = _free_port_but(spec["port"], spec["jdbc_port"])
+        for key, value in {"hive.server2.transport.mode": "http",
+                           "hive.server2.thrift.http.port": str(backend),
+                           "hive.server2.thrift.http.path": HTTP_PATH,
+                           "hive.server2.thrift.bind.host": "127.0.0.1"}.items():
+            spark.conf.set(key, value)
         jvm = spark._jvm
         assert jvm is not None
         jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
             spark._jsparkSession.sqlContext())
+        serve_jdbc_front("127.0.0.1", spec["jdbc_port"], backend, store, views.topics)
         run_periodically(JDBC_REFRESH_S, views.refresh_root, stop, "jdbc-views")
     server = None
     if spec["port"]:
-        front = ConnectFront(f"127.0.0.1:{backend_port}", views, _security(spec))
+        front = ConnectFront(f"127.0.0.1:{backend_port}", views, store)
         server = serve_front(front, f"{spec['host']}:{spec['port']}", _credentials(spec))
     log.info("SQL endpoint ready in %.1f s: Spark Connect on %s:%s, JDBC on %s",
              time.monotonic() - started, spec["host"], spec["port"], spec["jdbc_port"] or "-")
@@ -168,8 +183,8 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
     write_state(data_dir, state="ready", auth=spec["auth"],
                  connect=f"sc://{spec['host']}:{spec['port']}" if spec["port"] else None,
-                 jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default"
-                 if spec["jdbc_port"] else None)
+                 jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default;transportMode=http;"
+                      f"httpPath=cliservice" if spec["jdbc_port"] else None)
     stdin = sys.stdin.fileno()
     try:
         while True:

@@ -19,9 +19,9 @@ class EndpointSettings(BaseSettings):
     sql_host: str = Field("127.0.0.1", description="Address of the Spark Connect port; beyond "
                                                    "loopback only with auth=api-key and TLS.")
     jdbc_port: int = Field(0, ge=0, le=65535,
-                           description="Port of the JDBC/ODBC (Hive Thrift) server on loopback, "
-                                       "e.g. 10000; 0: none. It serves every topic to anyone on "
-                                       "this machine: no API keys or ACLs (they apply to Spark "
-                                       "Connect).")
+                           description="Port of the JDBC/ODBC (Hive Thrift, HTTP transport) "
+                                       "server on loopback, e.g. 10000; 0: none. It shows every "
+                                       "topic: with auth=api-key only to principals that may "
+                                       "consume them all (user KEY_ID, password SECRET).")
     sql_master: str = Field("local[2]", description="Spark master of the SQL endpoint.")
     sql_driver_memory: str = Field("1g", description="JVM heap of the SQL endpoint's Spark.")

@@ -177,17 +177,23 @@ def test_a_pyspark_program_connects_with_builder_remote(endpoint: Endpoint,
         found["direct_read"]
 
 
-def test_jdbc_through_beeline(endpoint: Endpoint) -> None:
+def _beeline(endpoint: Endpoint, key: str | None, sql: str) -> subprocess.CompletedProcess[str]:
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
+    url = f"jdbc:hive2://127.0.0.1:{endpoint.jdbc_port}/default;transportMode=http;" \
+          "httpPath=cliservice"
+    user, _, password = (key or "").partition(":")
+    return subprocess.run(
+        ["java", "-cp", f"{jars}/*", "org.apache.hive.beeline.BeeLine", "-u", url,
+         *(["-n", user, "-p", password] if key else []), "--outputformat=csv2",
+         "--silent=true", "-e", sql], capture_output=True, text=True, timeout=120)
+
+
+def test_jdbc_through_beeline_with_an_api_key(endpoint: Endpoint) -> None:
     deadline = time.monotonic() + 30
     while True:  # the JDBC session's views are refreshed every few seconds
-        out = subprocess.run(
-            ["java", "-cp", f"{jars}/*", "org.apache.hive.beeline.BeeLine", "-u",
-             f"jdbc:hive2://127.0.0.1:{endpoint.jdbc_port}/default", "--outputformat=csv2",
-             "--silent=true", "-e", "SELECT count(*) AS n FROM orders"],
-            capture_output=True, text=True, timeout=120)
+        out = _beeline(endpoint, endpoint.admin, "SELECT count(*) AS n FROM orders")
         assert out.returncode == 0, out.stderr[-3000:]
         # beeline echoes its prompt before the CSV header
         *_, header, value = [ln for ln in out.stdout.splitlines() if ln.strip()]
@@ -196,6 +202,13 @@ def test_jdbc_through_beeline(endpoint: Endpoint) -> None:
             break
         time.sleep(0.5)
     assert int(value) == endpoint.count("orders")
+    # JDBC's one shared session shows every topic: a principal that may not read them
+    # all is turned away (it has Spark Connect), as is a call without a key.
+    for key, status in ((endpoint.analyst, "403"), (None, "401")):
+        refused = _beeline(endpoint, key, "SELECT count(*) FROM orders")
+        assert refused.returncode != 0
+        assert f"HTTP Response code: {status}" in refused.stdout + refused.stderr, \
+            (refused.stdout + refused.stderr)[-2000:]
 
 
 def test_lakelog_sql_on_the_warm_endpoint_says_errors_in_one_line(endpoint: Endpoint) -> None:
