@@ -233,6 +233,19 @@ class JobProcess:
         return "tier/retention/compact/upkeep every " + \
             "/".join(str(ms) for ms in self.intervals[:4]) + " ms"
 
+    def status(self) -> dict[str, object]:
+        """How the child is (a row of the dashboard's health): off, running (with its
+        pid and what it runs), stopped, or exited (with its code)."""
+        if not self.enabled:
+            return {"state": "off"}
+        proc = self._proc
+        if proc is None:
+            return {"state": "stopped"}
+        code = proc.poll()
+        if code is None:
+            return {"state": "running", "pid": proc.pid, "runs": self.describe()}
+        return {"state": "exited", "pid": proc.pid, "exit_code": code}
+
     def start(self, manager: LogManager | None = None) -> None:
         # A process group of its own: the child can take its JVM with it in one kill,
         # and a Ctrl-C meant for the server does not reach it.

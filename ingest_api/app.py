@@ -23,9 +23,13 @@ from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
 from consumer_groups.subscriptions import SubscriptionWriter
 from ingest_api import errors
+from ingest_api.access_log import AccessLog, AccessLogMiddleware
 from ingest_api.auth import AuthMiddleware
 from ingest_api.body import InFlightBytes
 from ingest_api.cluster_link import ClusterLink
+from ingest_api.dashboard import routes as dashboard_routes
+from ingest_api.dashboard.health import Services
+from ingest_api.dashboard.overview import Dashboard
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
 from ingest_api.metadata import METADATA
@@ -105,6 +109,9 @@ def create_app(settings: ApiSettings | None = None,
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
             GroupPoll(groups, fetch, manager, link), link)
         metrics.attach(Sources(manager, tiered, groups))
+        app.state.dashboard = dashboard = Dashboard(app.state.lakelog, app.version, ui_services)
+        metrics.attach_job_runs(dashboard.job_runs)
+        sampler = asyncio.create_task(dashboard.sampler.run())
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))
         subscriptions = SubscriptionWriter(settings.layout.data_dir)
         # No member outlives a server: what an earlier one wrote is gone.
@@ -122,13 +129,16 @@ def create_app(settings: ApiSettings | None = None,
         finally:
             for service in services:
                 service.stop()
-            for task in (upkeep, sessions):
+            for task in (upkeep, sessions, sampler):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await asyncio.to_thread(offsets.close)
             await asyncio.to_thread(_close_subscriptions, subscriptions)
             metrics.attach(None)
+            metrics.attach_job_runs(None)
+            if access_log is not None:
+                access_log.close()
             if link is not None:
                 if link.replicas is not None:
                     await asyncio.to_thread(link.replicas.stop)
@@ -151,10 +161,16 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(groups_router.router)
     app.include_router(security.router)
     app.include_router(replication.router)
+    app.include_router(dashboard_routes.router)
     app.state.security = store
+    # The dashboard's service rows (ingest_api.dashboard.health): one line adds one.
+    app.state.services = ui_services = Services()
     app.add_middleware(AuthMiddleware, store=store)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
-    app.add_middleware(errors.KeepConnectionOnError)  # outermost of ours: around all of them
+    app.add_middleware(errors.KeepConnectionOnError)  # around all of ours but the log:
+    access_log = AccessLog(settings.access_log) if settings.access_log else None
+    if access_log is not None:  # which then sees the 500 that one answers
+        app.add_middleware(AccessLogMiddleware, log=access_log)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

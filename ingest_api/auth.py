@@ -51,6 +51,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", r"^/v3/clusters(/lakelog)?", None),
     _rule("GET", r"^/(openapi\.json|docs|docs/oauth2-redirect|redoc)", None),
     _rule("GET", r"^/metrics", "cluster", "describe"),
+    _rule("GET", r"^/ui/data", "cluster", "describe"),  # the dashboard sees what /metrics does
     _rule("POST", _B + r"/topics", "cluster", "admin"),
     _rule("GET", _B + r"/topics", None),  # filtered to what the principal may describe
     _rule("POST", _B + rf"/topics/{_NAME}/records(:batch)?", "topic", "produce"),
@@ -79,7 +80,14 @@ RULES: tuple[Rule, ...] = (
     _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),
     _rule("POST", r"^/internal/replica/(fetch|epoch-end)", None),  # brokers only: see there
 )
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/", "/ui", "/ui/login", "/ui/logout"})
+"""No credentials needed: liveness, and the dashboard's page and sign-in (they hold no
+data; the page's data comes from ``UI_DATA_PATH``)."""
+UI_COOKIE = "lakelog_ui"
+"""The dashboard's sign-in cookie: the API key (``key_id.secret``), HttpOnly and
+SameSite=Strict, accepted as credentials on ``UI_DATA_PATH`` alone, a GET that changes
+nothing, so no other request can be made with it from a page."""
+UI_DATA_PATH = "/ui/data"
 ADMIN = Rule(frozenset(), re.compile(""), "cluster", "admin")
 CHALLENGE = b'Basic realm="lakelog", Bearer realm="lakelog"'
 _ON_BEHALF = PRINCIPAL_HEADER.lower().encode()
@@ -112,12 +120,16 @@ class AuthMiddleware:
         if self.store is None or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = on_behalf = None
+        header = on_behalf = cookie = None
         for k, v in scope["headers"]:
             if k == b"authorization" and header is None:
                 header = v.decode("latin-1")
             elif k == _ON_BEHALF and on_behalf is None:
                 on_behalf = v.decode("latin-1").strip()
+            elif k == b"cookie" and cookie is None:
+                cookie = v
+        if header is None and cookie is not None and scope["path"] == UI_DATA_PATH:
+            header = ui_credentials(cookie)
         creds = parse_credentials(header)
         principal = self.store.authenticate(*creds) if creds else None
         if principal is None:
@@ -125,8 +137,11 @@ class AuthMiddleware:
                    "'Authorization: Bearer <key id>.<secret>'" if creds is None and not header
                    else "unknown API key or wrong secret" if creds
                    else "malformed Authorization header: use Basic or Bearer")
+            # No challenge to the dashboard's page: a browser would answer it with its
+            # own password dialog, and the page asks for the key itself.
             await _reject(send, 401, 40101, "authentication_failed", why,
-                          [(b"www-authenticate", CHALLENGE)])
+                          [(b"www-authenticate", CHALLENGE)]
+                          if scope["path"] != UI_DATA_PATH else None)
             return
         if on_behalf is not None:
             if not is_broker_principal(principal):
@@ -149,6 +164,15 @@ class AuthMiddleware:
             return
         state["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def ui_credentials(cookie: bytes) -> str | None:
+    """The ``Authorization`` value the dashboard's cookie stands for (None: no such cookie)."""
+    for part in cookie.decode("latin-1").split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name == UI_COOKIE and value:
+            return f"Bearer {value.strip().strip(chr(34))}"
+    return None
 
 
 async def _reject(send: Send, status: int, code: int, name: str, message: str,

@@ -1,5 +1,7 @@
 """Prometheus metrics: records and bytes in and out per topic, request latency, partition
-offsets, and the lag of consumer groups on every partition they read."""
+offsets and tiering backlog, the lag of consumer groups on every partition they read
+(and per group), and what the jobs did (from ``_job_runs``, through the dashboard's
+cached view: a scrape never reads the table more than once in its ``CACHE_S``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
     from cluster.replica_manager import ReplicaManager
+    from ingest_api.dashboard.job_runs_view import JobRunsView
+
+
+def tiering_backlog(high_watermark: int, tiered_offset: int, log_start_offset: int) -> int:
+    """Records below the high watermark that the Delta tier does not hold yet (records
+    deleted before they were tiered wait for nothing)."""
+    return max(0, high_watermark - max(tiered_offset, log_start_offset))
 
 
 class Sources(NamedTuple):
@@ -56,6 +65,8 @@ class Metrics:
         self.registry.register(self._partitions)
         self._replicas = _ReplicaCollector()
         self.registry.register(self._replicas)
+        self._jobs = _JobRunsCollector()
+        self.registry.register(self._jobs)
 
     def attach(self, sources: Sources | None) -> None:
         """Report the partitions and groups of ``sources`` (None: nothing, at shutdown)."""
@@ -64,6 +75,37 @@ class Metrics:
     def attach_replicas(self, replicas: ReplicaManager | None) -> None:
         """Report a cluster broker's replication (None: nothing)."""
         self._replicas.replicas = replicas
+
+    def attach_job_runs(self, view: JobRunsView | None) -> None:
+        """Report the job runs that ``view`` reads (None: nothing)."""
+        self._jobs.view = view
+
+
+class _JobRunsCollector(Collector):
+    def __init__(self) -> None:
+        self.view: JobRunsView | None = None
+
+    def collect(self) -> Iterator[Any]:
+        runs = GaugeMetricFamily(
+            "lakelog_job_runs", "Job runs that ended in the last hour, by job and result "
+            "(succeeded, failed: any of its partitions failed, dry_run), from _job_runs",
+            labels=["job", "status"])
+        ended = GaugeMetricFamily("lakelog_job_last_run_end_timestamp_seconds",
+                                  "When each job's newest run ended (Unix time)",
+                                  labels=["job"])
+        took = GaugeMetricFamily("lakelog_job_last_run_duration_seconds",
+                                 "How long each job's newest run took", labels=["job"])
+        failed = GaugeMetricFamily("lakelog_job_last_run_failed",
+                                   "1 if each job's newest run failed, else 0", labels=["job"])
+        if self.view is not None:
+            snap = self.view.snapshot()
+            for (job, status), count in sorted(snap.recent.items()):
+                runs.add_metric([job, status], count)
+            for job, last in sorted(snap.last.items()):
+                ended.add_metric([job], last["end_ms"] / 1000)
+                took.add_metric([job], last["duration_ms"] / 1000)
+                failed.add_metric([job], 1 if last["status"] == "failed" else 0)
+        yield from (runs, ended, took, failed)
 
 
 class _ReplicaCollector(Collector):
@@ -113,6 +155,13 @@ class _PartitionCollector(Collector):
                                       labels=["topic", "partition"])
         size = GaugeMetricFamily("lakelog_partition_hot_bytes", "Bytes in hot segments",
                                  labels=["topic", "partition"])
+        tiered = GaugeMetricFamily("lakelog_partition_tiered_offset",
+                                   "The Delta tier holds every record below it",
+                                   labels=["topic", "partition"])
+        backlog = GaugeMetricFamily(
+            "lakelog_partition_tiering_backlog_records", "Records below the high watermark "
+            "not yet in the Delta tier (high watermark - max(tiered offset, log start))",
+            labels=["topic", "partition"])
         lag = GaugeMetricFamily(
             "lakelog_consumer_group_lag", "Records a group has not committed past, on every "
             "partition it reads (from the log start where it has committed nothing)",
@@ -121,8 +170,12 @@ class _PartitionCollector(Collector):
             "lakelog_consumer_group_committed_offset",
             "A group's committed offset (absent where it has committed nothing)",
             labels=["group", "topic", "partition"])
+        group_lag = GaugeMetricFamily(
+            "lakelog_consumer_group_total_lag", "A group's lag summed over every partition "
+            "it reads", labels=["group"])
         src = self.sources
-        families = (end, log_end, start, hot_start, size, lag, committed)
+        families = (end, log_end, start, hot_start, size, tiered, backlog, lag, committed,
+                    group_lag)
         if src is None:
             yield from families
             return
@@ -138,12 +191,21 @@ class _PartitionCollector(Collector):
             start.add_metric([topic, partition], bounds.log_start_offset)
             hot_start.add_metric([topic, partition], plog.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)
+            cold = src.tiered.state(topic, int(partition))
+            tiered_offset = cold.tiered_offset if cold is not None else 0
+            tiered.add_metric([topic, partition], tiered_offset)
+            backlog.add_metric([topic, partition], tiering_backlog(
+                bounds.high_watermark, tiered_offset, bounds.log_start_offset))
+        totals: dict[str, int] = {}
         for group, row in all_group_lag(src.groups, bounds_of):
             labels = [group, row.topic, str(row.partition)]
             if row.lag is not None:
                 lag.add_metric(labels, row.lag)
+                totals[group] = totals.get(group, 0) + row.lag
             if row.committed is not None:
                 committed.add_metric(labels, row.committed.offset)
+        for group, total in sorted(totals.items()):
+            group_lag.add_metric([group], total)
         yield from families
 
 

@@ -145,6 +145,18 @@ class ApiSettings(GroupSettings):
                                     "before answering REQUEST_TIMED_OUT "
                                     "(Kafka's request.timeout.ms).")
 
+    # -- what the server shows: the dashboard, the request log ------------------------
+    access_log: str | None = Field(
+        None, description="Write one line per HTTP request (time, client, principal, method, "
+                          "path, status, bytes, duration) to this file, appended; '-': "
+                          "standard output; unset: no request log. Never holds keys or "
+                          "cookies.")
+    ui_sample_interval_ms: int = Field(
+        2000, ge=100, le=60_000,
+        description="How often the dashboard (/ui) samples produce and fetch rates and "
+                    "consumer-group lag into its 10-minute history (at most 1,200 samples: "
+                    "less history below 500 ms).")
+
     @model_validator(mode="after")
     def _safe(self) -> ApiSettings:
         if self.warehouse is not None and not is_local(self.warehouse) and \

@@ -42,6 +42,9 @@ def serve(
         help="Spark Connect port of the SQL endpoint; 0: none [LAKELOG_SQL_PORT].")] = None,
     jdbc_port: Annotated[int | None, typer.Option(
         help="JDBC (Hive Thrift) port on loopback; 0: none [LAKELOG_JDBC_PORT].")] = None,
+    access_log: Annotated[str | None, typer.Option(
+        help="Append one line per HTTP request to this file; - for standard output "
+             "[LAKELOG_ACCESS_LOG].")] = None,
 ) -> None:
     """Run the HTTP server (uvicorn) on the data directory, with the jobs scheduled;
     SIGTERM/SIGINT stop it cleanly."""
@@ -58,7 +61,7 @@ def serve(
         "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
         "broker_id": broker_id, "zookeeper": zookeeper, "broker_rack": broker_rack,
         "allow_insecure_non_loopback": allow_insecure_non_loopback, "sql_port": sql_port,
-        "jdbc_port": jdbc_port}.items() if v is not None}
+        "jdbc_port": jdbc_port, "access_log": access_log}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
@@ -89,7 +92,11 @@ def serve(
     http = bounded_protocol(settings.max_request_head_bytes,
                             settings.request_head_timeout_ms / 1000,
                             settings.request_body_idle_timeout_ms / 1000)
-    uvicorn.run(create_app(settings, services), host=settings.host, port=settings.port,
+    app = create_app(settings, services)
+    # Rows of the dashboard's health (ingest_api.dashboard.health): one line each.
+    app.state.services["jobs"] = scheduler.status
+    app.state.services["sql"] = endpoint.state if endpoint.enabled else {"state": "off"}
+    uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level=settings.log_level, loop="uvloop", http=http,
                 limit_concurrency=settings.limit_concurrency, timeout_graceful_shutdown=10,
                 access_log=False, ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)

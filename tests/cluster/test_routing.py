@@ -199,3 +199,26 @@ def test_a_batch_for_one_other_leader_is_passed_on_whole(brokers: Brokers) -> No
     r = httpx.post(brokers.url(via) + CLUSTER + "/topics/passed/records:batch", json=bad)
     assert r.status_code == 207 and r.json()["failures"][0]["error"] == \
         "unknown_topic_or_partition", r.text
+
+
+def test_the_dashboard_shows_the_cluster_and_each_partitions_placement(brokers: Brokers
+                                                                        ) -> None:
+    create(brokers, 1, "watched", 3)
+    led = leaders(brokers, 2, "watched")
+    deadline = time.monotonic() + 30
+    while True:  # the page follows broker 2's metadata view, which may be a moment behind
+        r = httpx.get(brokers.url(2) + "/ui/data")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        rows = next((t["partitions"] for t in body["topics"] if t["name"] == "watched"), [])
+        if [p["leader"] for p in rows] == led:
+            break
+        assert time.monotonic() < deadline, (rows, led)
+        time.sleep(0.05)
+    assert body["broker"]["broker_id"] == 2
+    cluster = body["broker"]["cluster"]
+    assert [b["broker_id"] for b in cluster["brokers"]] == [1, 2, 3]
+    assert cluster["controller_id"] in (1, 2, 3)
+    for p in rows:  # offsets where this broker holds a replica, the placement everywhere
+        assert p["replicas"] == [p["leader"]] and p["isr"] == [p["leader"]]
+        assert ("high_watermark" in p) == (p["leader"] == 2), p
