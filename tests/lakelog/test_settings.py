@@ -10,15 +10,18 @@ import pytest
 from compaction_jobs.settings import JobSettings
 from consumer_groups.settings import GroupSettings
 from ingest_api.settings import ApiSettings
+from lakelog.endpoint.settings import EndpointSettings
 from lakelog.settings import Settings
 
 
 def test_each_setting_has_one_owner_and_the_composition_has_them_all() -> None:
     server = set(ApiSettings.model_fields) - set(GroupSettings.model_fields)
     groups, jobs = set(GroupSettings.model_fields), set(JobSettings.model_fields)
-    assert not server & jobs and not groups & jobs
+    endpoint = set(EndpointSettings.model_fields)
+    assert not server & jobs and not groups & jobs and not endpoint & (server | groups | jobs)
     assert "tier_interval_ms" in jobs and "max_group_members" in groups and "port" in server
-    assert set(Settings.model_fields) == server | groups | jobs
+    assert "sql_port" in endpoint
+    assert set(Settings.model_fields) == server | groups | jobs | endpoint
     assert sorted(Settings.names()) == sorted(Settings.model_fields)
     assert list(Settings().describe()) == Settings.names()
 
@@ -32,6 +35,8 @@ def test_every_owner_reads_the_same_lakelog_variables(monkeypatch: pytest.Monkey
     assert Settings().max_group_members == 9 and Settings().port == 8181
     with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
         Settings(tls_cert="c.pem")  # the server's checks hold in the composition
+    with pytest.raises(ValueError, match="the SQL endpoint then needs auth=api-key and TLS"):
+        Settings(sql_host="0.0.0.0", sql_port=15002)
 
 
 def test_the_client_loads_no_server_settings() -> None:
