@@ -117,6 +117,24 @@ class LocalServer:
                 self.proc.wait()
         self._stopped.set()
 
+    def wait_for_sql(self, timeout_s: float = 240) -> str:
+        """The SQL endpoint's Spark Connect URL once it is ready (started with
+        ``sql_port=...``; its Spark takes seconds to start)."""
+        from lakelog.endpoint.state import read_state
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = read_state(self.data_dir)
+            if state is not None and state.get("state") == "failed":
+                raise RuntimeError(f"the SQL endpoint failed to start: {state.get('error')}")
+            if state is not None and state.get("state") == "ready" and state.get("connect"):
+                return str(state["connect"])
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"lakelog serve is not running; see {self.log_path}")
+            time.sleep(0.2)
+        raise RuntimeError(f"the SQL endpoint was not ready within {timeout_s:.0f} s "
+                           f"(is sql_port set?); see {self.log_path}")
+
     def stop(self) -> None:
         """SIGTERM (a clean shutdown), then remove a temporary data directory."""
         self._end_process()
