@@ -2,7 +2,7 @@
 server's jobs tier, retire hot segments, compact and apply retention. No errors, the
 server's memory (RSS) flat, p99 produce latency stable, every record delivered.
 
-The length is ``LAKELOG_SOAK_SECONDS`` (90 by default, which keeps CI bounded; set
+The length is ``LAKELOG_SOAK_SECONDS`` (60 by default, which keeps CI bounded; set
 it to 1800 for a longer run). The numbers per window are printed (``pytest -s``) and
 written to ``soak.json`` in the test's temporary directory.
 """
@@ -26,7 +26,7 @@ from tests.ingest_api.helpers import string
 from tests.server import ServerProcess
 
 pytestmark = pytest.mark.slow
-SECONDS = float(os.environ.get("LAKELOG_SOAK_SECONDS", "90"))
+SECONDS = float(os.environ.get("LAKELOG_SOAK_SECONDS", "60"))
 WARMUP_S = 20.0  # the jobs' JVM starts and the first tiering runs
 WINDOWS = 4
 PRODUCERS = 3
