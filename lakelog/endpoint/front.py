@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -327,18 +326,3 @@ def serve_front(front: ConnectFront, address: str, credentials: grpc.ServerCrede
         raise OSError(f"the SQL endpoint cannot listen on {address} (in use?)")
     server.start()
     return server
-
-
-def run_periodically(interval_s: float, fn: Callable[[], None], stop: threading.Event,
-                     what: str) -> threading.Thread:
-    """Call ``fn`` every ``interval_s`` until ``stop``; a failure is logged and retried."""
-    def loop() -> None:
-        while not stop.wait(interval_s):
-            try:
-                fn()
-            except Exception:
-                log.exception("%s failed (retried in %.0f s)", what, interval_s)
-
-    thread = threading.Thread(target=loop, name=what, daemon=True)
-    thread.start()
-    return thread

@@ -5,7 +5,8 @@ classes), so it listens in HTTP transport mode on a loopback port of its own, an
 front, on the public JDBC port, passes on each Thrift-over-HTTP request once its
 ``Authorization: Basic`` credentials are an API key (``beeline -n KEY_ID -p SECRET``).
 The Thrift server's session is shared by every JDBC connection and holds every topic's
-view, so only a principal that may consume every topic (cluster admin, or ACLs that
+view (registered again, where its data changed, before a request that comes a second
+after the last refresh), so only a principal that may consume every topic (cluster admin, or ACLs that
 cover them all) is let in; others are told to use Spark Connect, whose sessions hold
 the topics a principal may consume. With ``auth=none`` (loopback) everyone is let in.
 """
@@ -17,6 +18,7 @@ import http.client
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,6 +29,7 @@ HTTP_PATH = "cliservice"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """A Thrift call larger than this is refused (a statement, or a batch of results asked for)."""
 PASSED_HEADERS = ("content-type", "cookie", "x-xsrf-header", "accept")
+REFRESH_S = 1.0
 
 
 def admit(store: SecurityStore | None, header: str | None, topics: Callable[[], list[str]]
@@ -53,9 +56,20 @@ def admit(store: SecurityStore | None, header: str | None, topics: Callable[[], 
 
 
 def serve_jdbc_front(host: str, port: int, backend_port: int, store: SecurityStore | None,
-                     topics: Callable[[], list[str]]) -> ThreadingHTTPServer:
-    """Start the front on ``host:port`` (a daemon thread); ``server.shutdown()`` stops it."""
+                     topics: Callable[[], list[str]], refresh: Callable[[], None]
+                     ) -> ThreadingHTTPServer:
+    """Start the front on ``host:port`` (a daemon thread); ``server.shutdown()`` stops it.
+    ``refresh`` (the shared session's views, where their data changed) runs before a
+    request passes when the last run is over ``REFRESH_S`` old: only while JDBC is used."""
     local = threading.local()
+    refreshed = [0.0]
+    refresh_lock = threading.Lock()
+
+    def fresh() -> None:
+        with refresh_lock:
+            if time.monotonic() - refreshed[0] > REFRESH_S:
+                refresh()
+                refreshed[0] = time.monotonic()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -84,6 +98,10 @@ def serve_jdbc_front(host: str, port: int, backend_port: int, store: SecuritySto
             if status != 200:
                 self._refuse(status, message)
                 return
+            try:
+                fresh()
+            except Exception:  # the views stay as they were; the query still runs
+                log.exception("refreshing the JDBC session's views failed")
             user = principal or "anonymous"
             headers = {k: v for k, v in self.headers.items() if k.lower() in PASSED_HEADERS}
             # The Thrift server (auth NONE) takes the user from Basic credentials.

@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SQL_NICE = 5
-JDBC_REFRESH_S = 2.0
-"""How often the JDBC server's shared session re-registers the views whose data changed."""
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
@@ -116,12 +114,10 @@ def _credentials(spec: dict[str, Any]) -> Any:
     return None
 
 
-def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
+def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     """Spark with Spark Connect on a loopback port of its own, JDBC if asked, and the
-    front on the public port; returns (spark, front server, stop event)."""
-    import threading
-
-    from lakelog.endpoint.front import ConnectFront, run_periodically, serve_front
+    front on the public port; returns (spark, the front's server)."""
+    from lakelog.endpoint.front import ConnectFront, serve_front
     from lakelog.endpoint.jdbc_front import HTTP_PATH, serve_jdbc_front
     from lakelog.endpoint.sessions import SessionViews
     from log_tables.spark.session import lakelog_session
@@ -140,7 +136,6 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
                             app_name="lakelog-sql", conf=conf)
     views = SessionViews(spark, layout, spec.get("zookeeper"))
     backend_port = views.connect_service.localPort()
-    stop = threading.Event()
     store = _security(spec)
     if spec["jdbc_port"]:
         views.refresh_root()
@@ -154,15 +149,15 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
         assert jvm is not None
         jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
             spark._jsparkSession.sqlContext())
-        serve_jdbc_front("127.0.0.1", spec["jdbc_port"], backend, store, views.topics)
-        run_periodically(JDBC_REFRESH_S, views.refresh_root, stop, "jdbc-views")
+        serve_jdbc_front("127.0.0.1", spec["jdbc_port"], backend, store, views.topics,
+                         views.refresh_root)
     server = None
     if spec["port"]:
         front = ConnectFront(f"127.0.0.1:{backend_port}", views, store)
         server = serve_front(front, f"{spec['host']}:{spec['port']}", _credentials(spec))
     log.info("SQL endpoint ready in %.1f s: Spark Connect on %s:%s, JDBC on %s",
              time.monotonic() - started, spec["host"], spec["port"], spec["jdbc_port"] or "-")
-    return spark, server, stop
+    return spark, server
 
 
 def main(argv: list[str]) -> None:
@@ -176,7 +171,7 @@ def main(argv: list[str]) -> None:
     data_dir = spec["data_dir"]
     write_state(data_dir, state="starting")
     try:
-        spark, server, stop = start_endpoint(spec)
+        spark, server = start_endpoint(spec)
     except Exception as exc:
         log.exception("the SQL endpoint failed to start")
         write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
@@ -195,7 +190,6 @@ def main(argv: list[str]) -> None:
                 if STOP in chunk or not chunk:
                     break
     finally:
-        stop.set()
         if server is not None:
             server.stop(grace=2).wait(5)
         with contextlib.suppress(FileNotFoundError):

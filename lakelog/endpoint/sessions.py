@@ -11,8 +11,8 @@ found by name. A principal's session holds views of the topics it may consume on
 and ``partitions``, ``job_runs`` and the group views hold rows of those topics only.
 
 The JDBC server runs in single-session mode on the root session: ``refresh_root``
-registers every view there, again whenever its data changed (the front cannot see
-JDBC requests, so a thread calls it every ``JDBC_REFRESH_S``).
+registers every view there, again whenever its data changed (the JDBC front calls it
+before a request, at most once a second).
 """
 
 from __future__ import annotations
