@@ -29,9 +29,12 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
         print("| " + " | ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) + " |")
 
 
-def write_json(name: str, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+def write_json(name: str, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None,
+               path: Path | None = None) -> Path:
+    """Write the rows to ``path`` (default ``bench/results/<name>.json``)."""
+    if path is None:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"{name}.json"
     body = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
