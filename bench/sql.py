@@ -18,7 +18,8 @@ free ports (Spark Connect through lakelog's front, and JDBC), the tiering job on
    ``SELECT count(*) FROM <topic>`` and ``SELECT * FROM consumer_lag``:
    PySpark's own Connect client (``SparkSession.builder.remote``, one session reused,
    ``spark.sql(q).collect()``); ``lakelog.endpoint.client.query`` (what ``lakelog sql``
-   uses; a session per call); JDBC through ``beeline`` from pyspark's jars, one beeline
+   uses; a session per call); JDBC (lakelog's JDBC front, Thrift over HTTP, the URL
+   from the endpoint's state file) through ``beeline`` from pyspark's jars, one beeline
    process running all the statements with ``--showElapsedTime=true`` (its
    "(N seconds)" lines: execute to last row fetched, as beeline times it, ms
    resolution; no JVM start counted); and ``lakelog sql`` end to end (process start to
@@ -42,8 +43,8 @@ free ports (Spark Connect through lakelog's front, and JDBC), the tiering job on
    ``--load-seconds`` with the endpoint idle, then as long again while another process
    runs the count on the big topic back to back through Spark Connect. Reported:
    p50, p99, max, p99 busy / p99 idle, the queries done and their p50, and the
-   endpoint's CPU (its process tree's CPU seconds per second of the phase: with JDBC
-   on, its views are refreshed every 2 s even when nobody asks).
+   endpoint's CPU (its process tree's CPU seconds per second of the phase: what an
+   idle endpoint costs, and a busy one).
 
 Every count answered is checked against ``--records``. Options: ``--records``
 (1,000,000), ``--runs`` (30), ``--rate`` (200), ``--load-seconds`` (20); ``--quick``:
@@ -324,8 +325,9 @@ def lakelog_sql(data: Path, url: str, runs: int, records: int) -> dict[str, list
     return timed(ask, runs, records, "lakelog sql")
 
 
-def beeline(jdbc_port: int, runs: int, records: int, work: Path) -> dict[str, list[float]]:
-    """One beeline process running every statement; the times it prints for each."""
+def beeline(jdbc_url: str, runs: int, records: int, work: Path) -> dict[str, list[float]]:
+    """One beeline process running every statement on ``jdbc_url`` (the endpoint's state
+    file names it); the times it prints for each."""
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
@@ -334,7 +336,7 @@ def beeline(jdbc_port: int, runs: int, records: int, work: Path) -> dict[str, li
     script.write_text("".join(f"{sql};\n" for sql in statements))
     out = subprocess.run(
         ["java", "-cp", f"{jars}/*", "org.apache.hive.beeline.BeeLine", "-u",
-         f"jdbc:hive2://127.0.0.1:{jdbc_port}/default", "--showElapsedTime=true",
+         jdbc_url, "--showElapsedTime=true",
          "--outputformat=tsv2", "-f", str(script)],
         capture_output=True, text=True, timeout=1800)
     times = [float(s) for s in re.findall(r"\((\d+(?:\.\d+)?) seconds\)", out.stderr)]
@@ -475,7 +477,9 @@ def run(work: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dic
     try:
         say(f"endpoint ready in {cold['state_ready_s']:.1f} s, SELECT 1 at "
             f"{cold['select_1_s']:.1f} s")
-        endpoint = read_state(data)["pid"]  # type: ignore[index]
+        state = read_state(data)
+        assert state is not None
+        endpoint, jdbc_url = state["pid"], state["jdbc"]
         idle = memory_mb(endpoint)
         say(f"filling {TOPIC} with {args.records:,} records")
         fill_rate = fill(args.records)
@@ -490,7 +494,7 @@ def run(work: Path, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dic
         measures: list[tuple[str, Callable[[], dict[str, list[float]]]]] = [
                 ("PySpark Connect client", lambda: pyspark_connect(url, args.runs, n)),
                 ("lakelog one-call client", lambda: one_call_client(url, args.runs, n)),
-                ("JDBC (beeline, one process)", lambda: beeline(jdbc_port, args.runs, n, work)),
+                ("JDBC (beeline, one process)", lambda: beeline(jdbc_url, args.runs, n, work)),
                 ("lakelog sql (process)", lambda: lakelog_sql(data, url, args.runs, n)),
                 ("baseline", lambda: baseline(data, args.records, args.runs))]
         for name, measure in measures:
