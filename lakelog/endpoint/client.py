@@ -85,11 +85,51 @@ def channel(url: str) -> tuple[grpc.Channel, dict[str, str]]:
 
 
 def query(url: str, sql: str, limit: int, timeout_s: float | None = None) -> pa.Table:
-    """The first ``limit`` rows of ``sql`` on the endpoint at ``url``."""
+    """The first ``limit`` rows of ``sql`` on the endpoint at ``url``.
+
+    Every call of one user to one endpoint uses the same Spark Connect session (its id
+    derived from both), so the views the endpoint registered for earlier calls are
+    reused where their data did not change. A session the endpoint has closed (idle
+    too long) cannot be taken up again: then a new one is used, and released."""
     pb = protos()
-    chan, params = channel(url)
-    session_id = str(uuid.uuid4())
-    user = pb.UserContext(user_id=params.get("user_id") or getpass.getuser())
+    user, stable = stable_session(url)
+    try:
+        return _query(pb, url, user, stable, sql, limit, timeout_s, release_after=False)
+    except _SessionClosed:
+        return _query(pb, url, user, str(uuid.uuid4()), sql, limit, timeout_s,
+                      release_after=True)
+
+
+def stable_session(url: str) -> tuple[str, str]:
+    """(user id, session id) of this user's calls to the endpoint at ``url``."""
+    address, params = parse_url(url)
+    user = params.get("user_id") or getpass.getuser()
+    return user, str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakelog-sql:{user}@{address}"))
+
+
+def release(url: str, user_id: str, session_id: str) -> None:
+    """Close a session on the endpoint (its views and temporary state go with it)."""
+    pb = protos()
+    chan, _ = channel(url)
+    call = chan.unary_unary(RELEASE, request_serializer=pb.ReleaseSessionRequest.SerializeToString,
+                            response_deserializer=pb.ReleaseSessionResponse.FromString)
+    try:
+        with contextlib.suppress(grpc.RpcError):  # the endpoint closes idle ones itself
+            call(pb.ReleaseSessionRequest(session_id=session_id,
+                                          user_context=pb.UserContext(user_id=user_id)),
+                 timeout=5)
+    finally:
+        chan.close()
+
+
+class _SessionClosed(Exception):
+    pass
+
+
+def _query(pb: Any, url: str, user_id: str, session_id: str, sql: str, limit: int,
+           timeout_s: float | None, release_after: bool) -> pa.Table:
+    chan, _ = channel(url)
+    user = pb.UserContext(user_id=user_id)
     request = pb.ExecutePlanRequest(session_id=session_id, user_context=user,
                                     client_type="lakelog-sql")
     request.plan.root.limit.limit = limit
@@ -108,17 +148,14 @@ def query(url: str, sql: str, limit: int, timeout_s: float | None = None) -> pa.
             elif response.HasField("schema") and response.schema.HasField("struct"):
                 names = [f.name for f in response.schema.struct.fields]
     except grpc.RpcError as exc:
-        details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-        raise LakelogError(f"SQL failed: {(details or str(exc)).strip().splitlines()[0]}"
-                           ) from None
+        details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+        if "SESSION_CLOSED" in details and not release_after:
+            raise _SessionClosed from None
+        raise LakelogError(f"SQL failed: {details.strip().splitlines()[0]}") from None
     finally:
-        release = chan.unary_unary(RELEASE,
-                                   request_serializer=pb.ReleaseSessionRequest.SerializeToString,
-                                   response_deserializer=pb.ReleaseSessionResponse.FromString)
-        with contextlib.suppress(grpc.RpcError):  # the endpoint closes idle sessions itself
-            release(pb.ReleaseSessionRequest(session_id=session_id, user_context=user),
-                    timeout=5)
         chan.close()
+        if release_after:
+            release(url, user_id, session_id)
     if schema is None:
         return pa.table({n: pa.array([], pa.string()) for n in names})
     return pa.Table.from_batches(batches, schema)

@@ -239,8 +239,15 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
             named |= {w.strip("`") for s in strings for w in s.split()}
             if fields & LISTINGS or any(_first_word(t) == "show" for t in _sql_texts(request)):
                 named.add("*")
-            self.views.prepare(request.user_context.user_id, request.session_id, named,
-                               visible)
+            try:
+                self.views.prepare(request.user_context.user_id, request.session_id, named,
+                                   visible)
+            except Exception as exc:  # a closed session, a JVM gone: say it as Spark does
+                java = getattr(exc, "java_exception", None)
+                message = java.getMessage() if java is not None else str(exc)
+                log.warning("session %s not prepared: %s", request.session_id, message)
+                raise Denied(grpc.StatusCode.FAILED_PRECONDITION,
+                             (message or type(exc).__name__).strip().splitlines()[0]) from None
         return request.SerializeToString()  # type: ignore[no-any-return]
 
     def _visible(self, caller: Caller) -> set[str]:

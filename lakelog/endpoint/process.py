@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SQL_NICE = 5
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+SESSION_IDLE_TIMEOUT = "24h"
 
 
 class EndpointProcess(JobProcess):
@@ -129,6 +130,8 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": "0",
             "spark.scheduler.mode": "FAIR",
+            # lakelog sql keeps one session per user: a day idle before it is closed.
+            "spark.connect.session.manager.defaultSessionTimeout": SESSION_IDLE_TIMEOUT,
             "spark.driver.memory": spec["driver_memory"],
             "spark.sql.hive.thriftServer.singleSession": "true"}
     started = time.monotonic()

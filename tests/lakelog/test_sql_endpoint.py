@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakelog.endpoint.client import query
+from lakelog.endpoint.client import query, release, stable_session
 from lakelog.endpoint.state import read_state
 from lakelog.local import free_port
 from log_tables.errors import LakelogError
@@ -228,3 +228,15 @@ def test_lakelog_sql_on_the_warm_endpoint_says_errors_in_one_line(endpoint: Endp
                             timeout=60, env=env)
     assert denied.returncode == 1 and len(denied.stderr.splitlines()) == 1
     assert "principal analyst may not consume topic secret" in denied.stderr
+
+
+def test_lakelog_sql_keeps_its_session_and_takes_a_new_one_once_it_is_closed(
+        endpoint: Endpoint) -> None:
+    url = endpoint.url(endpoint.admin)
+    query(url, "CREATE OR REPLACE TEMP VIEW answer AS SELECT 42 AS n", 10)
+    assert query(url, "SELECT n FROM answer", 10).to_pylist() == [{"n": 42}]  # same session
+    _, session_id = stable_session(url)
+    release(url, "admin", session_id)  # closed for good: Spark keeps its id as a tombstone
+    with pytest.raises(LakelogError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        query(url, "SELECT n FROM answer", 10)  # answered, in a new session
+    assert endpoint.count("orders") >= 1000
