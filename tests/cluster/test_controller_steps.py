@@ -277,6 +277,9 @@ def dead_controller_then_another(brokers: Brokers, zk: KazooClient, step: str
     new = wait_for("broker 2 or 3 controls at a higher epoch",
                    lambda: is_controller(zk, {2, 3}, epoch + raised))
     assert controller_epoch(zk) == epoch + raised + 1
+    # The watch hears of a change after ZooKeeper has it: wait for it to hear of `new`.
+    wait_for("the watch sees the new controller",
+             lambda: new in [c for c, _ in watch.seen])
     assert [c for c, _ in watch.seen if c is not None] == [1, new]  # nobody in between
     # ... and it went with the dead broker's session: its registration, an ephemeral node
     # of the same session, was gone by the time the controller node was seen to change.
