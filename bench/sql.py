@@ -18,7 +18,7 @@ free ports (Spark Connect through lakelog's front, and JDBC), the tiering job on
    ``SELECT count(*) FROM <topic>`` and ``SELECT * FROM consumer_lag``:
    PySpark's own Connect client (``SparkSession.builder.remote``, one session reused,
    ``spark.sql(q).collect()``); ``lakelog.endpoint.client.query`` (what ``lakelog sql``
-   uses; a session per call); JDBC (lakelog's JDBC front, Thrift over HTTP, the URL
+   uses; one session per user, kept between calls); JDBC (lakelog's JDBC front, Thrift over HTTP, the URL
    from the endpoint's state file) through ``beeline`` from pyspark's jars, one beeline
    process running all the statements with ``--showElapsedTime=true`` (its
    "(N seconds)" lines: execute to last row fetched, as beeline times it, ms
