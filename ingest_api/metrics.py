@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import all_group_lag, log_bounds
 from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.errors import UnknownPartitionError, UnknownTopicError
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -186,12 +187,15 @@ class _PartitionCollector(Collector):
             bounds = bounds_of(topic, int(partition))
             if bounds is None:
                 continue
+            try:
+                cold = src.tiered.state(topic, int(partition))
+            except (UnknownTopicError, UnknownPartitionError):  # deleted meanwhile
+                continue
             end.add_metric([topic, partition], bounds.high_watermark)
             log_end.add_metric([topic, partition], plog.log_end_offset)
             start.add_metric([topic, partition], bounds.log_start_offset)
             hot_start.add_metric([topic, partition], plog.log_start_offset)
             size.add_metric([topic, partition], plog.size_bytes)
-            cold = src.tiered.state(topic, int(partition))
             tiered_offset = cold.tiered_offset if cold is not None else 0
             tiered.add_metric([topic, partition], tiered_offset)
             backlog.add_metric([topic, partition], tiering_backlog(

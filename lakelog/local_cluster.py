@@ -224,7 +224,9 @@ def _spawn_broker(directory: Path, i: int, zookeeper: str, auth: str
         proc = subprocess.Popen(
             [str(lakelog), "serve", "--broker-id", str(i), "--zookeeper", zookeeper,
              "--data-dir", str(data_dir), "--port", str(port), "--host", "127.0.0.1",
-             "--warehouse", str(directory / "warehouse"), "--auth", auth],
+             "--warehouse", str(directory / "warehouse"), "--auth", auth,
+             # One SQL endpoint (a JVM) for the cluster on one machine: broker 1's.
+             *([] if i == 1 else ["--sql-port", "0"])],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     broker = Broker(i, port, f"http://127.0.0.1:{port}", str(data_dir), str(log),

@@ -122,7 +122,9 @@ def _endpoint(target: str, data_dir: str | os.PathLike[str], api_key: str | None
             return None
         _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")
         deadline = time.monotonic() + ENDPOINT_START_WAIT_S
-        while not _reachable(host, port):
+        # Ready: its port answers and its state says how (the file follows the port).
+        while not (_reachable(host, port) and state is not None
+                   and state.get("state") == "ready"):
             state = read_state(data_dir)
             if state is None or state.get("state") == "failed" or \
                     time.monotonic() > deadline:
