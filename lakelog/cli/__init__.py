@@ -6,11 +6,11 @@ as it is imported.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import sys
 
 from lakelog.cli.root import app
 from log_tables.errors import LakelogError
+from log_tables.imports import without_pandas
 
 COMMAND_MODULES = ("serve", "dump_log", "jobs", "groups", "security", "topics", "records", "sql",
                    "cluster")
@@ -21,22 +21,11 @@ for _module in COMMAND_MODULES:
 __all__ = ["app", "main"]
 
 
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """pandas is not found. Nothing the ``lakelog`` command runs uses it, but pyarrow
-    imports it at the first ``pa.array`` when it is installed (PySpark's Connect client
-    needs it): a third of a second at the start of every command and server."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"lakelog's commands run without {name}", name=name)
-
-
 def main() -> None:
     """Entry point of the console script: domain errors become one line on stderr, exit 1.
     (The client and httpx are imported only to say an error: ``lakelog sql`` must start
     fast, and the client's imports take a fifth of a second.)"""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
+    without_pandas()
     try:
         app()
     except LakelogError as exc:
