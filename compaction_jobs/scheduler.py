@@ -330,20 +330,29 @@ def _watch_parent(parent_pid: int | None) -> Callable[[], None]:
     return check
 
 
+def background_child(spec: dict[str, object], tag: str) -> Callable[[], None]:
+    """The start of a child of the server that must never slow it (the job process, the
+    SQL endpoint): it leaves with the server (returns the check to run now and then),
+    yields the CPU to produce and fetch (SCHED_IDLE where Linux has it: the server's
+    threads preempt it at once; nice 10 as well; its Spark JVM and Python workers inherit
+    both), and logs with ``[tag]``."""
+    parent = spec.get("parent_pid")
+    check_parent = _watch_parent(parent if isinstance(parent, int) else None)
+    with contextlib.suppress(OSError):
+        os.nice(JOBS_NICE)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    logging.basicConfig(level=str(spec.get("log_level", "INFO")),
+                        format=f"%(levelname)s:     [{tag}] %(name)s: %(message)s")
+    return check_parent
+
+
 def main(argv: list[str]) -> None:
     """The job process: run the scheduler until the server says STOP, or leave at once
     (with its process group) when the server is gone; each other byte read means "a
     segment rolled"."""
     spec = json.loads(argv[0])
-    check_parent = _watch_parent(spec.get("parent_pid"))
-    # Jobs yield the CPU to produce and fetch: SCHED_IDLE where Linux has it (the server's
-    # threads preempt the jobs' at once), nice 10 as well; the Spark JVM and workers inherit both.
-    with contextlib.suppress(OSError):
-        os.nice(JOBS_NICE)
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    logging.basicConfig(level=spec.get("log_level", "INFO"),
-                        format="%(levelname)s:     [jobs] %(name)s: %(message)s")
+    check_parent = background_child(spec, "jobs")
     scheduler = JobScheduler(Layout(spec["data_dir"], spec["warehouse"]),
                              Intervals(**spec["intervals"]), spec["spark_master"],
                              spec.get("cluster", False))

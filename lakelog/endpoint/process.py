@@ -7,8 +7,8 @@ compaction nor take the jobs down with it: a user's query that exhausts the driv
 heap kills this JVM, which the server then reports, while tiering and retention (which
 bound the hot tier's disk) go on. It costs one more JVM's memory.
 
-Queries yield to produce and fetch as the jobs do: the process runs at nice
-``SQL_NICE`` and SCHED_IDLE (the JVM and its Python workers inherit both), so the
+Queries yield to produce and fetch as the jobs do: the process runs at nice 10 and
+SCHED_IDLE (``background_child``) (the JVM and its Python workers inherit both), so the
 server's threads preempt it at once. Measured in ``bench.sql`` with queries running
 back to back beside a produce load: produce p99 3.8 -> 7.7 ms this way, 4.5 -> 13 ms at
 nice 5 alone; the queries' own latency was the same.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compaction_jobs.scheduler import STOP, Intervals, JobProcess, _watch_parent
+from compaction_jobs.scheduler import STOP, Intervals, JobProcess, background_child
 from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
 from log_tables.layout import Layout
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from ingest_api.security import SecurityStore
 
 log = logging.getLogger(__name__)
-SQL_NICE = 10
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 SESSION_IDLE_TIMEOUT = "24h"
 
@@ -169,13 +168,7 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
 def main(argv: list[str]) -> None:
     """Run the endpoint until the server says STOP (or leave with the server)."""
     spec = json.loads(argv[0])
-    check_parent = _watch_parent(spec.get("parent_pid"))
-    with contextlib.suppress(OSError):
-        os.nice(SQL_NICE)
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    logging.basicConfig(level=spec.get("log_level", "INFO"),
-                        format="%(levelname)s:     [sql] %(name)s: %(message)s")
+    check_parent = background_child(spec, "sql")
     data_dir = spec["data_dir"]
     write_state(data_dir, state="starting")
     try:
