@@ -117,8 +117,9 @@ def _endpoint(target: str, data_dir: str | os.PathLike[str], api_key: str | None
     state = read_state(data_dir)
     if not _reachable(host, port):
         if state is None or state.get("state") != "starting":
-            _say(f"no SQL endpoint answers at {target} (`lakelog serve` runs one); starting "
-                 "Spark in this process, which takes 30 s or more...")
+            why = f"the SQL endpoint failed ({state.get('error')})" if state is not None \
+                else f"no SQL endpoint answers at {target} (`lakelog serve` runs one)"
+            _say(f"{why}; starting Spark in this process, which takes 30 s or more...")
             return None
         _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")
         deadline = time.monotonic() + ENDPOINT_START_WAIT_S

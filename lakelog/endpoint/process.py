@@ -182,10 +182,20 @@ def main(argv: list[str]) -> None:
                  jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default;transportMode=http;"
                       f"httpPath=cliservice" if spec["jdbc_port"] else None)
     stdin = sys.stdin.fileno()
+    jvm = getattr(spark.sparkContext._gateway, "proc", None)
     try:
         while True:
             readable, _, _ = select.select([stdin], [], [], 1.0)
             check_parent()
+            if jvm is not None and (code := jvm.poll()) is not None:
+                # A query that exhausted the heap, or a kill: the front would only answer
+                # errors. Say so and leave; the server and its jobs go on.
+                log.error("Spark's JVM (pid %d) exited with %s: the SQL endpoint stops",
+                          jvm.pid, code)
+                write_state(data_dir, state="failed",
+                            error=f"Spark's JVM exited with {code} (out of memory? see the "
+                                  "server's log); restart lakelog serve to start it again")
+                os._exit(1)
             if readable:
                 chunk = os.read(stdin, 64)
                 if STOP in chunk or not chunk:

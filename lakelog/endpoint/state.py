@@ -18,15 +18,25 @@ def state_path(data_dir: str | os.PathLike[str]) -> Path:
 
 
 def read_state(data_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The endpoint's state as it last wrote it, or None (none runs, or it is gone)."""
+    """The endpoint's state as it last wrote it, or None (none runs, or it is gone). A
+    ``failed`` state outlives its process (it says why the endpoint is gone) until the
+    next endpoint starts; another one is kept only while its process lives."""
     try:
         state: dict[str, Any] = json.loads(state_path(data_dir).read_text())
     except (FileNotFoundError, ValueError):
         return None
+    if state.get("state") == "failed":
+        return state
     pid = state.get("pid")
-    if not isinstance(pid, int) or not Path(f"/proc/{pid}").exists():
-        return None
-    return state
+    return state if isinstance(pid, int) and _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie its parent has not reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def write_state(data_dir: str, **state: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from lakelog.endpoint.client import query, release, stable_session
 from lakelog.endpoint.state import read_state
 from lakelog.local import free_port
 from log_tables.errors import LakelogError
-from tests.server import ServerProcess
+from tests.server import ServerProcess, process_alive
 
 LAKELOG = Path(sys.executable).parent / "lakelog"
 READY_S = 240.0
@@ -119,6 +120,10 @@ def test_topics_by_name_with_the_live_tail_and_topics_made_later(endpoint: Endpo
     rows = query(endpoint.url(endpoint.admin), "SELECT key, value, partition, offset FROM "
                  "orders WHERE value = 'v1233'", 10).to_pylist()
     assert len(rows) == 1 and rows[0]["key"] == b"k1"
+    for view in ("job_runs", "consumer_offsets", "consumer_lag", "consumer_group_lag"):
+        # by name too (nothing ran or committed here: empty); a missing view fails
+        assert query(endpoint.url(endpoint.admin), f"SELECT count(*) AS n FROM {view}", 10
+                     ).to_pylist() == [{"n": 0}]
 
 
 def test_a_principal_sees_only_the_topics_it_may_consume(endpoint: Endpoint) -> None:
@@ -250,3 +255,43 @@ def test_lakelog_sql_keeps_its_session_and_takes_a_new_one_once_it_is_closed(
     with pytest.raises(LakelogError, match="TABLE_OR_VIEW_NOT_FOUND"):
         query(url, "SELECT n FROM answer", 10)  # answered, in a new session
     assert endpoint.count("orders") >= 1000
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_dead_spark_jvm_stops_the_endpoint_alone_and_says_why(endpoint: Endpoint) -> None:
+    """Last in this file: it ends the module's endpoint. A query that exhausts the heap
+    kills Spark's JVM; a SIGKILL of the JVM is that, for real."""
+    state = read_state(endpoint.server.data_dir)
+    assert state is not None and state["state"] == "ready"
+    jvms = [c for c in _children(state["pid"])
+            if b"java" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(jvms) == 1, jvms
+    os.kill(jvms[0], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while (state := read_state(endpoint.server.data_dir)) is None or \
+            state["state"] != "failed":
+        assert time.monotonic() < deadline, (state, endpoint.server.log())
+        time.sleep(0.1)
+    assert "Spark's JVM exited" in state["error"]
+    deadline = time.monotonic() + 30
+    while process_alive(state["pid"]):  # the endpoint's process leaves
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with pytest.raises(LakelogError, match="SQL failed"):
+        query(endpoint.url(endpoint.admin), "SELECT 1", 10)
+    endpoint.produce("orders", 10, start=5000)  # the server goes on
+    with endpoint.http(endpoint.admin) as admin:
+        rows = admin.get(f"{endpoint.server.url}/ui/data").json()["broker"]["services"]
+    sql = next(r for r in rows if r["name"] == "sql")
+    assert sql["state"] == "failed" and "Spark's JVM exited" in sql["error"]
