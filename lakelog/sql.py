@@ -81,17 +81,28 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
             ) -> Iterator[str]:
     """Lines of output: a table with a row count, or one JSON object per row.
 
-    The query goes to the SQL endpoint (``connect``, else ``LAKELOG_SQL_CONNECT``, else
-    ``sc://127.0.0.1:15002``) when one answers there; one still starting is waited for;
-    without one (or with ``local``) Spark starts in this process. Both say so on stderr.
+    The query goes to a SQL endpoint: ``connect`` (else ``LAKELOG_SQL_CONNECT``), else
+    the one the server of ``data_dir`` runs (its address is in the endpoint's state file;
+    one still starting is waited for). Without one (or with ``local``) Spark starts in
+    this process. Both say so on stderr.
     """
-    target = connect or os.environ.get("LAKELOG_SQL_CONNECT") or \
-        f"sc://127.0.0.1:{DEFAULT_SQL_PORT}"
+    from lakelog.endpoint.state import read_state
+
+    state = read_state(data_dir)
+    own = state.get("connect") if state is not None else None
+    target = connect or os.environ.get("LAKELOG_SQL_CONNECT") or own
     if not local:
-        remote = _endpoint(target, data_dir, api_key)
-        if remote is not None:
-            yield from _run_remote(remote, query, as_json, max_rows)
-            return
+        if target is None:
+            why = f"the SQL endpoint failed ({state.get('error')})" \
+                if state is not None and state.get("state") == "failed" else \
+                f"no SQL endpoint runs for {data_dir} (`lakelog serve` runs one; --connect " \
+                "names another)"
+            _say(f"{why}; starting Spark in this process, which takes 30 s or more...")
+        else:
+            remote = _endpoint(target, state if target == own else None, data_dir, api_key)
+            if remote is not None:
+                yield from _run_remote(remote, query, as_json, max_rows)
+                return
     yield from _run_local(query, data_dir, warehouse, master, as_json, max_rows, zookeeper)
 
 
@@ -107,23 +118,25 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
-def _endpoint(target: str, data_dir: str | os.PathLike[str], api_key: str | None
-              ) -> str | None:
-    """The Spark Connect URL to use (with the key as its token), or None: no endpoint."""
+def _endpoint(target: str, state: dict[str, Any] | None, data_dir: str | os.PathLike[str],
+              api_key: str | None) -> str | None:
+    """The Spark Connect URL to use (with the key as its token), or None: no endpoint.
+    ``state``: the data directory's endpoint's state, when ``target`` is that endpoint
+    (then a starting one is waited for, and the data directory's admin key may be used:
+    it is sent to no other endpoint)."""
     from lakelog.endpoint.state import read_state
 
     url = urlsplit(target.split(";", 1)[0].replace("sc://", "http://", 1))
     host, port = url.hostname or "127.0.0.1", url.port or DEFAULT_SQL_PORT
-    state = read_state(data_dir)
+    own = state is not None
     if not _reachable(host, port):
         if state is None or state.get("state") != "starting":
-            why = f"the SQL endpoint failed ({state.get('error')})" if state is not None \
-                else f"no SQL endpoint answers at {target} (`lakelog serve` runs one)"
-            _say(f"{why}; starting Spark in this process, which takes 30 s or more...")
+            _say(f"no SQL endpoint answers at {target}; starting Spark in this process, "
+                 "which takes 30 s or more...")
             return None
         _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")
         deadline = time.monotonic() + ENDPOINT_START_WAIT_S
-        # Ready: its port answers and its state says how (the file follows the port).
+        # Ready: its port answers and its state says so (the file follows the port).
         while not (_reachable(host, port) and state is not None
                    and state.get("state") == "ready"):
             state = read_state(data_dir)
@@ -134,7 +147,8 @@ def _endpoint(target: str, data_dir: str | os.PathLike[str], api_key: str | None
             time.sleep(0.2)
     if state is not None and state.get("auth") == "none":
         return target
-    key = api_key or os.environ.get("LAKELOG_API_KEY") or _admin_key(data_dir)
+    key = api_key or os.environ.get("LAKELOG_API_KEY") or \
+        (_admin_key(data_dir) if own else None)
     if key is None:
         return target
     # lakelog's keys are KEY_ID:SECRET; a bearer token is KEY_ID.SECRET. Spark Connect's
@@ -173,7 +187,8 @@ def _run_remote(url: str, query: str, as_json: bool, max_rows: int) -> Iterator[
     from lakelog.endpoint.client import query as remote_query
 
     table = remote_query(url, query, max_rows + 1)
-    rows = [list(r.values()) for r in table.to_pylist()]
+    # By column, not to_pylist(): a result may name two columns alike (a join's `key`s).
+    rows = [list(r) for r in zip(*(c.to_pylist() for c in table.columns), strict=True)]
     yield from _output(table.column_names, rows, as_json, max_rows)
 
 
@@ -182,11 +197,22 @@ def _output(columns: list[str], rows: list[list[Any]], as_json: bool, max_rows: 
     more = len(rows) > max_rows
     rows = rows[:max_rows]
     if as_json:
+        keys = _unique(columns)
         for row in rows:
-            yield json.dumps({k: _plain(v) for k, v in zip(columns, row, strict=True)})
+            yield json.dumps({k: _plain(v) for k, v in zip(keys, row, strict=True)})
         return
     yield from format_table(columns, [[_plain(v) for v in row] for row in rows])
     yield f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if more else ''})"
+
+
+def _unique(columns: list[str]) -> list[str]:
+    """JSON keys for ``columns``: a name seen before gets ``_2``, ``_3``... (a join's)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for name in columns:
+        seen[name] = seen.get(name, 0) + 1
+        keys.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return keys
 
 
 def _run_local(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,

@@ -23,8 +23,8 @@ def sql(
         help="A cluster's ZooKeeper (HOST:PORT/chroot), for the leaders in `partitions` "
              "[LAKELOG_ZOOKEEPER].")] = None,
     connect: Annotated[str | None, typer.Option(
-        help="The SQL endpoint (Spark Connect URL) to ask; default sc://127.0.0.1:15002 "
-             "[LAKELOG_SQL_CONNECT].")] = None,
+        help="The SQL endpoint (Spark Connect URL) to ask; default: the one the server of "
+             "--data-dir runs [LAKELOG_SQL_CONNECT].")] = None,
     local: Annotated[bool, typer.Option(
         "--local", help="Start Spark in this process even if an endpoint answers.")] = False,
 ) -> None:

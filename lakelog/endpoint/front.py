@@ -11,11 +11,16 @@ port of its own) sees it:
 - **Views**: before a plan runs, the views it names are registered (again, where their
   data changed) in its session (``sessions.SessionViews``), holding only the topics the
   principal may consume.
-- **ACLs**: a plan naming a topic the principal may not consume is refused
-  (PERMISSION_DENIED, naming the topic). A principal without cluster ``admin`` may only
-  read: no file paths (``spark.read.parquet(...)``, ``runSQLOnFiles`` is off), no writes,
-  no UDFs or data sources of its own (they run code in the endpoint), no artifacts, and
-  SQL that is a query (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, VALUES, TABLE, FROM).
+- **ACLs**: a principal without cluster ``admin`` may only read the views of the topics
+  it may consume (and lakelog's system views): its SQL, expression strings and table
+  names are checked on Spark's own parse of them (``guard.PlanGuard``: queries and
+  read-only commands only, single-name views, no topic it may not consume, no file
+  paths, no reflection), and the plan fields that write, read files or data sources,
+  run code of the caller's (UDFs, artifacts, extensions), change settings, touch the
+  shared cache or make global views are refused, each with a PERMISSION_DENIED that says
+  what needs cluster admin. ``runSQLOnFiles`` is off in every session besides.
+- **The backend** takes calls from this front alone: it wants a random bearer token that
+  only this process knows (``spark.connect.authenticate.token``).
 
 Bytes pass through unparsed except requests, which are small; Arrow results stream
 straight back.
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ingest_api.security import parse_credentials
+from lakelog.endpoint.guard import REFLECTION, PlanGuard, Refused
 from lakelog.endpoint.sessions import SessionViews
+from log_tables.config import SQL_VIEW_NAMES
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -42,12 +49,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SERVICE = "spark.connect.SparkConnectService"
-MAX_CONCURRENT_RPCS = 64
+MAX_CONCURRENT_RPCS = 32
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 """What Spark Connect's own client and server allow a message (a large plan, an
 Arrow batch of results)."""
-QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "explain", "values",
-                         "table", "from"})
 _UDF = "use user-defined functions (they run code in the endpoint)"
 DENIED_FIELDS = {
     "data_source": "read files or data sources directly (query lakelog's views)",
@@ -59,17 +64,32 @@ DENIED_FIELDS = {
     "common_inline_user_defined_table_function": _UDF,
     "common_inline_user_defined_data_source": "use data sources of its own",
     "python_udf": _UDF, "scalar_scala_udf": _UDF, "java_udf": _UDF,
+    "extension": "use plan extensions",
     "create_external_table": "create tables", "create_table": "create tables",
     "merge_into_table_command": "write", "execute_external_command": "run external commands",
     "ml_command": "run ML commands", "pipeline_command": "run pipelines",
     "create_resource_profile_command": "create resource profiles",
 }
 """Plan fields a principal without cluster admin may not use, and what they do."""
+CATALOG_READS = frozenset({
+    "current_database", "set_current_database", "list_databases", "list_tables",
+    "list_functions", "list_columns", "get_database", "get_table", "get_function",
+    "database_exists", "table_exists", "function_exists", "is_cached", "current_catalog",
+    "set_current_catalog", "list_catalogs", "list_views", "list_partitions",
+    "get_table_properties", "drop_temp_view"})
+"""Catalog calls a principal without cluster admin may make: look-ups, and dropping a
+temporary view of its own session (not one of lakelog's)."""
 LISTINGS = frozenset({"list_tables", "list_columns", "table_exists", "get_table"})
 """Catalog calls that need every view registered first."""
+SQL_FIELDS = frozenset({("SQL", "query"), ("SqlCommand", "sql")})
+EXPRESSION_FIELDS = frozenset({("ExpressionString", "expression")})
+TABLE_NAME_FIELDS = frozenset({("NamedTable", "unparsed_identifier")})
+VIEW_NAME_FIELDS = frozenset({("CreateDataFrameViewCommand", "name"),
+                              ("DropTempView", "view_name")})
 _FIRST_WORD = re.compile(r"(?:\s|--[^\n]*\n|/\*.*?\*/|\()*([A-Za-z]+)", re.S)
 _WORDS = re.compile(r"[A-Za-z0-9._-]+")
-_REFLECTION = re.compile(r"\b(reflect|try_reflect|java_method)\s*\(", re.I)
+Strings = list[tuple[str, str, str]]
+"""(message type, field, value) of every string set in a request."""
 
 
 class Denied(Exception):
@@ -85,6 +105,13 @@ class Caller:
     admin: bool
 
 
+def _catalog_calls() -> frozenset[str]:
+    """Every call of Spark Connect's catalog (the ``Catalog`` relation's fields)."""
+    from pyspark.sql.connect.proto import catalog_pb2
+
+    return frozenset(f.name for f in catalog_pb2.Catalog.DESCRIPTOR.fields)
+
+
 def _methods() -> dict[str, tuple[bool, bool, Any]]:
     """Spark Connect's methods: (client streaming, server streaming, request class)."""
     from pyspark.sql.connect.proto import base_pb2
@@ -94,16 +121,16 @@ def _methods() -> dict[str, tuple[bool, bool, Any]]:
                      getattr(base_pb2, m.input_type.name)) for m in service.methods}
 
 
-def _walk(message: Message, fields: set[str], strings: list[str]) -> None:
+def _walk(message: Message, fields: set[str], strings: Strings) -> None:
     """Every message field name set anywhere in ``message`` into ``fields``, and every
-    string into ``strings``."""
+    string, with the message type and field it is in, into ``strings``."""
     for fd, value in message.ListFields():
         if fd.type == fd.TYPE_MESSAGE:
             fields.add(fd.name)
             if fd.message_type.GetOptions().map_entry:
                 items: Iterable[Any] = value.values()
                 if fd.message_type.fields_by_name["value"].type != fd.TYPE_MESSAGE:
-                    strings.extend(str(v) for v in items)
+                    strings.extend((fd.message_type.name, fd.name, str(v)) for v in items)
                     continue
             elif fd.is_repeated:
                 items = value
@@ -112,7 +139,8 @@ def _walk(message: Message, fields: set[str], strings: list[str]) -> None:
             for item in items:
                 _walk(item, fields, strings)
         elif fd.type == fd.TYPE_STRING:
-            strings.extend(value if fd.is_repeated else (value,))
+            owner = fd.containing_type.name
+            strings.extend((owner, fd.name, v) for v in (value if fd.is_repeated else (value,)))
 
 
 def _first_word(sql: str) -> str:
@@ -121,30 +149,20 @@ def _first_word(sql: str) -> str:
     return found.group(1).lower() if found else ""
 
 
-def _sql_texts(message: Message) -> Iterator[str]:
-    """The SQL statements of a plan (``spark.sql``'s relation and command)."""
-    for fd, value in message.ListFields():
-        if fd.type != fd.TYPE_MESSAGE:
-            if fd.name in ("query", "sql") and fd.type == fd.TYPE_STRING and \
-                    fd.containing_type.name in ("SQL", "SqlCommand"):
-                yield value
-            continue
-        if fd.message_type.GetOptions().map_entry:
-            continue
-        for item in (value if fd.is_repeated else (value,)):
-            yield from _sql_texts(item)
-
-
 class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
     """Forwards Spark Connect calls to ``backend`` once they pass lakelog's checks."""
 
-    def __init__(self, backend: str, views: SessionViews, store: SecurityStore | None) -> None:
+    def __init__(self, backend: str, backend_token: str, views: SessionViews,
+                 store: SecurityStore | None) -> None:
         self.views = views
         self.store = store
+        self.guard = PlanGuard(views.root._jvm, views.root._jsparkSession)
+        self._backend_auth = ("authorization", f"Bearer {backend_token}")
         self._channel = grpc.insecure_channel(backend, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         self._methods = _methods()
+        self._catalog_changes = _catalog_calls() - CATALOG_READS
 
     # ---- grpc's side -----------------------------------------------------------------
 
@@ -171,7 +189,7 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         with _answering(context):
             request = self._admit(name, request_type, raw, context)
             call = self._channel.unary_unary(method)
-            answer: bytes = call(request, metadata=_forwarded(context),
+            answer: bytes = call(request, metadata=self._forwarded(context),
                                  timeout=_deadline(context))
             return answer
 
@@ -180,7 +198,7 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         with _answering(context):
             request = self._admit(name, request_type, raw, context)
             call = self._channel.unary_stream(method)(
-                request, metadata=_forwarded(context), timeout=_deadline(context))
+                request, metadata=self._forwarded(context), timeout=_deadline(context))
             context.add_callback(call.cancel)
             yield from call
 
@@ -195,7 +213,7 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
             requests = (self._as_caller(caller, request_type.FromString(raw)).SerializeToString()
                         for raw in raws)
             return self._channel.stream_unary(method)(  # type: ignore[no-any-return]
-                requests, metadata=_forwarded(context), timeout=_deadline(context))
+                requests, metadata=self._forwarded(context), timeout=_deadline(context))
 
     # ---- lakelog's side ----------------------------------------------------------------
 
@@ -215,9 +233,18 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         return Caller(principal, self.store.allowed(principal, "cluster", "lakelog", "admin"))
 
     def _as_caller(self, caller: Caller, request: Any) -> Any:
-        if caller.principal is not None and request.HasField("user_context"):
+        """The request as its principal's: Spark Connect keys sessions by (user, session
+        id), so one principal never reaches another's session."""
+        if caller.principal is not None:
             request.user_context.user_id = caller.principal
         return request
+
+    def _forwarded(self, context: grpc.ServicerContext) -> list[tuple[str, str | bytes]]:
+        """The client's metadata, minus its credentials and gRPC's own headers, plus the
+        backend's token."""
+        return [*((k, v) for k, v in context.invocation_metadata()
+                  if k != "authorization" and not k.startswith("grpc-") and k != "user-agent"),
+                self._backend_auth]
 
     def _admit(self, name: str, request_type: Any, raw: bytes,
                context: grpc.ServicerContext) -> bytes:
@@ -229,15 +256,17 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         if name not in ("ExecutePlan", "AnalyzePlan", "Config"):
             return request.SerializeToString()  # type: ignore[no-any-return]
         fields: set[str] = set()
-        strings: list[str] = []
+        strings: Strings = []
         _walk(request, fields, strings)
         visible = None if caller.admin else self._visible(caller)
         if not caller.admin:
             self._check(caller, request, fields, strings, visible)
         if name != "Config":
-            named = {w for s in strings for w in _WORDS.findall(s)}
-            named |= {w.strip("`") for s in strings for w in s.split()}
-            if fields & LISTINGS or any(_first_word(t) == "show" for t in _sql_texts(request)):
+            texts = [v for _, _, v in strings]
+            named = {w for s in texts for w in _WORDS.findall(s)}
+            named |= {w.strip("`") for s in texts for w in s.split()}
+            if fields & LISTINGS or any(_first_word(v) == "show" for t, f, v in strings
+                                        if (t, f) in SQL_FIELDS):
                 named.add("*")
             try:
                 self.views.prepare(request.user_context.user_id, request.session_id, named,
@@ -255,35 +284,63 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         return {t for t in self.views.topics()
                 if self.store.allowed(caller.principal, "topic", t, "consume")}
 
-    def _check(self, caller: Caller, request: Any, fields: set[str], strings: list[str],
+    def _check(self, caller: Caller, request: Any, fields: set[str], strings: Strings,
                visible: set[str] | None) -> None:
         who = f"principal {caller.principal}"
+        try:
+            self._check_request(caller, request, fields, strings, visible or set())
+        except Refused as refused:
+            if refused.sentence:  # Spark's own parse error
+                raise Denied(grpc.StatusCode.INVALID_ARGUMENT, str(refused)) from None
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{who} {refused}") from None
+
+    def _check_request(self, caller: Caller, request: Any, fields: set[str],
+                       strings: Strings, visible: set[str]) -> None:
         for field, what in DENIED_FIELDS.items():
             if field in fields:
-                raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                             f"{who} may not {what}: that needs cluster admin")
+                raise Refused(f"may not {what}: that needs cluster admin")
+        for call in sorted(fields & self._catalog_changes):
+            raise Refused(f"may not call catalog.{call} (only look-ups): that needs cluster "
+                          "admin")
         if request.DESCRIPTOR.name == "ConfigRequest" and \
                 request.operation.WhichOneof("op_type") not in ("get", "get_with_default",
                                                                 "get_option", "get_all",
                                                                 "is_modifiable"):
-            raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                         f"{who} may not change the session's settings: that needs cluster "
-                         "admin")
-        for text in _sql_texts(request):
-            if _first_word(text) not in QUERY_WORDS:
-                raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                             f"{who} may only query (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, "
-                             f"VALUES, TABLE); '{text.strip()[:60]}' needs cluster admin")
-            if _REFLECTION.search(text):
-                raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                             f"{who} may not call Java methods (reflect, java_method)")
-        if visible is not None:
-            words = {w.strip("`") for s in strings for w in (*_WORDS.findall(s), *s.split())}
-            for topic in sorted(words & set(self.views.topics()) - visible):
-                raise Denied(grpc.StatusCode.PERMISSION_DENIED,
-                             f"{who} may not consume topic {topic} (ACL): ask an admin for "
-                             f"`lakelog acls add --principal {caller.principal} --topic "
-                             f"{topic} --operation consume`")
+            raise Refused("may not change the session's settings: that needs cluster admin")
+        topics = self.views.topics()
+        readable = {t.lower() for t in visible}
+        denied = {t.lower(): t for t in topics if t.lower() not in readable}
+        reserved = {n.lower() for n in (*topics, *SQL_VIEW_NAMES)}
+
+        def refusal(parts: Sequence[str]) -> str | None:
+            if len(parts) != 1:
+                return (f"may read views by their names alone, not {'.'.join(parts)} (files, "
+                        "catalogs' tables and global views need cluster admin)")
+            topic = denied.get(parts[0].lower())
+            if topic is None:
+                return None
+            return (f"may not consume topic {topic} (ACL): ask an admin for `lakelog acls "
+                    f"add --principal {caller.principal} --topic {topic} --operation "
+                    "consume`")
+
+        if request.DESCRIPTOR.fields_by_name.get("plan") is not None and \
+                request.HasField("plan") and request.plan.HasField("command") and \
+                request.plan.command.HasField("create_dataframe_view") and \
+                request.plan.command.create_dataframe_view.is_global:
+            raise Refused("may not create global views (every session sees them): that "
+                          "needs cluster admin")
+        for owner, field, value in strings:
+            where = (owner, field)
+            if where in SQL_FIELDS:
+                self.guard.check_sql(value, refusal)
+            elif where in EXPRESSION_FIELDS:
+                self.guard.check_expression(value, refusal)
+            elif where in TABLE_NAME_FIELDS:
+                self.guard.check_table_name(value, refusal)
+            elif where in VIEW_NAME_FIELDS and value.strip("`").lower() in reserved:
+                raise Refused(f"may not replace or drop lakelog's view {value}")
+            elif field == "function_name" and value.strip("`").lower() in REFLECTION:
+                raise Refused("may not call Java methods (reflect, java_method)")
 
 
 class _answering:
@@ -312,17 +369,13 @@ def _deadline(context: grpc.ServicerContext) -> float | None:
     return remaining if remaining is not None and 0 < remaining < 86_400 * 365 else None
 
 
-def _forwarded(context: grpc.ServicerContext) -> list[tuple[str, str | bytes]]:
-    """The client's metadata, minus its credentials and gRPC's own headers."""
-    return [(k, v) for k, v in context.invocation_metadata()
-            if k != "authorization" and not k.startswith("grpc-") and k != "user-agent"]
-
-
 def serve_front(front: ConnectFront, address: str, credentials: grpc.ServerCredentials | None
                 ) -> grpc.Server:
     """Start the front on ``address`` (HOST:PORT); ``credentials``: TLS or local
     (loopback with a key), None for an insecure port (auth off, loopback)."""
-    server = grpc.server(ThreadPoolExecutor(max_workers=16, thread_name_prefix="connect-front"),
+    # A streaming call holds its thread until its last answer: as many threads as calls.
+    server = grpc.server(ThreadPoolExecutor(max_workers=MAX_CONCURRENT_RPCS,
+                                            thread_name_prefix="connect-front"),
                          handlers=[front], maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
                          options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import select
 import sys
 import time
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, background_child
+from lakelog.endpoint.jdbc_front import HTTP_PATH
 from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
 from log_tables.layout import Layout
@@ -121,16 +123,21 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     """Spark with Spark Connect on a loopback port of its own, JDBC if asked, and the
     front on the public port; returns (spark, the front's server)."""
     from lakelog.endpoint.front import ConnectFront, serve_front
-    from lakelog.endpoint.jdbc_front import HTTP_PATH, serve_jdbc_front
+    from lakelog.endpoint.jdbc_front import serve_jdbc_front
     from lakelog.endpoint.sessions import SessionViews
     from log_tables.spark.session import lakelog_session
 
     layout = Layout(spec["data_dir"], spec["warehouse"])
+    # The backends take calls from the fronts alone: Spark Connect wants a bearer token
+    # and the Thrift server answers on a path that only this process knows (any local
+    # user could otherwise reach their loopback ports and skip lakelog's checks).
+    backend_token, backend_path = secrets.token_hex(32), secrets.token_hex(32)
     # Spark Connect itself listens on a loopback port the kernel picks (0): a port chosen
     # here could be the public one, not yet bound by the front.
     conf = {"spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": "0",
+            "spark.connect.authenticate.token": backend_token,
             "spark.scheduler.mode": "FAIR",
             # lakelog sql keeps one session per user: a day idle before it is closed.
             "spark.connect.session.manager.defaultSessionTimeout": SESSION_IDLE_TIMEOUT,
@@ -147,18 +154,18 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
         backend = _free_port_but(spec["port"], spec["jdbc_port"])
         for key, value in {"hive.server2.transport.mode": "http",
                            "hive.server2.thrift.http.port": str(backend),
-                           "hive.server2.thrift.http.path": HTTP_PATH,
+                           "hive.server2.thrift.http.path": backend_path,
                            "hive.server2.thrift.bind.host": "127.0.0.1"}.items():
             spark.conf.set(key, value)
         jvm = spark._jvm
         assert jvm is not None
         jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
             spark._jsparkSession.sqlContext())
-        serve_jdbc_front("127.0.0.1", spec["jdbc_port"], backend, store, views.topics,
+        serve_jdbc_front("127.0.0.1", spec["jdbc_port"], backend, backend_path, store,
                          views.refresh_root)
     server = None
     if spec["port"]:
-        front = ConnectFront(f"127.0.0.1:{backend_port}", views, store)
+        front = ConnectFront(f"127.0.0.1:{backend_port}", backend_token, views, store)
         server = serve_front(front, f"{spec['host']}:{spec['port']}", _credentials(spec))
     log.info("SQL endpoint ready in %.1f s: Spark Connect on %s:%s, JDBC on %s",
              time.monotonic() - started, spec["host"], spec["port"], spec["jdbc_port"] or "-")
@@ -170,17 +177,19 @@ def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     check_parent = background_child(spec, "sql")
     data_dir = spec["data_dir"]
-    write_state(data_dir, state="starting")
+    addresses = {"auth": spec["auth"],
+                 "connect": f"sc://{spec['host']}:{spec['port']}" if spec["port"] else None,
+                 "jdbc": f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default;"
+                         f"transportMode=http;httpPath={HTTP_PATH}" if spec["jdbc_port"]
+                         else None}
+    write_state(data_dir, state="starting", **addresses)
     try:
         spark, server = start_endpoint(spec)
     except Exception as exc:
         log.exception("the SQL endpoint failed to start")
         write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
         sys.exit(1)
-    write_state(data_dir, state="ready", auth=spec["auth"],
-                 connect=f"sc://{spec['host']}:{spec['port']}" if spec["port"] else None,
-                 jdbc=f"jdbc:hive2://127.0.0.1:{spec['jdbc_port']}/default;transportMode=http;"
-                      f"httpPath=cliservice" if spec["jdbc_port"] else None)
+    write_state(data_dir, state="ready", **addresses)
     stdin = sys.stdin.fileno()
     jvm = getattr(spark.sparkContext._gateway, "proc", None)
     try:

@@ -101,6 +101,9 @@ class _Prepared:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.views: dict[str, str] = {}
+        self.visible: frozenset[str] | None = None
+        """The topics its principal could consume when last prepared (None: all)."""
+        self.used = False
         self.lock = threading.Lock()
 
 
@@ -178,6 +181,15 @@ class SessionViews:
     def _refresh(self, prepared: _Prepared, topics: list[str], system: bool,
                  visible: Collection[str] | None) -> None:
         with prepared.lock:
+            now = None if visible is None else frozenset(visible)
+            if prepared.used and now is not None and \
+                    (prepared.visible is None or not now >= prepared.visible):
+                # An ACL taken away: no view of the session may still read that topic, the
+                # caller's own included (one made over it would), so all go; lakelog's come
+                # back as they are named.
+                prepared.spark._jsparkSession.sessionState().catalog().clearTempTables()
+                prepared.views.clear()
+            prepared.visible, prepared.used = now, True
             marks: dict[str, str] = {}
             for topic in topics:
                 mark = marks[topic] = fingerprint(self.layout, topic)

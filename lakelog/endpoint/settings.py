@@ -20,8 +20,9 @@ class EndpointSettings(BaseSettings):
                                                    "loopback only with auth=api-key and TLS.")
     jdbc_port: int = Field(0, ge=0, le=65535,
                            description="Port of the JDBC/ODBC (Hive Thrift, HTTP transport) "
-                                       "server on loopback, e.g. 10000; 0: none. It shows every "
-                                       "topic: with auth=api-key only to principals that may "
-                                       "consume them all (user KEY_ID, password SECRET).")
+                                       "server on loopback, e.g. 10000; 0: none. Its one session "
+                                       "shows every topic and runs any statement: with "
+                                       "auth=api-key only cluster admins get in (user KEY_ID, "
+                                       "password SECRET).")
     sql_master: str = Field("local[2]", description="Spark master of the SQL endpoint.")
     sql_driver_memory: str = Field("1g", description="JVM heap of the SQL endpoint's Spark.")

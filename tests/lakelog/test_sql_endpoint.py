@@ -4,16 +4,20 @@ program of its own), JDBC through beeline, and the ACLs in front of both paths."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
@@ -34,7 +38,7 @@ class Endpoint:
         self.server, self.port, self.jdbc_port = server, port, jdbc_port
         self.admin = (server.data_dir / "security" / "admin.key").read_text().strip()
         self.analyst = ""
-        self.first_sql: subprocess.CompletedProcess[str] | None = None
+        self.first_sql: tuple[str, str] | None = None
         self.first_state = ""
 
     def url(self, key: str | None) -> str:
@@ -67,7 +71,19 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         "LAKELOG_AUTH": "api-key", "LAKELOG_SQL_PORT": str(port),
         "LAKELOG_JDBC_PORT": str(jdbc_port), "LAKELOG_SQL_MASTER": "local[1]"}).start()
     ep = Endpoint(server, port, jdbc_port)
+    first_sql: subprocess.Popen[str] | None = None
     try:
+        # The first `lakelog sql` comes while the endpoint still starts its Spark: the
+        # state file is the endpoint process's first act, Spark takes seconds after it.
+        deadline = time.monotonic() + 60
+        while (state := read_state(server.data_dir)) is None:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
+        ep.first_state = state["state"]
+        first_sql = subprocess.Popen(
+            [LAKELOG, "sql", "--data-dir", str(server.data_dir), "--json",
+             "SELECT 6 * 7 AS n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "LAKELOG_API_KEY": ep.admin})
         with ep.http(ep.admin) as admin:
             for name in ("orders", "secret"):
                 assert admin.post("/topics", json={"topic_name": name, "partitions_count": 2}
@@ -79,29 +95,22 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
                 "resource_name": "orders"}).status_code == 201
         ep.produce("orders", 1000)
         ep.produce("secret", 10)
-        # The first `lakelog sql` comes while the endpoint still starts its Spark.
-        deadline = time.monotonic() + 30
-        while (state := read_state(server.data_dir)) is None:
-            assert time.monotonic() < deadline, server.log()
-            time.sleep(0.05)
-        ep.first_state = state["state"]
-        ep.first_sql = subprocess.run(
-            [LAKELOG, "sql", "--data-dir", str(server.data_dir), "--connect", ep.url(None),
-             "--json", "SELECT count(*) AS n FROM orders"],
-            capture_output=True, text=True, timeout=READY_S,
-            env={**os.environ, "LAKELOG_API_KEY": ep.admin})
+        ep.first_sql = first_sql.communicate(timeout=READY_S)
         yield ep
     finally:
+        if first_sql is not None and first_sql.poll() is None:
+            first_sql.kill()
         server.stop(timeout_s=90)
 
 
 def test_lakelog_sql_waits_for_a_starting_endpoint_then_answers(endpoint: Endpoint) -> None:
-    out = endpoint.first_sql
-    assert out is not None and out.returncode == 0, out and out.stderr
-    assert json.loads(out.stdout) == {"n": 1000}
-    if endpoint.first_state == "starting":  # almost always: Spark takes seconds to start
-        assert out.stderr.startswith("lakelog: the SQL endpoint (pid "), out.stderr
-        assert "is starting Spark; waiting for it..." in out.stderr
+    """Found by the data directory alone (no --connect): its address is in the state."""
+    assert endpoint.first_state == "starting"
+    assert endpoint.first_sql is not None
+    stdout, stderr = endpoint.first_sql
+    assert json.loads(stdout) == {"n": 42}, stderr
+    assert stderr.startswith("lakelog: the SQL endpoint (pid "), stderr
+    assert "is starting Spark; waiting for it..." in stderr
 
 
 def test_topics_by_name_with_the_live_tail_and_topics_made_later(endpoint: Endpoint) -> None:
@@ -133,14 +142,6 @@ def test_a_principal_sees_only_the_topics_it_may_consume(endpoint: Endpoint) -> 
         query(analyst, "SELECT count(*) FROM secret", 10)
     topics = query(analyst, "SELECT DISTINCT topic FROM partitions", 10).column("topic")
     assert topics.to_pylist() == ["orders"]
-    with pytest.raises(LakelogError, match="may only query"):
-        query(analyst, "CREATE TABLE t USING parquet LOCATION '/tmp'", 10)
-    with pytest.raises(LakelogError, match="may not call Java methods"):
-        query(analyst, "SELECT reflect('java.lang.System', 'getenv', 'HOME')", 10)
-    # A path names no topic: the files are still out of reach (runSQLOnFiles is off).
-    table_dir = endpoint.server.data_dir / "hot" / "orders"
-    with pytest.raises(LakelogError, match=r"SQL failed: .*parquet"):
-        query(analyst, f"SELECT * FROM parquet.`{table_dir}`", 10)
     with pytest.raises(LakelogError, match="an API key is needed"):
         query(endpoint.url(None), "SELECT 1", 10)
     key_id = endpoint.analyst.partition(":")[0]
@@ -148,26 +149,206 @@ def test_a_principal_sees_only_the_topics_it_may_consume(endpoint: Endpoint) -> 
         query(endpoint.url(f"{key_id}:wrong"), "SELECT 1", 10)
 
 
+QUERY_ONLY = "may only query"
+REFUSED = [
+    # writes and DDL, however they are spelled
+    ("CREATE TABLE t USING parquet LOCATION '{out}'", QUERY_ONLY),
+    ("FROM orders INSERT OVERWRITE DIRECTORY '{out}' USING parquet SELECT *", QUERY_ONLY),
+    ("WITH a AS (SELECT * FROM orders) INSERT OVERWRITE DIRECTORY '{out}' USING parquet "
+     "SELECT * FROM a", QUERY_ONLY),
+    ("/* /* */ SELECT */ SET spark.sql.runSQLOnFiles=true", QUERY_ONLY),
+    ("CACHE TABLE orders", QUERY_ONLY),
+    ("BEGIN SELECT 1; END", QUERY_ONLY),
+    ("SELECT TRANSFORM(value) USING 'touch {out}' AS (v) FROM orders", QUERY_ONLY),
+    # reflection, named plainly or not
+    ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "may not call Java methods"),
+    ("SELECT `java_method`('java.lang.System', 'getenv', 'HOME')", "may not call Java methods"),
+    ("SELECT IDENTIFIER('ref' || 'lect')('java.lang.System', 'getenv', 'HOME')",
+     "may not use IDENTIFIER"),
+    # other topics, files and other sessions' views
+    ("SELECT * FROM IDENTIFIER('sec' || 'ret')", "may not use IDENTIFIER"),
+    ("WITH a AS (SELECT * FROM secret) SELECT count(*) FROM a",
+     "may not consume topic secret"),
+    ("SELECT count(*) FROM orders WHERE key IN (SELECT key FROM SECRET)",
+     "may not consume topic secret"),
+    ("DESCRIBE secret", "may not consume topic secret"),
+    ("SELECT * FROM parquet.`{table}`", "by their names alone, not parquet."),
+    ("SELECT * FROM global_temp.shared", "by their names alone, not global_temp.shared"),
+    ("SELECT * FROM read_files('{table}')", "may not call the table function read_files"),
+    # Spark's own parse error, before anything runs
+    ("SELECT count(*) FROM orders WHERE partition =", "PARSE_SYNTAX_ERROR"),
+]
+
+
+@pytest.mark.parametrize(("sql", "refusal"), REFUSED, ids=[r[0][:40] for r in REFUSED])
+def test_a_principal_without_admin_may_only_query_its_views(
+        endpoint: Endpoint, tmp_path: Path, sql: str, refusal: str) -> None:
+    """Checked on Spark's own parse: comments, quoting, CTEs and subqueries are read as
+    Spark reads them. Nothing it refused ran: the directory it would write is absent."""
+    out = tmp_path / "out"
+    table = endpoint.server.data_dir / "warehouse" / "topics" / "secret"
+    with pytest.raises(LakelogError, match=re.escape(refusal)):
+        query(endpoint.url(endpoint.analyst), sql.format(out=out, table=table), 10)
+    assert not out.exists()
+
+
+ALLOWED = [
+    # a string that happens to name a topic it may not consume names no table
+    ("SELECT count(*) AS n FROM orders WHERE value = 'secret'", [{"n": 0}]),
+    ("WITH a AS (SELECT partition, count(*) AS n FROM orders GROUP BY partition) "
+     "SELECT sum(n) >= 1000 AS ok FROM a", [{"ok": True}]),
+    ("SELECT max(n) >= 1 AS ok FROM (SELECT count(*) OVER (PARTITION BY partition) AS n "
+     "FROM orders)", [{"ok": True}]),
+    ("FROM orders |> WHERE partition = 0 |> AGGREGATE count(*) > 0 AS ok", [{"ok": True}]),
+    ("SELECT count(*) AS n FROM orders WHERE EXISTS (SELECT 1 FROM partitions)",
+     None),
+    ("SELECT sum(id) AS n FROM range(4)", [{"n": 6}]),
+    ("SELECT c FROM VALUES (1), (2) AS t(c) ORDER BY c LIMIT 1 OFFSET 1", [{"c": 2}]),
+    ("SELECT explode(array(7)) AS x", [{"x": 7}]),
+    ("SHOW COLUMNS IN orders", None),
+    ("DESCRIBE consumer_lag", None),
+    ("EXPLAIN SELECT * FROM orders", None),
+]
+
+
+@pytest.mark.parametrize(("sql", "rows"), ALLOWED, ids=[a[0][:40] for a in ALLOWED])
+def test_queries_pass_the_check(endpoint: Endpoint, sql: str,
+                                rows: list[dict[str, object]] | None) -> None:
+    found = query(endpoint.url(endpoint.analyst), sql, 10).to_pylist()
+    assert found if rows is None else found == rows
+
+
+def test_an_acl_taken_away_takes_the_topic_out_of_open_sessions(endpoint: Endpoint) -> None:
+    """A session keeps no view of a topic its principal may no longer consume: lakelog's
+    view of it and the principal's own (which would read it) go. (The endpoint's process
+    sees an ACL change within a second, as every broker does.)"""
+    grant = {"principal": "analyst", "operation": "consume", "resource_type": "topic",
+             "resource_name": "secret"}
+    url = endpoint.url(endpoint.analyst)
+
+    def secret_count() -> int | None:
+        try:
+            return endpoint.count("secret", endpoint.analyst)
+        except LakelogError as exc:
+            assert "principal analyst may not consume topic secret" in str(exc)
+            return None
+
+    with endpoint.http(endpoint.admin) as admin:
+        assert admin.post("/acls", json=grant).status_code == 201
+        try:
+            deadline = time.monotonic() + 30
+            while (found := secret_count()) is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert found == 10
+            views = {r["viewName"] for r in query(url, "SHOW VIEWS", 100).to_pylist()}
+            assert {"orders", "secret"} <= views
+        finally:
+            assert admin.post("/acls:delete", json=grant).status_code == 204
+    deadline = time.monotonic() + 30
+    while secret_count() is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    views = {r["viewName"] for r in query(url, "SHOW VIEWS", 100).to_pylist()}
+    assert "orders" in views and "secret" not in views
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """TCP ports the process ``pid`` (or a thread of it) listens on, from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_the_backends_take_calls_from_the_fronts_alone(endpoint: Endpoint) -> None:
+    """Spark Connect's and the Thrift server's own loopback ports: a local process that
+    finds them still gets nothing without the token or path only the fronts know."""
+    from lakelog.endpoint.client import protos
+
+    state = read_state(endpoint.server.data_dir)
+    assert state is not None and state["state"] == "ready"
+    jvm = next(c for c in _children(state["pid"])
+               if b"java" in Path(f"/proc/{c}/cmdline").read_bytes())
+    backends = _listening_ports(jvm) - {endpoint.port, endpoint.jdbc_port}
+    assert len(backends) >= 2, backends  # Spark Connect's and the Thrift server's
+    pb = protos()
+    request = pb.ExecutePlanRequest(session_id=str(uuid.uuid4()),
+                                    user_context=pb.UserContext(user_id="admin"))
+    request.plan.root.sql.query = "SELECT count(*) FROM secret"
+    answered = {}
+    for port in backends:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as chan:
+            call = chan.unary_stream("/spark.connect.SparkConnectService/ExecutePlan",
+                                     request_serializer=pb.ExecutePlanRequest.SerializeToString,
+                                     response_deserializer=pb.ExecutePlanResponse.FromString)
+            try:
+                list(call(request, timeout=30))
+                answered[port] = "rows"
+            except grpc.RpcError as exc:
+                answered[port] = f"grpc {exc.code()}: {exc.details()}"
+        if answered[port].startswith("grpc StatusCode.UNAVAILABLE"):  # not gRPC: HTTP?
+            try:
+                http = httpx.post(f"http://127.0.0.1:{port}/cliservice", content=b"",
+                                  auth=("admin", "x"), timeout=30)
+                answered[port] = f"http {http.status_code}"
+            except httpx.HTTPError as exc:  # neither (Spark's own RPC, py4j's gateway)
+                answered[port] = f"other: {exc!r}"
+    assert "rows" not in answered.values(), answered
+    assert any("UNAUTHENTICATED" in a for a in answered.values()), answered  # Spark Connect
+    # the Thrift server: nothing at the path clients know (it serves another)
+    assert {"http 404", "http 405"} & set(answered.values()), answered
+    assert not any(a.startswith("http 2") for a in answered.values()), answered
+
+
 PROGRAM = textwrap.dedent("""
     import json, sys
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
-    out = {"count": spark.table("orders").count(),
-           "per_partition": sorted(r["n"] for r in spark.table("orders").groupBy("partition")
+    orders = spark.table("orders")
+    out = {"count": orders.count(),
+           "per_partition": sorted(r["n"] for r in orders.groupBy("partition")
                                    .agg(F.count("*").alias("n")).collect()),
            "views": sorted(r["viewName"] for r in spark.sql("SHOW VIEWS").collect())}
-    try:
-        spark.read.parquet(sys.argv[2]).count()
-        out["direct_read"] = "allowed"
-    except Exception as exc:
-        out["direct_read"] = str(exc)
+    orders.where("partition = 0").createOrReplaceTempView("mine")
+    out["mine"] = spark.sql("SELECT count(*) AS n FROM mine").collect()[0]["n"]
+    tries = {
+        "direct_read": lambda: spark.read.parquet(sys.argv[2]).count(),
+        "select_expr": lambda: orders.selectExpr("reflect('java.lang.System', 'getenv', "
+                                                 "'HOME')").collect(),
+        "call_function": lambda: orders.select(F.call_function(
+            "java_method", F.lit("java.lang.System"), F.lit("getenv"), F.lit("HOME"))).collect(),
+        "subquery_expr": lambda: spark.range(1).selectExpr(
+            "(SELECT count(*) FROM secret) AS n").collect(),
+        "global_table": lambda: spark.table("global_temp.shared").count(),
+        "global_view": lambda: orders.createGlobalTempView("shared"),
+        "replace_view": lambda: orders.createOrReplaceTempView("secret"),
+        "clear_cache": lambda: spark.catalog.clearCache(),
+        "set_conf": lambda: spark.conf.set("spark.sql.runSQLOnFiles", "true"),
+    }
+    for name, attempt in tries.items():
+        try:
+            attempt()
+            out[name] = "allowed"
+        except Exception as exc:
+            out[name] = str(exc)
     print(json.dumps(out))
 """)
 
 
 def test_a_pyspark_program_connects_with_builder_remote(endpoint: Endpoint,
                                                          tmp_path: Path) -> None:
+    """PySpark's own client, the DataFrame API's ways around the check included."""
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
     table_dir = endpoint.server.data_dir / "warehouse" / "topics" / "secret"
@@ -178,8 +359,20 @@ def test_a_pyspark_program_connects_with_builder_remote(endpoint: Endpoint,
     assert found["count"] >= 1000 and sum(found["per_partition"]) == found["count"]
     assert "orders" in found["views"] and "secret" not in found["views"]
     assert "partitions" in found["views"] and "consumer_lag" in found["views"]
-    assert "principal analyst may not read files or data sources directly" in \
-        found["direct_read"]
+    assert 0 < found["mine"] < found["count"]  # a view of its own, over its views
+    who = "principal analyst may not"
+    refusals = {
+        "direct_read": f"{who} read files or data sources directly",
+        "select_expr": f"{who} call Java methods", "call_function": f"{who} call Java methods",
+        "subquery_expr": f"{who} consume topic secret",
+        "global_table": "principal analyst may read views by their names alone, not "
+                        "global_temp.shared",
+        "global_view": f"{who} create global views",
+        "replace_view": f"{who} replace or drop lakelog's view secret",
+        "clear_cache": f"{who} call catalog.clear_cache",
+        "set_conf": f"{who} change the session's settings"}
+    for attempt, refusal in refusals.items():
+        assert refusal in found[attempt], (attempt, found[attempt])
 
 
 def _beeline(endpoint: Endpoint, key: str | None, sql: str) -> subprocess.CompletedProcess[str]:
@@ -207,9 +400,10 @@ def test_jdbc_through_beeline_with_an_api_key(endpoint: Endpoint) -> None:
             break
         time.sleep(0.5)
     assert int(value) == endpoint.count("orders")
-    # JDBC's one shared session shows every topic: a principal that may not read them
-    # all is turned away (it has Spark Connect), as is a call without a key. beeline
-    # once, to see it reports the refusal; then the front's answers over plain HTTP.
+    # JDBC's one shared session shows every topic and runs any statement: a principal
+    # without cluster admin is turned away (it has Spark Connect), as is a call without
+    # a key. beeline once, to see it reports the refusal; then the front's answers over
+    # plain HTTP.
     refused = _beeline(endpoint, endpoint.analyst, "SELECT count(*) FROM orders")
     assert refused.returncode != 0
     assert "HTTP Response code: 403" in refused.stdout + refused.stderr, \
@@ -218,7 +412,8 @@ def test_jdbc_through_beeline_with_an_api_key(endpoint: Endpoint) -> None:
     key_id, _, secret = endpoint.analyst.partition(":")
     denied = httpx.post(front, content=b"", auth=(key_id, secret), timeout=30)
     assert denied.status_code == 403
-    assert "principal analyst may not consume topic " in denied.json()["message"]
+    assert "principal analyst may not use JDBC" in denied.json()["message"]
+    assert "needs cluster admin" in denied.json()["message"]
     assert "use Spark Connect" in denied.json()["message"]
     anonymous = httpx.post(front, content=b"", timeout=30)
     assert anonymous.status_code == 401 and "an API key is needed" in anonymous.text
