@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ingest_api.security import parse_credentials
-from lakelog.endpoint.guard import REFLECTION, PlanGuard, Refused
+from lakelog.endpoint.guard import ALLOWED_TABLE_FUNCTIONS, REFLECTION, PlanGuard, Refused
 from lakelog.endpoint.sessions import SessionViews
 from log_tables.config import SQL_VIEW_NAMES
 
@@ -341,6 +341,11 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
                 raise Refused(f"may not replace or drop lakelog's view {value}")
             elif field == "function_name" and value.strip("`").lower() in REFLECTION:
                 raise Refused("may not call Java methods (reflect, java_method)")
+            elif where == ("UnresolvedTableValuedFunction", "function_name") and \
+                    value.strip("`").lower() not in ALLOWED_TABLE_FUNCTIONS:
+                raise Refused(f"may not call the table function {value} (only "
+                              f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}): that needs "
+                              "cluster admin")
 
 
 class _answering:

@@ -151,10 +151,11 @@ class PlanGuard:
             elif kind == self.guard._explain:
                 self.plan(node.logicalPlan())
             for expression in _items(node.expressions()):
-                self.expression(expression)
+                self.expression(expression, subqueries=False)
             for child in _items(node.children()):
                 self.plan(child)
-            for inner in _items(node.innerChildren()):  # CTEs and subqueries
+            # CTEs, and the plans of the subqueries in its expressions (walked here once)
+            for inner in _items(node.innerChildren()):
                 self._node(inner)
 
         def _node(self, node: Any) -> None:
@@ -166,7 +167,7 @@ class PlanGuard:
                 raise Refused(f"may only query: {node.getClass().getName()} needs cluster "
                               "admin")
 
-        def expression(self, node: Any) -> None:
+        def expression(self, node: Any, subqueries: bool = True) -> None:
             self._count()
             kind = node.getClass().getName()
             if kind in IDENTIFIERS:
@@ -174,10 +175,10 @@ class PlanGuard:
             if kind == UNRESOLVED_FUNCTION and \
                     _names(node.nameParts())[-1].lower() in REFLECTION:
                 raise Refused("may not call Java methods (reflect, java_method)")
-            if self.guard._subquery_class.isInstance(node):
+            if subqueries and self.guard._subquery_class.isInstance(node):
                 self.plan(node.plan())
             for child in _items(node.children()):
-                self.expression(child)
+                self.expression(child, subqueries)
 
         def name(self, parts: list[str]) -> None:
             why = self.refusal(parts)

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 SESSION_IDLE_TIMEOUT = "24h"
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+"""Where Spark Connect's server finds the bearer token it wants (``Connect.scala``)."""
 
 
 class EndpointProcess(JobProcess):
@@ -137,15 +139,20 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     conf = {"spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": "0",
-            "spark.connect.authenticate.token": backend_token,
             "spark.scheduler.mode": "FAIR",
             # lakelog sql keeps one session per user: a day idle before it is closed.
             "spark.connect.session.manager.defaultSessionTimeout": SESSION_IDLE_TIMEOUT,
             "spark.driver.memory": spec["driver_memory"],
             "spark.sql.hive.thriftServer.singleSession": "true"}
     started = time.monotonic()
-    spark = lakelog_session(layout.data_dir, layout.warehouse, master=spec["master"],
-                            app_name="lakelog-sql", conf=conf)
+    # Through the JVM's environment, not a Spark setting: a session's settings can be read
+    # by whoever it serves (spark.conf.get).
+    os.environ[TOKEN_VARIABLE] = backend_token
+    try:
+        spark = lakelog_session(layout.data_dir, layout.warehouse, master=spec["master"],
+                                app_name="lakelog-sql", conf=conf)
+    finally:
+        del os.environ[TOKEN_VARIABLE]
     views = SessionViews(spark, layout, spec.get("zookeeper"))
     backend_port = views.connect_service.localPort()
     store = _security(spec)

@@ -182,11 +182,12 @@ class SessionViews:
                  visible: Collection[str] | None) -> None:
         with prepared.lock:
             now = None if visible is None else frozenset(visible)
-            if prepared.used and now is not None and \
-                    (prepared.visible is None or not now >= prepared.visible):
+            if now is not None and (not prepared.used or prepared.visible is None
+                                    or not now >= prepared.visible):
                 # An ACL taken away: no view of the session may still read that topic, the
                 # caller's own included (one made over it would), so all go; lakelog's come
-                # back as they are named.
+                # back as they are named. A session new to this process may be a clone of
+                # one made under older ACLs (CloneSession copies views): it starts bare.
                 prepared.spark._jsparkSession.sessionState().catalog().clearTempTables()
                 prepared.views.clear()
             prepared.visible, prepared.used = now, True

@@ -320,6 +320,9 @@ PROGRAM = textwrap.dedent("""
            "per_partition": sorted(r["n"] for r in orders.groupBy("partition")
                                    .agg(F.count("*").alias("n")).collect()),
            "views": sorted(r["viewName"] for r in spark.sql("SHOW VIEWS").collect())}
+    # The backends' secrets are in no setting a session can read.
+    out["secrets"] = [spark.conf.get(k, "") or "" for k in (
+        "spark.connect.authenticate.token", "hive.server2.thrift.http.path")]
     orders.where("partition = 0").createOrReplaceTempView("mine")
     out["mine"] = spark.sql("SELECT count(*) AS n FROM mine").collect()[0]["n"]
     tries = {
@@ -360,6 +363,7 @@ def test_a_pyspark_program_connects_with_builder_remote(endpoint: Endpoint,
     assert "orders" in found["views"] and "secret" not in found["views"]
     assert "partitions" in found["views"] and "consumer_lag" in found["views"]
     assert 0 < found["mine"] < found["count"]  # a view of its own, over its views
+    assert not any(re.fullmatch("[0-9a-f]{64}", v) for v in found["secrets"]), found["secrets"]
     who = "principal analyst may not"
     refusals = {
         "direct_read": f"{who} read files or data sources directly",
