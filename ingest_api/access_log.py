@@ -13,7 +13,10 @@ lakelog path or query.
 
 Cost to the produce path: the middleware is installed only when the log is on; then it
 formats one line and appends it to a buffered file, flushed at most ``FLUSH_S`` after
-a write (one ``write`` system call for many requests), never on the request's own time.
+a write (one ``write`` system call for many requests). The write happens on the event
+loop: when ``BUFFER_BYTES`` fill between flushes, the request that fills them pays for
+one write; standard output piped to a reader that stops reading would block the
+server, so log to a file under load.
 """
 
 from __future__ import annotations

@@ -84,15 +84,19 @@ def channel(url: str) -> tuple[grpc.Channel, dict[str, str]]:
     return grpc.secure_channel(address, creds), params
 
 
-def query(url: str, sql: str, limit: int, timeout_s: float | None = None) -> pa.Table:
+def query(url: str, sql: str, limit: int, timeout_s: float | None = None,
+          session_id: str | None = None) -> pa.Table:
     """The first ``limit`` rows of ``sql`` on the endpoint at ``url``.
 
     Every call of one user to one endpoint uses the same Spark Connect session (its id
     derived from both), so the views the endpoint registered for earlier calls are
     reused where their data did not change. A session the endpoint has closed (idle
-    too long) cannot be taken up again: then a new one is used, and released."""
+    too long) cannot be taken up again: then a new one is used, and released.
+    ``session_id``: that session instead (no other is tried)."""
     pb = protos()
     user, stable = stable_session(url)
+    if session_id is not None:
+        return _query(pb, url, user, session_id, sql, limit, timeout_s, release_after=False)
     try:
         return _query(pb, url, user, stable, sql, limit, timeout_s, release_after=False)
     except _SessionClosed:

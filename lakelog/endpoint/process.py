@@ -65,6 +65,7 @@ class EndpointProcess(JobProcess):
         s = self.settings
         return {"data_dir": self.layout.data_dir, "warehouse": self.layout.warehouse,
                 "master": s.sql_master, "driver_memory": s.sql_driver_memory,
+                "max_sessions": s.sql_max_sessions,
                 "host": s.sql_host, "port": s.sql_port, "jdbc_port": s.jdbc_port,
                 "auth": s.auth, "zookeeper": s.zookeeper,
                 "zookeeper_session_timeout_ms": s.zookeeper_session_timeout_ms,
@@ -153,7 +154,7 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
                                 app_name="lakelog-sql", conf=conf)
     finally:
         del os.environ[TOKEN_VARIABLE]
-    views = SessionViews(spark, layout, spec.get("zookeeper"))
+    views = SessionViews(spark, layout, spec.get("zookeeper"), spec["max_sessions"])
     backend_port = views.connect_service.localPort()
     store = _security(spec)
     if spec["jdbc_port"]:

@@ -43,9 +43,6 @@ log = logging.getLogger(__name__)
 SYSTEM_VIEWS = (*LOG_VIEWS, *GROUP_VIEWS)
 """``partitions``, ``job_runs``, ``consumer_offsets``, ``consumer_lag``,
 ``consumer_group_lag``: registered together (the group views read ``partitions``)."""
-MAX_SESSIONS = 1024
-"""Sessions whose views are tracked; the oldest is forgotten beyond this (Spark Connect
-closes idle sessions itself; a forgotten one is prepared again if it comes back)."""
 SESSION_CONF = {
     # `parquet.`/path`` in SQL would read any file the endpoint can: off, for everyone.
     "spark.sql.runSQLOnFiles": "false",
@@ -110,8 +107,13 @@ class _Prepared:
 class SessionViews:
     """Registers lakelog's views in Spark Connect sessions and in the root session."""
 
-    def __init__(self, root: SparkSession, layout: Layout, zookeeper: str | None) -> None:
+    def __init__(self, root: SparkSession, layout: Layout, zookeeper: str | None,
+                 max_sessions: int) -> None:
+        """``max_sessions``: open at once; beyond it the least recently used is closed in
+        Spark too (its client may come back with the same id, to a new, empty session).
+        Spark Connect closes sessions idle for a day itself."""
         self.root = root
+        self.max_sessions = max_sessions
         self.layout = layout
         self.zookeeper = zookeeper
         self._sessions: OrderedDict[tuple[str, str], _Prepared] = OrderedDict()
@@ -133,16 +135,19 @@ class SessionViews:
         since (``*`` among them: every view, for SHOW and the catalog's listings).
         ``visible``: the topics the session's principal may consume (None: all)."""
         key = (user_id, session_id)
+        evicted = []
         with self._lock:
             prepared = self._sessions.get(key)
             if prepared is None:
                 holder = self.connect_service.getOrCreateIsolatedSession(user_id, session_id)
                 prepared = _Prepared(self._wrap(holder.session()))
                 self._sessions[key] = prepared
-                while len(self._sessions) > MAX_SESSIONS:
-                    self._sessions.popitem(last=False)
+                while len(self._sessions) > self.max_sessions:
+                    evicted.append(self._sessions.popitem(last=False)[0])
             else:
                 self._sessions.move_to_end(key)
+        for user, session in evicted:
+            self._close(user, session)
         everything = "*" in named
         topics = [t for t in self.topics() if (visible is None or t in visible)
                   and (everything or t in named)]
@@ -152,6 +157,15 @@ class SessionViews:
     def refresh_root(self) -> None:
         """Every view in the root session (the JDBC server's), where its data changed."""
         self._refresh(self._root, self.topics(), True, None)
+
+    def _close(self, user_id: str, session_id: str) -> None:
+        """Close a session in Spark, allowing its id back (a new, empty session)."""
+        service = self._jvm.org.apache.spark.sql.connect.service
+        try:
+            self.connect_service.sessionManager().closeSession(
+                service.SessionKey(user_id, session_id), True)
+        except Exception:  # closed meanwhile (idle, or by its client)
+            log.debug("session %s of %s not closed", session_id, user_id, exc_info=True)
 
     def forget(self, user_id: str, session_id: str) -> None:
         with self._lock:

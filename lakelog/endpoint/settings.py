@@ -26,3 +26,7 @@ class EndpointSettings(BaseSettings):
                                        "password SECRET).")
     sql_master: str = Field("local[2]", description="Spark master of the SQL endpoint.")
     sql_driver_memory: str = Field("1g", description="JVM heap of the SQL endpoint's Spark.")
+    sql_max_sessions: int = Field(256, ge=1, le=100_000,
+                                  description="Spark Connect sessions open at once; beyond "
+                                              "it the least recently used is closed (its "
+                                              "client may come back to a new, empty one).")

@@ -29,6 +29,7 @@ from tests.server import ServerProcess, process_alive
 
 LAKELOG = Path(sys.executable).parent / "lakelog"
 READY_S = 240.0
+MAX_SESSIONS = 24
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,8 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     port, jdbc_port = free_port(), free_port()
     server = ServerProcess(tmp_path_factory.mktemp("sql") / "data", env={
         "LAKELOG_AUTH": "api-key", "LAKELOG_SQL_PORT": str(port),
-        "LAKELOG_JDBC_PORT": str(jdbc_port), "LAKELOG_SQL_MASTER": "local[1]"}).start()
+        "LAKELOG_JDBC_PORT": str(jdbc_port), "LAKELOG_SQL_MASTER": "local[1]",
+        "LAKELOG_SQL_MAX_SESSIONS": str(MAX_SESSIONS)}).start()
     ep = Endpoint(server, port, jdbc_port)
     first_sql: subprocess.Popen[str] | None = None
     try:
@@ -454,6 +456,19 @@ def test_lakelog_sql_keeps_its_session_and_takes_a_new_one_once_it_is_closed(
     with pytest.raises(LakelogError, match="TABLE_OR_VIEW_NOT_FOUND"):
         query(url, "SELECT n FROM answer", 10)  # answered, in a new session
     assert endpoint.count("orders") >= 1000
+
+
+def test_sessions_beyond_the_bound_are_closed_least_recently_used_first(
+        endpoint: Endpoint) -> None:
+    url = endpoint.url(endpoint.admin)
+    first = str(uuid.uuid4())
+    query(url, "CREATE OR REPLACE TEMP VIEW mark AS SELECT 1 AS n", 10, session_id=first)
+    assert query(url, "SELECT n FROM mark", 10, session_id=first).to_pylist() == [{"n": 1}]
+    for _ in range(MAX_SESSIONS):
+        assert query(url, "SELECT 1 AS one", 10, session_id=str(uuid.uuid4())).num_rows == 1
+    # Closed in Spark, its id allowed back: a new, empty session.
+    with pytest.raises(LakelogError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        query(url, "SELECT n FROM mark", 10, session_id=first)
 
 
 def _children(pid: int) -> list[int]:
