@@ -28,8 +28,10 @@ straight back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,12 +51,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SERVICE = "spark.connect.SparkConnectService"
-MAX_CONCURRENT_RPCS = 32
+MAX_CONCURRENT_RPCS = 64
+MAX_CALLS_PER_PRINCIPAL = 16
+"""Calls one principal may have open at once (a streaming call until its last answer)."""
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 """What Spark Connect's own client and server allow a message (a large plan, an
 Arrow batch of results)."""
 _UDF = "use user-defined functions (they run code in the endpoint)"
-DENIED_FIELDS = {
+REASONS = {
     "data_source": "read files or data sources directly (query lakelog's views)",
     "write_operation": "write", "write_operation_v2": "write",
     "write_stream_operation_start": "write a stream",
@@ -63,14 +67,23 @@ DENIED_FIELDS = {
     "common_inline_user_defined_function": _UDF,
     "common_inline_user_defined_table_function": _UDF,
     "common_inline_user_defined_data_source": "use data sources of its own",
-    "python_udf": _UDF, "scalar_scala_udf": _UDF, "java_udf": _UDF,
-    "extension": "use plan extensions",
-    "create_external_table": "create tables", "create_table": "create tables",
+    "map_partitions": _UDF, "group_map": _UDF, "co_group_map": _UDF,
+    "apply_in_pandas_with_state": _UDF, "typed_aggregate_expression": _UDF,
+    "extension": "use plan extensions", "ml_relation": "use ML (it runs SQL of its own)",
+    "ml_command": "use ML (it runs SQL of its own)",
     "merge_into_table_command": "write", "execute_external_command": "run external commands",
-    "ml_command": "run ML commands", "pipeline_command": "run pipelines",
+    "pipeline_command": "run pipelines", "checkpoint_command": "checkpoint",
     "create_resource_profile_command": "create resource profiles",
+    "streaming_query_command": "run streaming queries",
+    "streaming_query_manager_command": "manage streaming queries",
+    "streaming_query_listener_bus_command": "listen to streaming queries",
+    "persist": "cache (the endpoint's memory is every session's)",
+    "unpersist": "uncache (the endpoint's memory is every session's)",
+    "compressed_operation": "send a compressed plan (lakelog checks plans as sent: turn "
+                            "compression off, spark.connect.session.planCompression.threshold "
+                            "-1)",
 }
-"""Plan fields a principal without cluster admin may not use, and what they do."""
+"""Why a part of a plan that is not allowed (``ALLOWED``) is refused, where a word helps."""
 CATALOG_READS = frozenset({
     "current_database", "set_current_database", "list_databases", "list_tables",
     "list_functions", "list_columns", "get_database", "get_table", "get_function",
@@ -79,6 +92,36 @@ CATALOG_READS = frozenset({
     "get_table_properties", "drop_temp_view"})
 """Catalog calls a principal without cluster admin may make: look-ups, and dropping a
 temporary view of its own session (not one of lakelog's)."""
+ALLOWED = {
+    ("Plan", "op_type"): frozenset({"root", "command"}),
+    ("Command", "command_type"): frozenset({"sql_command", "create_dataframe_view",
+                                            "get_resources_command"}),
+    ("Relation", "rel_type"): frozenset({
+        "read", "project", "filter", "join", "set_op", "sort", "limit", "aggregate", "sql",
+        "local_relation", "sample", "offset", "deduplicate", "range", "subquery_alias",
+        "repartition", "to_df", "with_columns_renamed", "show_string", "drop", "tail",
+        "with_columns", "hint", "unpivot", "to_schema", "repartition_by_expression",
+        "collect_metrics", "parse", "with_watermark", "html_string", "as_of_join",
+        "with_relations", "transpose", "unresolved_table_valued_function", "lateral_join",
+        "nearest_by_join", "fill_na", "drop_na", "replace", "summary", "crosstab",
+        "describe", "cov", "corr", "approx_quantile", "freq_items", "sample_by",
+        "catalog"}),
+    ("Read", "read_type"): frozenset({"named_table"}),
+    ("Expression", "expr_type"): frozenset({
+        "literal", "unresolved_attribute", "unresolved_function", "expression_string",
+        "unresolved_star", "alias", "cast", "unresolved_regex", "sort_order",
+        "lambda_function", "window", "unresolved_extract_value", "update_fields",
+        "unresolved_named_lambda_variable", "call_function", "named_argument_expression",
+        "subquery_expression", "direct_shuffle_partition_id"}),
+    ("AnalyzePlanRequest", "analyze"): frozenset({
+        "schema", "explain", "tree_string", "is_local", "is_streaming", "input_files",
+        "spark_version", "ddl_parse", "same_semantics", "semantic_hash",
+        "get_storage_level", "json_to_ddl"}),
+    ("Catalog", "cat_type"): CATALOG_READS,
+}
+"""What a principal without cluster admin's plan may be made of: for each choice
+(protobuf ``oneof``) of Spark Connect's plan messages, the kinds allowed. An allowlist,
+so a kind Spark adds later is refused until it is listed here."""
 LISTINGS = frozenset({"list_tables", "list_columns", "table_exists", "get_table"})
 """Catalog calls that need every view registered first."""
 SQL_FIELDS = frozenset({("SQL", "query"), ("SqlCommand", "sql")})
@@ -90,6 +133,9 @@ _FIRST_WORD = re.compile(r"(?:\s|--[^\n]*\n|/\*.*?\*/|\()*([A-Za-z]+)", re.S)
 _WORDS = re.compile(r"[A-Za-z0-9._-]+")
 Strings = list[tuple[str, str, str]]
 """(message type, field, value) of every string set in a request."""
+Choices = list[tuple[str, str, str]]
+"""(message type, oneof, the field chosen) of every choice made in a request."""
+_GLOBAL_TEMP = re.compile(r"(?:^|[\s.`])global_temp(?:$|[\s.`])", re.I)
 
 
 class Denied(Exception):
@@ -105,13 +151,6 @@ class Caller:
     admin: bool
 
 
-def _catalog_calls() -> frozenset[str]:
-    """Every call of Spark Connect's catalog (the ``Catalog`` relation's fields)."""
-    from pyspark.sql.connect.proto import catalog_pb2
-
-    return frozenset(f.name for f in catalog_pb2.Catalog.DESCRIPTOR.fields)
-
-
 def _methods() -> dict[str, tuple[bool, bool, Any]]:
     """Spark Connect's methods: (client streaming, server streaming, request class)."""
     from pyspark.sql.connect.proto import base_pb2
@@ -121,9 +160,15 @@ def _methods() -> dict[str, tuple[bool, bool, Any]]:
                      getattr(base_pb2, m.input_type.name)) for m in service.methods}
 
 
-def _walk(message: Message, fields: set[str], strings: Strings) -> None:
-    """Every message field name set anywhere in ``message`` into ``fields``, and every
-    string, with the message type and field it is in, into ``strings``."""
+def _walk(message: Message, fields: set[str], strings: Strings, choices: Choices) -> None:
+    """Every message field name set anywhere in ``message`` into ``fields``, every string,
+    with the message type and field it is in, into ``strings``, and every choice made
+    (message type, ``oneof``, field set) into ``choices``."""
+    descriptor = message.DESCRIPTOR
+    for oneof in descriptor.oneofs:
+        chosen = message.WhichOneof(oneof.name)
+        if chosen is not None:
+            choices.append((descriptor.name, oneof.name, chosen))
     for fd, value in message.ListFields():
         if fd.type == fd.TYPE_MESSAGE:
             fields.add(fd.name)
@@ -137,7 +182,7 @@ def _walk(message: Message, fields: set[str], strings: Strings) -> None:
             else:
                 items = (value,)
             for item in items:
-                _walk(item, fields, strings)
+                _walk(item, fields, strings, choices)
         elif fd.type == fd.TYPE_STRING:
             owner = fd.containing_type.name
             strings.extend((owner, fd.name, v) for v in (value if fd.is_repeated else (value,)))
@@ -162,7 +207,8 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         self._methods = _methods()
-        self._catalog_changes = _catalog_calls() - CATALOG_READS
+        self._calls: dict[str, int] = {}
+        self._calls_lock = threading.Lock()
 
     # ---- grpc's side -----------------------------------------------------------------
 
@@ -187,20 +233,24 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
     def _unary(self, method: str, name: str, request_type: Any, raw: bytes,
                context: grpc.ServicerContext) -> bytes:
         with _answering(context):
-            request = self._admit(name, request_type, raw, context)
-            call = self._channel.unary_unary(method)
-            answer: bytes = call(request, metadata=self._forwarded(context),
-                                 timeout=_deadline(context))
-            return answer
+            caller = self._caller(context)
+            with self._slot(caller):
+                request = self._admit(caller, name, request_type, raw)
+                call = self._channel.unary_unary(method)
+                answer: bytes = call(request, metadata=self._forwarded(context),
+                                     timeout=_deadline(context))
+                return answer
 
     def _stream_out(self, method: str, name: str, request_type: Any, raw: bytes,
                     context: grpc.ServicerContext) -> Iterator[bytes]:
         with _answering(context):
-            request = self._admit(name, request_type, raw, context)
-            call = self._channel.unary_stream(method)(
-                request, metadata=self._forwarded(context), timeout=_deadline(context))
-            context.add_callback(call.cancel)
-            yield from call
+            caller = self._caller(context)
+            with self._slot(caller):  # held until the last answer (or the cancel)
+                request = self._admit(caller, name, request_type, raw)
+                call = self._channel.unary_stream(method)(
+                    request, metadata=self._forwarded(context), timeout=_deadline(context))
+                context.add_callback(call.cancel)
+                yield from call
 
     def _stream_in(self, method: str, request_type: Any, raws: Iterator[bytes],
                    context: grpc.ServicerContext) -> bytes:
@@ -210,10 +260,33 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED,
                              f"principal {caller.principal} may not add artifacts (jars, "
                              "Python files): that needs cluster admin")
-            requests = (self._as_caller(caller, request_type.FromString(raw)).SerializeToString()
-                        for raw in raws)
-            return self._channel.stream_unary(method)(  # type: ignore[no-any-return]
-                requests, metadata=self._forwarded(context), timeout=_deadline(context))
+            with self._slot(caller):
+                requests = (self._as_caller(caller, request_type.FromString(raw))
+                            .SerializeToString() for raw in raws)
+                return self._channel.stream_unary(method)(  # type: ignore[no-any-return]
+                    requests, metadata=self._forwarded(context), timeout=_deadline(context))
+
+    @contextlib.contextmanager
+    def _slot(self, caller: Caller) -> Iterator[None]:
+        """One of the caller's ``MAX_CALLS_PER_PRINCIPAL`` calls open at once (with
+        authentication on), so no principal holds every thread of the front."""
+        if caller.principal is None:
+            yield
+            return
+        with self._calls_lock:
+            held = self._calls.get(caller.principal, 0)
+            if held >= MAX_CALLS_PER_PRINCIPAL:
+                raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"principal {caller.principal} has {held} calls open, the most "
+                             "one principal may: wait for one to end")
+            self._calls[caller.principal] = held + 1
+        try:
+            yield
+        finally:
+            with self._calls_lock:
+                self._calls[caller.principal] -= 1
+                if not self._calls[caller.principal]:
+                    del self._calls[caller.principal]
 
     # ---- lakelog's side ----------------------------------------------------------------
 
@@ -246,10 +319,8 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
                   if k != "authorization" and not k.startswith("grpc-") and k != "user-agent"),
                 self._backend_auth]
 
-    def _admit(self, name: str, request_type: Any, raw: bytes,
-               context: grpc.ServicerContext) -> bytes:
+    def _admit(self, caller: Caller, name: str, request_type: Any, raw: bytes) -> bytes:
         """The request as the backend gets it, once allowed; its session made ready."""
-        caller = self._caller(context)
         request = self._as_caller(caller, request_type.FromString(raw))
         if name == "ReleaseSession":
             self.views.forget(request.user_context.user_id, request.session_id)
@@ -257,10 +328,11 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
             return request.SerializeToString()  # type: ignore[no-any-return]
         fields: set[str] = set()
         strings: Strings = []
-        _walk(request, fields, strings)
+        choices: Choices = []
+        _walk(request, fields, strings, choices)
         visible = None if caller.admin else self._visible(caller)
         if not caller.admin:
-            self._check(caller, request, fields, strings, visible)
+            self._check(caller, request, choices, strings, visible)
         if name != "Config":
             texts = [v for _, _, v in strings]
             named = {w for s in texts for w in _WORDS.findall(s)}
@@ -284,24 +356,25 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
         return {t for t in self.views.topics()
                 if self.store.allowed(caller.principal, "topic", t, "consume")}
 
-    def _check(self, caller: Caller, request: Any, fields: set[str], strings: Strings,
+    def _check(self, caller: Caller, request: Any, choices: Choices, strings: Strings,
                visible: set[str] | None) -> None:
         who = f"principal {caller.principal}"
         try:
-            self._check_request(caller, request, fields, strings, visible or set())
+            self._check_request(caller, request, choices, strings, visible or set())
         except Refused as refused:
             if refused.sentence:  # Spark's own parse error
                 raise Denied(grpc.StatusCode.INVALID_ARGUMENT, str(refused)) from None
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{who} {refused}") from None
 
-    def _check_request(self, caller: Caller, request: Any, fields: set[str],
+    def _check_request(self, caller: Caller, request: Any, choices: Choices,
                        strings: Strings, visible: set[str]) -> None:
-        for field, what in DENIED_FIELDS.items():
-            if field in fields:
+        for message, oneof, chosen in choices:
+            allowed = ALLOWED.get((message, oneof))
+            if allowed is not None and chosen not in allowed:
+                what = REASONS.get(chosen) or (
+                    f"call catalog.{chosen} (only look-ups)" if message == "Catalog"
+                    else f"use {chosen} ({message})")
                 raise Refused(f"may not {what}: that needs cluster admin")
-        for call in sorted(fields & self._catalog_changes):
-            raise Refused(f"may not call catalog.{call} (only look-ups): that needs cluster "
-                          "admin")
         if request.DESCRIPTOR.name == "ConfigRequest" and \
                 request.operation.WhichOneof("op_type") not in ("get", "get_with_default",
                                                                 "get_option", "get_all",
@@ -331,21 +404,28 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
                           "needs cluster admin")
         for owner, field, value in strings:
             where = (owner, field)
+            if _GLOBAL_TEMP.search(value):
+                raise Refused("may not use global_temp (every session's views): that needs "
+                              "cluster admin")
             if where in SQL_FIELDS:
                 self.guard.check_sql(value, refusal)
             elif where in EXPRESSION_FIELDS:
                 self.guard.check_expression(value, refusal)
             elif where in TABLE_NAME_FIELDS:
                 self.guard.check_table_name(value, refusal)
-            elif where in VIEW_NAME_FIELDS and value.strip("`").lower() in reserved:
-                raise Refused(f"may not replace or drop lakelog's view {value}")
-            elif field == "function_name" and value.strip("`").lower() in REFLECTION:
-                raise Refused("may not call Java methods (reflect, java_method)")
-            elif where == ("UnresolvedTableValuedFunction", "function_name") and \
-                    value.strip("`").lower() not in ALLOWED_TABLE_FUNCTIONS:
-                raise Refused(f"may not call the table function {value} (only "
-                              f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}): that needs "
-                              "cluster admin")
+            elif where in VIEW_NAME_FIELDS:
+                parts = self.guard.name_parts(value)
+                if len(parts) != 1 or parts[0].lower() in reserved:
+                    raise Refused(f"may not replace or drop lakelog's view {value}")
+            elif field == "function_name":
+                function = self.guard.name_parts(value)[-1].lower()
+                if function in REFLECTION:
+                    raise Refused("may not call Java methods (reflect, java_method)")
+                if owner == "UnresolvedTableValuedFunction" and \
+                        function not in ALLOWED_TABLE_FUNCTIONS:
+                    raise Refused(f"may not call the table function {value} (only "
+                                  f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}): that needs "
+                                  "cluster admin")
 
 
 class _answering:

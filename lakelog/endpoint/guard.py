@@ -92,11 +92,36 @@ class PlanGuard:
 
     def __init__(self, jvm: Any, jsession: Any) -> None:
         self.parser = jsession.sessionState().sqlParser()
-        self._plan_class = jvm.java.lang.Class.forName(f"{CATALYST}.plans.logical.LogicalPlan")
-        self._expression_class = jvm.java.lang.Class.forName(f"{CATALYST}.expressions.Expression")
+        self._class_utils = jvm.org.apache.commons.lang3.ClassUtils
+        self._kinds_of = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in (
+            ("plan", f"{CATALYST}.plans.logical.LogicalPlan"),
+            ("expression", f"{CATALYST}.expressions.Expression"),
+            ("collection", "scala.collection.Iterable"),
+            ("product", "scala.Product"))]
         self._subquery_class = jvm.java.lang.Class.forName(
             f"{CATALYST}.expressions.PlanExpression")
-        self._explain = "org.apache.spark.sql.execution.command.ExplainCommand"
+        self._kinds: dict[str, str] = {}
+
+    def kind(self, value: Any, name: str) -> str:
+        """What a JVM value of class ``name`` is to the walk: plan, expression, collection,
+        product (a case class or tuple) or other (cached by class)."""
+        found = self._kinds.get(name)
+        if found is None:
+            found = next((k for k, c in self._kinds_of if c.isInstance(value)), "other")
+            if name.startswith(("org.apache.spark.sql.types.", "org.apache.spark.unsafe.")):
+                found = "other"  # data types and values: nothing to check inside
+            self._kinds[name] = found
+        return found
+
+    def class_name(self, value: Any) -> str:
+        return str(self._class_utils.getName(value, ""))
+
+    def name_parts(self, text: str) -> list[str]:
+        """A (function or table) name as Spark reads it; the text itself if it cannot."""
+        try:
+            return _names(self.parser.parseMultipartIdentifier(text)) or [text]
+        except Exception:  # not a name Spark parses: as sent
+            return [text.strip().strip("`")]
 
     def check_sql(self, text: str, refusal: Refusal) -> None:
         self._Walk(self, refusal).plan(self._parse(self.parser.parsePlan, text), text)
@@ -132,7 +157,7 @@ class PlanGuard:
 
         def plan(self, node: Any, text: str = "") -> None:
             self._count()
-            kind = node.getClass().getName()
+            kind = self.guard.class_name(node)
             if kind not in ALLOWED_PLANS:
                 if kind in IDENTIFIERS:
                     self._identifier()
@@ -148,37 +173,45 @@ class PlanGuard:
                     raise Refused(f"may not call the table function {function} (only "
                                   f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}): that "
                                   "needs cluster admin")
-            elif kind == self.guard._explain:
-                self.plan(node.logicalPlan())
-            for expression in _items(node.expressions()):
-                self.expression(expression, subqueries=False)
-            for child in _items(node.children()):
-                self.plan(child)
-            # CTEs, and the plans of the subqueries in its expressions (walked here once)
-            for inner in _items(node.innerChildren()):
-                self._node(inner)
+            # Every field of the node, not only its children and expressions: a WINDOW
+            # clause's definitions sit in a map, a CTE's in a list of pairs, EXPLAIN's
+            # query in a field of its own.
+            for i in range(node.productArity()):
+                self._value(node.productElement(i))
 
-        def _node(self, node: Any) -> None:
-            if self.guard._plan_class.isInstance(node):
-                self.plan(node)
-            elif self.guard._expression_class.isInstance(node):
-                self.expression(node)
-            else:
-                raise Refused(f"may only query: {node.getClass().getName()} needs cluster "
-                              "admin")
-
-        def expression(self, node: Any, subqueries: bool = True) -> None:
+        def _value(self, value: Any) -> None:
+            """A field's value: plans and expressions are walked, collections, options and
+            tuples looked into, anything else (names, flags, types) passed over."""
+            if type(value).__name__ != "JavaObject":
+                return  # None, str, int, bool: py4j hands them over as Python values
             self._count()
-            kind = node.getClass().getName()
+            kind = self.guard.kind(value, self.guard.class_name(value))
+            if kind == "plan":
+                self.plan(value)
+            elif kind == "expression":
+                self.expression(value)
+            elif kind == "collection":
+                items = value.iterator()
+                while items.hasNext():
+                    self._value(items.next())
+            elif kind == "product":
+                for i in range(value.productArity()):
+                    self._value(value.productElement(i))
+
+        def expression(self, node: Any) -> None:
+            """An expression: its children (Catalyst keeps every sub-expression there) and
+            a subquery's plan."""
+            self._count()
+            kind = self.guard.class_name(node)
             if kind in IDENTIFIERS:
                 self._identifier()
             if kind == UNRESOLVED_FUNCTION and \
                     _names(node.nameParts())[-1].lower() in REFLECTION:
                 raise Refused("may not call Java methods (reflect, java_method)")
-            if subqueries and self.guard._subquery_class.isInstance(node):
+            if self.guard._subquery_class.isInstance(node):
                 self.plan(node.plan())
             for child in _items(node.children()):
-                self.expression(child, subqueries)
+                self.expression(child)
 
         def name(self, parts: list[str]) -> None:
             why = self.refusal(parts)

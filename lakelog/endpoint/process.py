@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 SESSION_IDLE_TIMEOUT = "24h"
 TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-"""Where Spark Connect's server finds the bearer token it wants (``Connect.scala``)."""
+"""Where Spark Connect's server finds the bearer token it wants, as it starts."""
 
 
 class EndpointProcess(JobProcess):
@@ -141,13 +141,16 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": "0",
             "spark.scheduler.mode": "FAIR",
+            # Plans as sent (lakelog's front checks them; a compressed one it refuses).
+            "spark.connect.session.planCompression.threshold": "-1",
             # lakelog sql keeps one session per user: a day idle before it is closed.
             "spark.connect.session.manager.defaultSessionTimeout": SESSION_IDLE_TIMEOUT,
             "spark.driver.memory": spec["driver_memory"],
             "spark.sql.hive.thriftServer.singleSession": "true"}
     started = time.monotonic()
-    # Through the JVM's environment, not a Spark setting: a session's settings can be read
-    # by whoever it serves (spark.conf.get).
+    # Through the JVM's environment (only this OS user can read it), not a Spark setting:
+    # PySpark puts settings on the JVM's command line, which every local user can read,
+    # and a session can read its settings (spark.conf.get).
     os.environ[TOKEN_VARIABLE] = backend_token
     try:
         spark = lakelog_session(layout.data_dir, layout.warehouse, master=spec["master"],

@@ -48,6 +48,8 @@ SESSION_CONF = {
     "spark.sql.runSQLOnFiles": "false",
 }
 SYSTEM = "*system*"
+ALL_USERS = 8
+"""Sessions open in all: this many times the bound of one user."""
 
 
 def fingerprint(layout: Layout, topic: str) -> str:
@@ -109,9 +111,11 @@ class SessionViews:
 
     def __init__(self, root: SparkSession, layout: Layout, zookeeper: str | None,
                  max_sessions: int) -> None:
-        """``max_sessions``: open at once; beyond it the least recently used is closed in
-        Spark too (its client may come back with the same id, to a new, empty session).
-        Spark Connect closes sessions idle for a day itself."""
+        """``max_sessions``: open at once per user (a principal, with authentication on);
+        beyond it the user's least recently used is closed in Spark too (its client may
+        come back with the same id, to a new, empty session), so no principal closes
+        another's. ``ALL_USERS`` times as many in all. Spark Connect closes sessions idle
+        for a day itself."""
         self.root = root
         self.max_sessions = max_sessions
         self.layout = layout
@@ -142,7 +146,11 @@ class SessionViews:
                 holder = self.connect_service.getOrCreateIsolatedSession(user_id, session_id)
                 prepared = _Prepared(self._wrap(holder.session()))
                 self._sessions[key] = prepared
-                while len(self._sessions) > self.max_sessions:
+                mine = [k for k in self._sessions if k[0] == user_id]
+                evicted.extend(mine[:max(0, len(mine) - self.max_sessions)])
+                for old in evicted:
+                    del self._sessions[old]
+                while len(self._sessions) > ALL_USERS * self.max_sessions:
                     evicted.append(self._sessions.popitem(last=False)[0])
             else:
                 self._sessions.move_to_end(key)

@@ -26,7 +26,8 @@ class EndpointSettings(BaseSettings):
                                        "password SECRET).")
     sql_master: str = Field("local[2]", description="Spark master of the SQL endpoint.")
     sql_driver_memory: str = Field("1g", description="JVM heap of the SQL endpoint's Spark.")
-    sql_max_sessions: int = Field(256, ge=1, le=100_000,
-                                  description="Spark Connect sessions open at once; beyond "
-                                              "it the least recently used is closed (its "
+    sql_max_sessions: int = Field(64, ge=1, le=10_000,
+                                  description="Spark Connect sessions a principal may have "
+                                              "open at once (8 times as many in all); beyond "
+                                              "it its least recently used is closed (its "
                                               "client may come back to a new, empty one).")

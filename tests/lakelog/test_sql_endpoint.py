@@ -175,7 +175,8 @@ REFUSED = [
      "may not consume topic secret"),
     ("DESCRIBE secret", "may not consume topic secret"),
     ("SELECT * FROM parquet.`{table}`", "by their names alone, not parquet."),
-    ("SELECT * FROM global_temp.shared", "by their names alone, not global_temp.shared"),
+    ("SELECT * FROM global_temp.shared", "may not use global_temp"),
+    ("SELECT * FROM default.orders", "by their names alone, not default.orders"),
     ("SELECT * FROM read_files('{table}')", "may not call the table function read_files"),
     # Spark's own parse error, before anything runs
     ("SELECT count(*) FROM orders WHERE partition =", "PARSE_SYNTAX_ERROR"),
@@ -341,6 +342,38 @@ PROGRAM = textwrap.dedent("""
         "clear_cache": lambda: spark.catalog.clearCache(),
         "set_conf": lambda: spark.conf.set("spark.sql.runSQLOnFiles", "true"),
     }
+    from pyspark.ml.feature import SQLTransformer
+    from pyspark.sql.connect.proto import commands_pb2
+
+    def add_listener():
+        command = commands_pb2.Command()
+        listener = command.streaming_query_manager_command.add_listener
+        listener.python_listener_payload.command = b"not run"
+        listener.id = "x"
+        spark.client.execute_command(command)
+
+    def persisted():
+        cached = orders.limit(1)
+        cached.persist()
+        cached.count()
+
+    tries.update({
+        "ml_sql": lambda: SQLTransformer(statement="SET spark.sql.runSQLOnFiles=true")
+            .transform(spark.range(1)).collect(),
+        "listener": add_listener,
+        "builtin_reflect": lambda: spark.range(1).select(F.call_function(
+            "system.builtin.reflect", F.lit("java.lang.System"), F.lit("getProperty"),
+            F.lit("user.name"))).collect(),
+        "window_clause": lambda: spark.sql(
+            "SELECT count(*) OVER w FROM (SELECT 1 AS x) WINDOW w AS (PARTITION BY "
+            "raise_error(java_method('java.lang.System', 'getenv', 'HOME')))").collect(),
+        "window_secret": lambda: spark.sql(
+            "SELECT count(*) OVER w FROM (SELECT 1 AS x) WINDOW w AS (PARTITION BY "
+            "(SELECT max(offset) FROM secret))").collect(),
+        "persist": persisted,
+        "list_global": lambda: spark.catalog.listTables("global_temp"),
+        "spaced_view": lambda: orders.createOrReplaceTempView(" orders"),
+    })
     for name, attempt in tries.items():
         try:
             attempt()
@@ -371,12 +404,17 @@ def test_a_pyspark_program_connects_with_builder_remote(endpoint: Endpoint,
         "direct_read": f"{who} read files or data sources directly",
         "select_expr": f"{who} call Java methods", "call_function": f"{who} call Java methods",
         "subquery_expr": f"{who} consume topic secret",
-        "global_table": "principal analyst may read views by their names alone, not "
-                        "global_temp.shared",
+        "global_table": f"{who} use global_temp",
         "global_view": f"{who} create global views",
         "replace_view": f"{who} replace or drop lakelog's view secret",
         "clear_cache": f"{who} call catalog.clear_cache",
-        "set_conf": f"{who} change the session's settings"}
+        "set_conf": f"{who} change the session's settings",
+        "ml_sql": f"{who} use ML", "listener": f"{who} manage streaming queries",
+        "builtin_reflect": f"{who} call Java methods",
+        "window_clause": f"{who} call Java methods",
+        "window_secret": f"{who} consume topic secret",
+        "persist": f"{who} cache", "list_global": f"{who} use global_temp",
+        "spaced_view": f"{who} replace or drop lakelog's view  orders"}
     for attempt, refusal in refusals.items():
         assert refusal in found[attempt], (attempt, found[attempt])
 
@@ -458,9 +496,32 @@ def test_lakelog_sql_keeps_its_session_and_takes_a_new_one_once_it_is_closed(
     assert endpoint.count("orders") >= 1000
 
 
+def _server_session(url: str, session_id: str) -> str:
+    """The endpoint's own id of the Spark Connect session ``session_id`` is now (a new one
+    when the session was closed and made again)."""
+    from lakelog.endpoint.client import channel, protos
+
+    pb = protos()
+    chan, _ = channel(url)
+    request = pb.ExecutePlanRequest(session_id=session_id,
+                                    user_context=pb.UserContext(user_id="any"))
+    request.plan.root.sql.query = "SELECT 1"
+    try:
+        call = chan.unary_stream("/spark.connect.SparkConnectService/ExecutePlan",
+                                 request_serializer=pb.ExecutePlanRequest.SerializeToString,
+                                 response_deserializer=pb.ExecutePlanResponse.FromString)
+        return str(next(iter(call(request, timeout=30))).server_side_session_id)
+    finally:
+        chan.close()
+
+
 def test_sessions_beyond_the_bound_are_closed_least_recently_used_first(
         endpoint: Endpoint) -> None:
-    url = endpoint.url(endpoint.admin)
+    """Per principal: the admin's sessions beyond the bound close the admin's oldest,
+    never the analyst's."""
+    url, analyst = endpoint.url(endpoint.admin), endpoint.url(endpoint.analyst)
+    theirs = str(uuid.uuid4())
+    before = _server_session(analyst, theirs)
     first = str(uuid.uuid4())
     query(url, "CREATE OR REPLACE TEMP VIEW mark AS SELECT 1 AS n", 10, session_id=first)
     assert query(url, "SELECT n FROM mark", 10, session_id=first).to_pylist() == [{"n": 1}]
@@ -469,6 +530,27 @@ def test_sessions_beyond_the_bound_are_closed_least_recently_used_first(
     # Closed in Spark, its id allowed back: a new, empty session.
     with pytest.raises(LakelogError, match="TABLE_OR_VIEW_NOT_FOUND"):
         query(url, "SELECT n FROM mark", 10, session_id=first)
+    assert _server_session(analyst, theirs) == before
+
+
+def test_one_principal_holds_at_most_its_share_of_the_front() -> None:
+    """The count of a principal's open calls (without a server: what a call that would
+    wait on Spark does to it is the same)."""
+    import threading
+    from types import SimpleNamespace
+
+    from lakelog.endpoint.front import MAX_CALLS_PER_PRINCIPAL, Caller, ConnectFront, Denied
+
+    front = SimpleNamespace(_calls={}, _calls_lock=threading.Lock())
+    analyst, admin = Caller("analyst", False), Caller("admin", True)
+    with contextlib.ExitStack() as open_calls:
+        for _ in range(MAX_CALLS_PER_PRINCIPAL):
+            open_calls.enter_context(ConnectFront._slot(front, analyst))  # type: ignore[arg-type]
+        with pytest.raises(Denied, match="principal analyst has 16 calls open"):
+            open_calls.enter_context(ConnectFront._slot(front, analyst))  # type: ignore[arg-type]
+        with ConnectFront._slot(front, admin):  # type: ignore[arg-type]
+            assert front._calls == {"analyst": MAX_CALLS_PER_PRINCIPAL, "admin": 1}
+    assert front._calls == {}
 
 
 def _children(pid: int) -> list[int]:
