@@ -61,6 +61,7 @@ UNRESOLVED_FUNCTION = f"{CATALYST}.analysis.UnresolvedFunction"
 UNRESOLVED_TVF = f"{CATALYST}.analysis.UnresolvedTableValuedFunction"
 IDENTIFIERS = frozenset({f"{CATALYST}.analysis.PlanWithUnresolvedIdentifier",
                          f"{CATALYST}.analysis.ExpressionWithUnresolvedIdentifier"})
+EXPRESSIONS = frozenset({"subquery", "leaf expression", "expression"})
 MAX_NODES = 20_000
 """Plan and expression nodes checked in one request; a larger one is refused."""
 
@@ -95,16 +96,18 @@ class PlanGuard:
         self._class_utils = jvm.org.apache.commons.lang3.ClassUtils
         self._kinds_of = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in (
             ("plan", f"{CATALYST}.plans.logical.LogicalPlan"),
+            ("subquery", f"{CATALYST}.expressions.PlanExpression"),
+            ("leaf expression", f"{CATALYST}.expressions.LeafExpression"),
             ("expression", f"{CATALYST}.expressions.Expression"),
             ("collection", "scala.collection.Iterable"),
             ("product", "scala.Product"))]
-        self._subquery_class = jvm.java.lang.Class.forName(
-            f"{CATALYST}.expressions.PlanExpression")
         self._kinds: dict[str, str] = {}
+        self._arities: dict[str, int] = {}
 
     def kind(self, value: Any, name: str) -> str:
-        """What a JVM value of class ``name`` is to the walk: plan, expression, collection,
-        product (a case class or tuple) or other (cached by class)."""
+        """What a JVM value of class ``name`` is to the walk: plan, subquery (an
+        expression holding a plan), leaf expression, expression, collection, product (a
+        case class or tuple) or other (cached by class)."""
         found = self._kinds.get(name)
         if found is None:
             found = next((k for k, c in self._kinds_of if c.isInstance(value)), "other")
@@ -115,6 +118,13 @@ class PlanGuard:
 
     def class_name(self, value: Any) -> str:
         return str(self._class_utils.getName(value, ""))
+
+    def arity(self, value: Any, name: str) -> int:
+        """Fields of a product (a case class's count is its class's: cached)."""
+        found = self._arities.get(name)
+        if found is None:
+            found = self._arities[name] = int(value.productArity())
+        return found
 
     def name_parts(self, text: str) -> list[str]:
         """A (function or table) name as Spark reads it; the text itself if it cannot."""
@@ -176,7 +186,7 @@ class PlanGuard:
             # Every field of the node, not only its children and expressions: a WINDOW
             # clause's definitions sit in a map, a CTE's in a list of pairs, EXPLAIN's
             # query in a field of its own.
-            for i in range(node.productArity()):
+            for i in range(self.guard.arity(node, kind)):
                 self._value(node.productElement(i))
 
         def _value(self, value: Any) -> None:
@@ -185,33 +195,37 @@ class PlanGuard:
             if type(value).__name__ != "JavaObject":
                 return  # None, str, int, bool: py4j hands them over as Python values
             self._count()
-            kind = self.guard.kind(value, self.guard.class_name(value))
+            name = self.guard.class_name(value)
+            kind = self.guard.kind(value, name)
             if kind == "plan":
                 self.plan(value)
-            elif kind == "expression":
-                self.expression(value)
+            elif kind in EXPRESSIONS:
+                self.expression(value, kind)
             elif kind == "collection":
-                items = value.iterator()
-                while items.hasNext():
-                    self._value(items.next())
+                if not value.isEmpty():
+                    items = value.iterator()
+                    while items.hasNext():
+                        self._value(items.next())
             elif kind == "product":
-                for i in range(value.productArity()):
+                for i in range(self.guard.arity(value, name)):
                     self._value(value.productElement(i))
 
-        def expression(self, node: Any) -> None:
+        def expression(self, node: Any, kind: str | None = None) -> None:
             """An expression: its children (Catalyst keeps every sub-expression there) and
             a subquery's plan."""
             self._count()
-            kind = self.guard.class_name(node)
-            if kind in IDENTIFIERS:
+            name = self.guard.class_name(node)
+            kind = kind or self.guard.kind(node, name)
+            if name in IDENTIFIERS:
                 self._identifier()
-            if kind == UNRESOLVED_FUNCTION and \
+            if name == UNRESOLVED_FUNCTION and \
                     _names(node.nameParts())[-1].lower() in REFLECTION:
                 raise Refused("may not call Java methods (reflect, java_method)")
-            if self.guard._subquery_class.isInstance(node):
+            if kind == "subquery":
                 self.plan(node.plan())
-            for child in _items(node.children()):
-                self.expression(child)
+            if kind != "leaf expression":
+                for child in _items(node.children()):
+                    self.expression(child)
 
         def name(self, parts: list[str]) -> None:
             why = self.refusal(parts)
