@@ -27,6 +27,7 @@ import os
 import secrets
 import select
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 SESSION_IDLE_TIMEOUT = "24h"
+RESTART_DELAYS_S = (5.0, 15.0, 60.0)
+"""Waits before starting a dead endpoint again: the first, then longer while it keeps
+dying within ``HEALTHY_S`` of its start."""
+HEALTHY_S = 600.0
 TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 """Where Spark Connect's server finds the bearer token it wants, as it starts."""
 
@@ -56,6 +61,43 @@ class EndpointProcess(JobProcess):
     def __init__(self, layout: Layout, settings: Any) -> None:
         super().__init__(layout, Intervals(), settings.sql_master, settings.log_level)
         self.settings = settings
+        self.restarts = 0
+        """Times the endpoint was started again after it died."""
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        """Held to start and to stop: a restart never races the server's stop."""
+
+    def start(self, manager: Any = None) -> None:
+        """Start the endpoint, and a thread that starts it again whenever it dies (a
+        query that exhausted its heap): after ``RESTART_DELAYS_S``, longer each time it
+        dies within ``HEALTHY_S`` of its start."""
+        with self._lock:
+            super().start(manager)
+        threading.Thread(target=self._supervise, name="sql-endpoint", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            super().stop()
+
+    def _supervise(self) -> None:
+        quick_deaths = 0
+        while (proc := self._proc) is not None:
+            started = time.monotonic()
+            code = proc.wait()
+            if self._stopping.is_set():
+                return
+            quick_deaths = quick_deaths + 1 if time.monotonic() - started < HEALTHY_S else 1
+            delay = RESTART_DELAYS_S[min(quick_deaths, len(RESTART_DELAYS_S)) - 1]
+            log.warning("the SQL endpoint (pid %d) exited with %s: starting it again in "
+                        "%.0f s", proc.pid, code, delay)
+            if self._stopping.wait(delay):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                super().start()
+                self.restarts += 1
 
     @property
     def enabled(self) -> bool:
@@ -81,10 +123,10 @@ class EndpointProcess(JobProcess):
     def state(self) -> dict[str, Any]:
         """For the dashboard and health: the child's own report, or why there is none."""
         found = read_state(self.layout.data_dir)
-        if found is not None:
-            return found
-        alive = self._proc is not None and self._proc.poll() is None
-        return {"state": "starting" if alive else "stopped", "pid": self.pid}
+        if found is None:
+            alive = self._proc is not None and self._proc.poll() is None
+            found = {"state": "starting" if alive else "stopped", "pid": self.pid}
+        return {**found, "restarts": self.restarts}
 
 
 def _security(spec: dict[str, Any]) -> SecurityStore | None:
@@ -214,7 +256,7 @@ def main(argv: list[str]) -> None:
                           jvm.pid, code)
                 write_state(data_dir, state="failed",
                             error=f"Spark's JVM exited with {code} (out of memory? see the "
-                                  "server's log); restart lakelog serve to start it again")
+                                  "server's log); the server starts it again in seconds")
                 os._exit(1)
             if readable:
                 chunk = os.read(stdin, 64)
