@@ -136,7 +136,10 @@ class ClusterBroker:
                                    ephemeral=True)
                 return
             except NodeExistsError:
-                data, stat = self.client.get(broker_path(self.broker_id))
+                try:
+                    data, stat = self.client.get(broker_path(self.broker_id))
+                except NoNodeError:  # the earlier session ended between the two calls
+                    continue
                 if stat.ephemeralOwner == self.client.client_id[0]:
                     return
                 if time.monotonic() > deadline:
