@@ -4,8 +4,9 @@ own parse of its SQL, never on the text.
 The front hands every SQL statement, expression string (``selectExpr``, ``F.expr``,
 ``filter("...")``) and table name of such a principal's request to ``PlanGuard``, which
 parses it with the endpoint's own parser (in the same JVM, so comments, nesting, quoting
-and ``FROM x INSERT ...`` read exactly as Spark will read them) and walks the unparsed
-plan, its subqueries and CTEs:
+and ``FROM x INSERT ...`` read exactly as Spark will read them) and walks the unresolved
+plan: every field of every plan node (a ``WINDOW`` clause's map, a CTE's pairs,
+``EXPLAIN``'s query), every expression's children and every subquery's plan:
 
 - every plan node must be a query operator or a read-only command (``ALLOWED_PLANS``):
   anything else (writes, DDL, ``SET``, ``CACHE``, SQL scripts, ``TRANSFORM ... USING``,
