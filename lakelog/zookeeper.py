@@ -47,17 +47,20 @@ def free_port() -> int:
 
 
 class ZooKeeperServer:
-    """One ZooKeeper server process on 127.0.0.1:``port`` keeping its data in ``directory``
-    (kept across ``stop``/``start``, as a restarted ZooKeeper keeps its data)."""
+    """One ZooKeeper server process on ``host``:``port`` (loopback by default) keeping its
+    data in ``directory`` (kept across ``stop``/``start``, as a restarted ZooKeeper keeps
+    its data)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, *,
+                 host: str = "127.0.0.1") -> None:
         self.directory = directory
+        self.host = host
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -72,7 +75,7 @@ class ZooKeeperServer:
             f"tickTime={TICK_MS}\n"
             f"dataDir={self.directory / 'data'}\n"
             f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={self.host}\n"
             "maxSessionTimeout=120000\n"
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\n"
@@ -106,7 +109,7 @@ class ZooKeeperServer:
     def ready(self) -> bool:
         """Serving: it answers ``srvr`` with its mode (it refuses while starting)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.create_connection((self.host, self.port), timeout=1) as s:
                 s.sendall(b"srvr")
                 answer = b""
                 while chunk := s.recv(4096):

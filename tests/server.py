@@ -32,8 +32,10 @@ def process_alive(pid: int) -> bool:
 class ServerProcess:
     """Start, stop (SIGTERM), kill (SIGKILL) and restart a server on one data directory."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, *,
+                 host: str = "127.0.0.1") -> None:
         self.data_dir = data_dir
+        self.host = host
         self.port = free_port()
         # Scheduled tiering and the SQL endpoint start Spark beside the server: only tests
         # that want them turn them on. Authentication is off (loopback) except in the tests of security.
@@ -50,14 +52,14 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 30) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [*self.command, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
-                 "--log-level", "warning"],
+                [*self.command, "serve", "--data-dir", str(self.data_dir), "--host", self.host,
+                 "--port", str(self.port), "--log-level", "warning"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -1,0 +1,148 @@
+"""What a nemesis run counts, from the clients' histories and the logs at the end.
+
+Each figure is a number, and each must be 0 (but ``acknowledged``, ``failed`` and the
+longest stretch without an acknowledgement, which describe the run):
+
+- ``lost``: acknowledged records the final logs do not hold;
+- ``duplicated``: copies of a value beyond its first in the final logs (every value is
+  sent once, by an idempotent producer);
+- ``misplaced``: acknowledged records the final log holds at another partition or
+  offset than their acknowledgement said, and offsets where a consumer saw another
+  value than the log holds (two values at one offset);
+- ``out_of_order``: offsets a consumer saw at or below the one it saw before, of the
+  same partition while it owned it;
+- ``unseen``: acknowledged records no consumer saw once the faults stopped;
+- ``commits_backwards``: committed offsets read lower than one read before;
+- ``replicas_differ``: partitions whose replicas are not byte-identical below the high
+  watermark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from log_tables.hot.batch import BatchScanner
+from log_tables.hot.hot_reader import list_segments
+from log_tables.layout import Layout
+from tests.cluster.nemesis.workload import Stretch
+
+FinalLog = dict[int, list[tuple[int, bytes]]]
+"""Per partition, (offset, value) from log start to the high watermark."""
+
+
+@dataclass
+class Verdict:
+    seed: int
+    seconds: float
+    acknowledged: int = 0
+    failed: int = 0
+    unanswered: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    misplaced: int = 0
+    out_of_order: int = 0
+    unseen: int = 0
+    commits_backwards: int = 0
+    replicas_differ: int = 0
+    longest_gap_s: float = 0.0
+    faults: list[str] = field(default_factory=list)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    COUNTED = ("lost", "duplicated", "misplaced", "out_of_order", "unseen",
+               "commits_backwards", "replicas_differ")
+
+    @property
+    def ok(self) -> bool:
+        return all(getattr(self, name) == 0 for name in self.COUNTED)
+
+    def summary(self) -> str:
+        counted = ", ".join(f"{name} {getattr(self, name)}" for name in self.COUNTED)
+        return (f"seed {self.seed} ({self.seconds:g}s, {len(self.faults)} faults): "
+                f"{self.acknowledged} acknowledged, {counted}; {self.failed} failed, "
+                f"{self.unanswered} unanswered, longest stretch without an "
+                f"acknowledgement {self.longest_gap_s:.1f}s")
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _example(verdict: Verdict, what: str, text: str) -> None:
+    found = verdict.examples.setdefault(what, [])
+    if len(found) < 10:
+        found.append(text)
+
+
+def check_records(verdict: Verdict, acked: Mapping[bytes, tuple[int, int]],
+                  final: FinalLog, stretches: Sequence[tuple[int, Stretch]]) -> None:
+    """Lost, duplicated, misplaced, out of order and unseen, into ``verdict``."""
+    where: dict[bytes, list[tuple[int, int]]] = {}
+    at: dict[tuple[int, int], bytes] = {}
+    for p, records in final.items():
+        for offset, value in records:
+            where.setdefault(value, []).append((p, offset))
+            at[(p, offset)] = value
+    verdict.acknowledged = len(acked)
+    for value, locations in where.items():
+        if len(locations) > 1:
+            verdict.duplicated += len(locations) - 1
+            _example(verdict, "duplicated", f"{value!r} at {locations}")
+    seen: set[bytes] = set()
+    for p, stretch in stretches:
+        previous = -1
+        for offset, value in zip(stretch.offsets, stretch.values, strict=True):
+            seen.add(value)
+            if offset <= previous:
+                verdict.out_of_order += 1
+                _example(verdict, "out_of_order", f"partition {p}: {offset} after {previous}")
+            previous = offset
+            held = at.get((p, offset))
+            if held is not None and held != value:
+                verdict.misplaced += 1
+                _example(verdict, "misplaced", f"a consumer saw {value!r} at {p}/{offset}, "
+                                               f"the log holds {held!r}")
+    for value, (p, offset) in acked.items():
+        locations = where.get(value, [])
+        if not locations:
+            verdict.lost += 1
+            _example(verdict, "lost", f"{value!r} acknowledged at {p}/{offset}, held there: "
+                                      f"{at.get((p, offset))!r}")
+        elif (p, offset) not in locations:
+            verdict.misplaced += 1
+            _example(verdict, "misplaced", f"{value!r} acknowledged at {p}/{offset}, held at "
+                                           f"{locations}")
+        if value not in seen:
+            verdict.unseen += 1
+            _example(verdict, "unseen", f"{value!r} at {p}/{offset}")
+
+
+def stored_batches(data_dir: Path, topic: str, partition: int) -> dict[int, bytes]:
+    """A replica's stored batches, base offset -> bytes, read from its segment files."""
+    directory = Layout.of(data_dir).partition_dir(topic, partition)
+    out: dict[int, bytes] = {}
+    for seg in list_segments(directory):
+        fd = os.open(seg.path, os.O_RDONLY)
+        try:
+            for b in BatchScanner(fd, str(seg.path), 0, os.fstat(fd).st_size):
+                out[b.header.base_offset] = bytes(b.raw)
+        finally:
+            os.close(fd)
+    return out
+
+
+def check_replicas(verdict: Verdict, data_dirs: Sequence[Path], topic: str,
+                   high_watermarks: Mapping[int, int]) -> None:
+    """Every replica's batches that begin below the high watermark and at or above the
+    log start all hold, byte for byte the same."""
+    for p, hw in high_watermarks.items():
+        replicas = [stored_batches(d, topic, p) for d in data_dirs]
+        low = max((min(r, default=0) for r in replicas), default=0)
+        trimmed = [{o: b for o, b in r.items() if low <= o < hw} for r in replicas]
+        if any(t != trimmed[0] for t in trimmed[1:]):
+            verdict.replicas_differ += 1
+            offsets = set(trimmed[0]).union(*trimmed[1:])
+            diff = sorted(o for o in offsets if len({t.get(o) for t in trimmed}) > 1)
+            _example(verdict, "replicas_differ",
+                     f"partition {p}: batches at {diff[:5]} not on every replica, or not equal")

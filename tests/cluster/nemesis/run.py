@@ -1,0 +1,180 @@
+"""One nemesis run, start to verdict (Jepsen's shape: a cluster, clients, faults, a check).
+
+1. ZooKeeper and three brokers, each in a network namespace of its own; a topic of
+   ``PARTITIONS`` partitions, replication factor 3, ``min.insync.replicas`` 2.
+2. Two idempotent acks=all producers (one bootstrapped on broker 1, one on broker 2)
+   sending keyed records as fast as they can; a group of two consumers (on brokers 2
+   and 3) committing every second; a watch on the committed offsets.
+3. The seed's faults for ``seconds``, then every fault healed, every broker running.
+4. The ISR whole again, the producers flushed, the consumers caught up with the high
+   watermarks; each partition read from its log start to its high watermark; the
+   brokers stopped cleanly and their replicas compared byte for byte.
+5. ``checker``'s figures: lost, duplicated, misplaced, out of order, unseen, commits
+   backwards, replicas that differ.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pyarrow as pa
+
+from tests.cluster.nemesis.checker import FinalLog, Verdict, check_records, check_replicas
+from tests.cluster.nemesis.cluster import NemesisCluster, nemesis_cluster
+from tests.cluster.nemesis.faults import Nemesis, schedule
+from tests.cluster.nemesis.network import network
+from tests.cluster.nemesis.workload import CommitWatch, Consuming, Producing
+from tests.server import CLUSTER
+
+log = logging.getLogger("nemesis")
+_T = TypeVar("_T")
+
+TOPIC = "nemesis"
+GROUP = "nemesis-group"
+PARTITIONS = 6
+SESSION_TIMEOUT_MS = 4000
+BROKER_ENV = {
+    "LAKELOG_ZOOKEEPER_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
+    "LAKELOG_REPLICA_LAG_TIME_MAX_MS": "4000",
+    "LAKELOG_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "10",
+    "LAKELOG_PRODUCE_TIMEOUT_MS": "10000",
+}
+HEAL_S = 180.0
+"""Deadline of each wait once the faults stop: a cluster that has not recovered by then
+fails the run."""
+
+
+class NotRecovered(AssertionError):
+    pass
+
+
+def wait_for(condition: Callable[[], _T | None], what: str, timeout_s: float = HEAL_S) -> _T:
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise NotRecovered(f"not within {timeout_s:g}s: {what}")
+        time.sleep(0.1)
+    return found
+
+
+def _create_topic(cluster: NemesisCluster) -> None:
+    def created() -> bool:
+        try:
+            r = httpx.post(cluster.url(1) + CLUSTER + "/topics", timeout=10, json={
+                "topic_name": TOPIC, "partitions_count": PARTITIONS, "replication_factor": 3,
+                "configs": [{"name": "min.insync.replicas", "value": "2"}]})
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 201
+
+    wait_for(created, f"topic {TOPIC} created", 60)
+    _wait_in_sync(cluster, 60)
+
+
+def _wait_in_sync(cluster: NemesisCluster, timeout_s: float = HEAL_S) -> None:
+    def whole() -> bool:
+        states = [cluster.state(TOPIC, p) for p in range(PARTITIONS)]
+        return all(s is not None and s.leader > 0 and len(s.isr) == 3 for s in states)
+
+    wait_for(whole, "every partition led with three in-sync replicas", timeout_s)
+
+
+def _high_watermarks(cluster: NemesisCluster) -> dict[int, int]:
+    out = {}
+    for p in range(PARTITIONS):
+        r = wait_for(lambda p=p: cluster.any_get(  # type: ignore[misc]
+            f"/topics/{TOPIC}/partitions/{p}/offsets", spec="latest"), f"the end of {p}")
+        out[p] = int(r.json()["offset"])
+    return out
+
+
+def _read(cluster: NemesisCluster, partition: int, end: int) -> list[tuple[int, bytes]]:
+    """The partition from its log start to ``end``, through any broker (as Arrow)."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    while offset < end:
+        def page(offset: int = offset) -> httpx.Response | None:
+            for i in cluster.ids:
+                try:
+                    r = httpx.get(
+                        f"{cluster.url(i)}{CLUSTER}/topics/{TOPIC}/partitions/{partition}/records",
+                        params={"offset": offset, "max_records": 10_000, "max_bytes": 8 << 20},
+                        headers={"accept": "application/vnd.apache.arrow.stream"}, timeout=30)
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 200:
+                    return r
+            return None
+
+        r = wait_for(page, f"partition {partition} from offset {offset}")
+        table = pa.ipc.open_stream(io.BytesIO(r.content)).read_all()
+        offsets = table.column("offset").to_pylist()
+        values = table.column("value").to_pylist()
+        out += [(o, v) for o, v in zip(offsets, values, strict=True) if o < end]
+        offset = int(r.headers["lakelog-next-offset"])
+        if not offsets and offset < end:
+            raise NotRecovered(f"partition {partition}: nothing at {offset}, below the "
+                               f"high watermark {end}")
+    return out
+
+
+def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
+    """One run; the verdict holds every figure (``Verdict.ok``: all counted are 0)."""
+    verdict = Verdict(seed, seconds)
+    faults = schedule(seed, seconds, SESSION_TIMEOUT_MS / 1000)
+    with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
+        _create_topic(cluster)
+        urls = [cluster.url(i) for i in cluster.ids]
+        producers = [Producing("p1", urls[0], TOPIC), Producing("p2", urls[1], TOPIC)]
+        consumers = [Consuming("c1", urls[1], GROUP, TOPIC),
+                     Consuming("c2", urls[2], GROUP, TOPIC)]
+        watch = CommitWatch(urls, GROUP)
+        for worker in [*producers, *consumers, watch]:
+            worker.start()
+        wait_for(lambda: all(p.acked for p in producers), "the first acknowledgements", 60)
+        nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1)
+        try:
+            nemesis.run()
+        finally:
+            nemesis.heal()
+        verdict.faults = nemesis.history
+        if nemesis.errors:
+            raise NotRecovered(f"faults not dealt: {nemesis.errors}")
+        _wait_in_sync(cluster)
+        verdict.unanswered = sum(p.finish(120) for p in producers)
+        hws = _high_watermarks(cluster)
+        wait_for(lambda: _caught_up(consumers, hws), "the consumers caught up")
+        for c in consumers:
+            c.stop()
+        watch.stop()
+        final: FinalLog = {p: _read(cluster, p, hw) for p, hw in hws.items()}
+        cluster.stop_all()
+        acked = {v: loc for p in producers for v, loc in p.acked.items()}
+        verdict.failed = sum(len(p.failed) for p in producers)
+        verdict.longest_gap_s = max(p.longest_gap_s for p in producers)
+        check_records(verdict, acked, final,
+                      [s for c in consumers for s in c.stretches])
+        verdict.commits_backwards = len(watch.backwards)
+        verdict.examples["commits_backwards"] = watch.backwards[:10]
+        check_replicas(verdict, [cluster.servers[i].data_dir for i in cluster.ids], TOPIC, hws)
+    return verdict
+
+
+def _caught_up(consumers: list[Consuming], hws: dict[int, int]) -> bool:
+    highest: dict[int, int] = {}
+    for c in consumers:
+        for p, stretch in c.stretches:
+            if stretch.offsets:
+                highest[p] = max(highest.get(p, -1), stretch.offsets[-1])
+    return all(hw == 0 or highest.get(p, -1) >= hw - 1 for p, hw in hws.items())
+
+
+def write_json(verdicts: list[Verdict], path: Path) -> None:
+    path.write_text(json.dumps([v.as_json() for v in verdicts], indent=1, default=str))

@@ -1,0 +1,204 @@
+"""What users do while the nemesis works: the project's own clients, as a user runs them.
+
+- ``Producing``: one idempotent acks=all ``Producer`` sending keyed records, each value
+  unique (``<name>-<n>``), as fast as it can with at most ``max_outstanding`` records
+  unanswered; it keeps every acknowledgement (value -> partition, offset), every
+  failure, and the longest stretch without an acknowledgement.
+- ``Consuming``: one member of a consumer group (auto-commit on, every second) that
+  keeps what it saw per partition, in the order it saw it, cut where its assignment
+  changed (a new owner may read again from the committed offset).
+- ``CommitWatch``: reads the group's committed offsets through any broker every
+  ``every_s`` and counts those that moved backwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from lakelog.client import Consumer, Producer
+from lakelog.client.futures import FutureRecordMetadata
+from lakelog.client.structs import TopicPartition
+from tests.server import CLUSTER
+
+
+class Producing(threading.Thread):
+    def __init__(self, name: str, bootstrap: str | Sequence[str], topic: str, *,
+                 keys: int = 1000, max_outstanding: int = 20_000) -> None:
+        super().__init__(name=f"nemesis-producer-{name}", daemon=True)
+        self.label = name
+        self.topic = topic
+        self.keys = keys
+        self.producer = Producer(bootstrap, acks="all", linger_ms=5)  # type: ignore[arg-type]
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.failed: dict[bytes, str] = {}
+        self.sent = 0
+        self.longest_gap_s = 0.0
+        self._last_ack = time.monotonic()
+        self._room = threading.Semaphore(max_outstanding)
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self._halt.is_set():
+            if not self._room.acquire(timeout=0.5):
+                continue
+            value = f"{self.label}-{n}".encode()
+            try:
+                future = self.producer.send(self.topic, value, key=f"k{n % self.keys}".encode())
+            except Exception as exc:  # refused at send (buffer full past max_block_ms)
+                self._room.release()
+                with self._lock:
+                    self.failed[value] = f"send: {exc}"
+                n += 1
+                continue
+            future.add_done_callback(functools.partial(self._answered, value))
+            n += 1
+            self.sent = n
+
+    def _answered(self, value: bytes, future: FutureRecordMetadata) -> None:
+        self._room.release()
+        exc = future.exception()
+        now = time.monotonic()
+        with self._lock:
+            if exc is not None:
+                self.failed[value] = f"{type(exc).__name__}: {exc}"
+                return
+            meta = future.result()
+            self.acked[value] = (meta.partition, meta.offset)
+            self.longest_gap_s = max(self.longest_gap_s, now - self._last_ack)
+            self._last_ack = now
+
+    def stop_sending(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+    def finish(self, timeout_s: float) -> int:
+        """Stop sending, wait for the answers (up to ``timeout_s``), close; how many
+        records were left without an answer."""
+        self.stop_sending()
+        with contextlib.suppress(Exception):
+            self.producer.flush(timeout_s)
+        with self._lock:
+            unanswered = self.sent - len(self.acked) - len(self.failed)
+        with contextlib.suppress(Exception):
+            self.producer.close()
+        return unanswered
+
+
+@dataclass
+class Stretch:
+    """What a consumer saw of one partition while it owned it, in order."""
+
+    offsets: list[int] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+
+
+class Consuming(threading.Thread):
+    def __init__(self, name: str, bootstrap: str | Sequence[str], group: str,
+                 topic: str) -> None:
+        super().__init__(name=f"nemesis-consumer-{name}", daemon=True)
+        self.label = name
+        self.topic = topic
+        self.stretches: list[tuple[int, Stretch]] = []
+        """(partition, what was seen of it during one ownership), in the order they began."""
+        self._current: dict[int, Stretch] = {}
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+        self.consumer = Consumer(bootstrap, group, [topic], auto_offset_reset="earliest",  # type: ignore[arg-type]
+                                 enable_auto_commit=True, auto_commit_interval_ms=1000,
+                                 session_timeout_ms=10_000, default_api_timeout_ms=600_000,
+                                 on_assign=self._assigned, on_revoke=self._revoked)
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._restart(tp.partition)
+
+    def _revoked(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._current.pop(tp.partition, None)
+
+    def _restart(self, partition: int) -> Stretch:
+        stretch = self._current[partition] = Stretch()
+        self.stretches.append((partition, stretch))
+        return stretch
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                batch = self.consumer.poll_batch(timeout_s=0.5)
+            except Exception as exc:  # counted; the consumer goes on as a user's would
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self._halt.wait(0.5)
+                continue
+            if not batch.num_rows:
+                continue
+            partitions = batch.column("partition").to_pylist()
+            offsets = batch.column("offset").to_pylist()
+            values = batch.column("value").to_pylist()
+            for p, o, v in zip(partitions, offsets, values, strict=True):
+                stretch = self._current.get(p) or self._restart(p)
+                stretch.offsets.append(o)
+                stretch.values.append(v)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+
+    def positions(self) -> dict[int, int]:
+        """The next offset this consumer reads of each partition it owns."""
+        out = {}
+        for tp in self.consumer.assignment():
+            pos = self.consumer.position(tp)
+            if pos is not None:
+                out[tp.partition] = pos
+        return out
+
+
+class CommitWatch(threading.Thread):
+    """The group's committed offsets, read through any broker; counts each offset seen
+    lower than one seen before for the same partition."""
+
+    def __init__(self, urls: Sequence[str], group: str, every_s: float = 0.5) -> None:
+        super().__init__(name="nemesis-commit-watch", daemon=True)
+        self.urls = list(urls)
+        self.group = group
+        self.every_s = every_s
+        self.highest: dict[tuple[str, int], int] = {}
+        self.backwards: list[str] = []
+        self.reads = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=2) as http:
+            i = 0
+            while not self._halt.wait(self.every_s):
+                url = self.urls[i % len(self.urls)]
+                i += 1
+                try:
+                    r = http.get(f"{url}{CLUSTER}/consumer-groups/{self.group}/offsets")
+                except httpx.HTTPError:
+                    continue
+                if r.status_code != 200:
+                    continue
+                self.reads += 1
+                for row in r.json()["offsets"]:
+                    key = (row["topic_name"], int(row["partition_id"]))
+                    offset = int(row["offset"])
+                    before = self.highest.get(key, -1)
+                    if offset < before:
+                        self.backwards.append(f"{key}: {before} -> {offset} via {url}")
+                    self.highest[key] = max(before, offset)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
