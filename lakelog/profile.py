@@ -73,10 +73,14 @@ def load_profile() -> Profile:
 
 def normalize_url(url: str) -> str:
     """A server address as given (``host:port`` as Kafka's ``--bootstrap-server`` takes it,
-    or a full URL) as a base URL without a trailing slash."""
+    or a full URL) as a base URL without a trailing slash; several, separated by commas
+    (brokers of one cluster, Kafka's ``bootstrap.servers``), each so, joined by commas."""
+    if "," in url:
+        parts = [normalize_url(part) for part in url.split(",") if part.strip()]
+        if not parts:
+            raise LakelogError(f"{url!r} names no server: give host:port")
+        return ",".join(dict.fromkeys(parts))
     given = url.strip()
-    if "," in given:
-        raise LakelogError(f"{given!r}: lakelog answers on one address; give one host:port")
     url = given if "://" in given else "http://" + given
     why = ""
     try:
@@ -119,9 +123,18 @@ def admin_key_path() -> Path:
 
 
 def find_api_key(url: str, given: str | None = None, given_as: str = "api_key") -> ApiKey:
-    """The API key for ``url``, in the order the module docstring gives."""
+    """The API key for ``url``, in the order the module docstring gives. For several
+    brokers (separated by commas), the key every one of them gets; none when they differ
+    (a key is never sent to a broker it was not found for)."""
     if given:
         return ApiKey(given, given_as, (given_as,))
+    if "," in url:
+        found = [find_api_key(u) for u in url.split(",") if u.strip()]
+        if len({f.key for f in found}) == 1:
+            return found[0]
+        looked = tuple(dict.fromkeys(x for f in found for x in f.looked))
+        return ApiKey(None, "", (*looked, f"(the brokers of {url} would get different keys: "
+                                          "give one)"))
     looked = [given_as, "LAKELOG_API_KEY"]
     if env := os.environ.get("LAKELOG_API_KEY"):
         return ApiKey(env, "LAKELOG_API_KEY", tuple(looked))

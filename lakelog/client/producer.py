@@ -63,6 +63,7 @@ import httpx
 
 from lakelog.client.accumulator import RecordAccumulator
 from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
+from lakelog.client.bootstrap import bootstrap_urls, describe_servers
 from lakelog.client.errors import raise_for
 from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally
 from lakelog.client.http import api_client, default_api_key
@@ -94,7 +95,7 @@ class Producer:
     may pass it by one record each).
     """
 
-    def __init__(self, url: str, *, acks: Literal["all", "1", "0"] = "all",
+    def __init__(self, url: str | Sequence[str], *, acks: Literal["all", "1", "0"] = "all",
                  linger_ms: float = 5.0, batch_records: int = 1000, batch_bytes: int = 1 << 20,
                  batch_size: int | None = None, max_in_flight_requests_per_connection: int = 5,
                  max_buffered_records: int = 100_000, idempotent: bool = True,
@@ -115,14 +116,19 @@ class Producer:
             batch_bytes = batch_size
         if batch_bytes < 1:
             raise ValueError("batch_size must be 1 or more")
-        self.url = url.rstrip("/")
+        self.bootstrap_servers = bootstrap_urls(url)
+        """The brokers given (``url``: one, a list, or a string of them with commas)."""
+        self.url = self.bootstrap_servers[0]
+        where = describe_servers(self.bootstrap_servers)
         self.policy = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms,
                                   resolve_request_timeout_ms(request_timeout_ms, timeout_s, 30_000))
-        self._http = api_client(url, "", api_key, verify, self.policy.request_timeout_ms / 1000)
+        self._http = api_client(self.bootstrap_servers, "", api_key, verify,
+                                self.policy.request_timeout_ms / 1000)
         self._brokers: dict[str, httpx.Client] = {}
+        key = api_key or default_api_key(self.bootstrap_servers)
         self._leaders = Leaders(self.url, self._http, lambda u: self._brokers.setdefault(
-            u, api_client(u, "", api_key or default_api_key(url), verify,
-                          self.policy.request_timeout_ms / 1000)))
+            u, api_client(u, "", key, verify, self.policy.request_timeout_ms / 1000)))
+        self._where = where
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
@@ -140,7 +146,7 @@ class Producer:
             batch_records=batch_records, batch_bytes=batch_bytes,
             max_buffered=max_buffered_records)
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
-                              self.policy, url=self.url, acks=acks, idempotent=idempotent,
+                              self.policy, url=where, acks=acks, idempotent=idempotent,
                               delivery_timeout_ms=delivery_timeout_ms,
                               max_in_flight=max_in_flight_requests_per_connection)
 
@@ -154,7 +160,7 @@ class Producer:
         n = self._partitions.get(topic)
         if n is None:
             attempts = Attempts(self.policy, time.monotonic() + self.max_block_ms / 1000,
-                                f"GET /topics/{topic}", self.url,
+                                f"GET /topics/{topic}", self._where,
                                 f"max_block_ms={self.max_block_ms:g}")
             r = call(lambda t: self._http.get(f"/topics/{topic}", timeout=t), attempts,
                      idempotent=True)
@@ -177,7 +183,7 @@ class Producer:
         acc = self._accumulator
         incoming = acc.incoming
         if len(incoming) >= acc.room:
-            acc.wait_for_room(topic, 1, self.max_block_ms, self.url)
+            acc.wait_for_room(topic, 1, self.max_block_ms, self._where)
         record = FutureRecordMetadata(self._deliveries, topic, monotonic(), key, value,
                                       partition, extra)
         incoming.append(record)
@@ -208,7 +214,7 @@ class Producer:
                 for k, v in records]
         tally._add(len(made))
         # Through the incoming queue, as send's records: a partition's keep their order.
-        self._accumulator.append_many(made, topic, self.max_block_ms, self.url)
+        self._accumulator.append_many(made, topic, self.max_block_ms, self._where)
         return tally
 
     def flush(self, timeout_s: float | None = None) -> None:

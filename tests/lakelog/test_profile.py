@@ -29,10 +29,22 @@ def _profile(home: Path, text: str) -> Path:
 def test_addresses_as_kafka_users_give_them() -> None:
     assert normalize_url("127.0.0.1:8080") == "http://127.0.0.1:8080"
     assert normalize_url(" https://h.example:8443/ ") == "https://h.example:8443"
-    for bad, why in (("a:1,b:2", "one address"), ("ftp://x", "not a server address"),
-                     ("h:port", "Invalid port")):
+    # Several brokers of a cluster, as Kafka's bootstrap.servers: each normalized, once.
+    assert normalize_url("a:1, https://b:2/,a:1") == "http://a:1,https://b:2"
+    for bad, why in ((",", "names no server"), ("ftp://x", "not a server address"),
+                     ("h:port", "Invalid port"), ("a:1,ftp://x", "not a server address")):
         with pytest.raises(LakelogError, match=why):
             normalize_url(bad)
+
+
+def test_a_local_key_goes_to_a_list_of_brokers_only_when_all_are_local(
+        home: Path) -> None:
+    (home / "data" / "security").mkdir(parents=True)
+    (home / "data" / "security" / "admin.key").write_text("llk_1:file\n")
+    assert find_api_key("http://127.0.0.1:1,http://127.0.0.2:2").key == "llk_1:file"
+    mixed = find_api_key("http://127.0.0.1:1,https://remote.example:8443")
+    assert mixed.key is None
+    assert "different keys" in mixed.looked[-1]
 
 
 def test_the_key_is_found_flag_then_environment_then_profile_then_key_file(
