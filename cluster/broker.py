@@ -61,11 +61,13 @@ PRODUCER_EPOCHS = "/lakelog/producer_epochs"
 class ClusterBroker:
     def __init__(self, broker_id: int, session: ZkSession, info: BrokerInfo,
                  manager: LogManager, *, topic_defaults: Mapping[str, str] | None = None,
-                 balance: BalanceOptions | None = None) -> None:
+                 balance: BalanceOptions | None = None,
+                 offsets_topic_replication_factor: int = 3) -> None:
         """``session``: started already (the server reads its security from ZooKeeper
         before the logs are open). ``topic_defaults``: this broker's defaults of topic
         configs by Kafka name (``ApiSettings.topic_defaults``), for topics that do not
-        set their own; ``balance``: the controller's preferred leader rebalancing."""
+        set their own; ``balance``: the controller's preferred leader rebalancing;
+        ``offsets_topic_replication_factor``: the replicas of each coordinator slot."""
         self.broker_id = broker_id
         self.topic_defaults = dict(topic_defaults or {})
         self.info = info
@@ -75,8 +77,10 @@ class ClusterBroker:
         session.on_lease_change = lambda _held: self._write_leadership()
         self.client = self.session.client
         self.view = ClusterView(self.client)
-        self.controller = Controller(self.client, broker_id,
-                                     topic_defaults=self.topic_defaults, **(balance or {}))
+        self.controller = Controller(
+            self.client, broker_id, topic_defaults=self.topic_defaults,
+            offsets_topic_replication_factor=offsets_topic_replication_factor,
+            **(balance or {}))
         self.view.listeners.append(self._changed)
         self._leadership_written: dict[str, list[int]] | None = None
         self._leadership_lock = threading.Lock()

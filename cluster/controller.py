@@ -44,11 +44,17 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from cluster.assign import assign_replicas
-from cluster.election import after_brokers_changed, imbalanced, to_preferred
+from cluster.election import (
+    after_brokers_changed,
+    after_brokers_changed_recordless,
+    imbalanced,
+    to_preferred,
+)
 from cluster.model import (
     BROKERS,
     CONTROLLER,
     CONTROLLER_EPOCH,
+    RECORDLESS_TOPICS,
     TOPICS,
     BrokerInfo,
     PartitionState,
@@ -108,11 +114,14 @@ class Controller:
                  topic_defaults: Mapping[str, str] | None = None,
                  auto_leader_rebalance_enable: bool = True,
                  leader_imbalance_check_interval_seconds: float = 300,
-                 leader_imbalance_per_broker_percentage: int = 10) -> None:
+                 leader_imbalance_per_broker_percentage: int = 10,
+                 offsets_topic_replication_factor: int = 3) -> None:
         """``topic_defaults``: the broker's defaults of topic configs by Kafka name (the
         controller reads ``unclean.leader.election.enable`` there for a topic that does
-        not set its own)."""
+        not set its own). ``offsets_topic_replication_factor``: the replicas each
+        coordinator slot gets, as brokers live to hold them."""
         self.client = client
+        self.offsets_topic_replication_factor = offsets_topic_replication_factor
         self.broker_id = broker_id
         self.topic_defaults = dict(topic_defaults or {})
         self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
@@ -271,10 +280,13 @@ class Controller:
                        if b in self._seen_epochs and self._seen_epochs[b] != e}
             changed = 0
             for topic, assignment in self._assignments():
+                recordless = topic in RECORDLESS_TOPICS
+                if recordless:
+                    assignment = self._grow_replicas(topic, assignment, live)
                 unclean = self._unclean(topic, assignment)
                 for p, replicas in enumerate(assignment.replicas):
                     changed += self._reconcile_partition(topic, p, replicas, epochs, bounced,
-                                                         unclean)
+                                                         unclean, recordless)
             self._seen_epochs = epochs
             return changed
 
@@ -296,11 +308,14 @@ class Controller:
             return False
 
     def _reconcile_partition(self, topic: str, partition: int, replicas: Sequence[int],
-                             live: Mapping[int, int], bounced: set[int], unclean: bool) -> int:
+                             live: Mapping[int, int], bounced: set[int], unclean: bool,
+                             recordless: bool = False) -> int:
         """One partition's step 2: its state after the brokers' changes, written on the
         znode version it was read at (read again when its leader changed the ISR)."""
         def decide(state: PartitionState) -> tuple[PartitionState, str] | None:
-            change = after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
+            change = after_brokers_changed_recordless(
+                state, replicas, live, bounced, self.epoch) if recordless else \
+                after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
             return None if change is None else (change.state, change.kind)
 
         written = self._rewrite_state(topic, partition, decide)
@@ -322,6 +337,44 @@ class Controller:
                      state.leader, new.leader, new.leader_epoch, new.isr)
         step("leader-written")
         return 1
+
+    def _grow_replicas(self, topic: str, assignment: TopicAssignment,
+                       live: Mapping[int, tuple[BrokerInfo, int]]) -> TopicAssignment:
+        """A record-less topic (the coordinator slots) made while fewer brokers lived, or
+        by a lakelog that gave it one replica: each partition gets live brokers as new
+        replicas up to ``offsets_topic_replication_factor`` (nothing to copy: they are in
+        sync at once, as the reconcile then writes). One conditional write of the topic."""
+        target = min(self.offsets_topic_replication_factor, len(live))
+        if all(len(rs) >= target for rs in assignment.replicas):
+            return assignment
+        load = {b: 0 for b in live}
+        for rs in assignment.replicas:
+            for b in rs:
+                if b in load:
+                    load[b] += 1
+        grown: list[list[int]] = []
+        for rs in assignment.replicas:
+            rs = list(rs)
+            for b in sorted(load, key=lambda b: (load[b], b)):
+                if len(rs) >= target:
+                    break
+                if b not in rs:
+                    rs.append(b)
+                    load[b] += 1
+            grown.append(rs)
+        updated = TopicAssignment(grown, assignment.configs, assignment.topic_id,
+                                  assignment.created_ms)
+        try:
+            current, version = self._topic(topic)
+            if current != assignment:
+                return current  # changed meanwhile: the next reconcile looks again
+            self._commit([("set_data", (topic_path(topic), encode(updated)),
+                           {"version": version})])
+        except (BadVersionError, UnknownTopicError):
+            return assignment
+        log.info("%s: each coordinator slot now has %d replicas", topic, target)
+        step("replicas-grown")
+        return updated
 
     def _rewrite_state(self, topic: str, partition: int,
                        decide: Callable[[PartitionState], tuple[PartitionState, str] | None]

@@ -23,6 +23,11 @@ and it has to catch up like any returning follower).
   it is kept whole: the ZooKeeper ISR is what acks=all waited for, so each of them holds
   every acknowledged record;
 
+``after_brokers_changed_recordless`` (the same step for a partition that holds no
+records, a coordinator slot whose state is kept elsewhere): every live replica is in
+sync, a returning one included; the leader stays while it is usable, else the first
+usable replica (or a bounced one) leads at leader epoch + 1; none live: offline.
+
 ``to_preferred`` (preferred leader election): the first replica leads again when it is
 live and in the ISR, leader epoch + 1, ISR unchanged.
 """
@@ -71,6 +76,27 @@ def after_brokers_changed(state: PartitionState, replicas: Sequence[int],
     if state.leader == NO_LEADER:
         return None  # still offline
     return Change(PartitionState(NO_LEADER, epoch, list(state.isr), controller_epoch), "leader")
+
+
+def after_brokers_changed_recordless(state: PartitionState, replicas: Sequence[int],
+                                     live: Collection[int], bounced: Collection[int],
+                                     controller_epoch: int) -> Change | None:
+    """The state step 2 writes for a partition without records (None: nothing to change)."""
+    alive = [b for b in replicas if b in live]
+    usable = [b for b in alive if b not in bounced]
+    if state.leader != NO_LEADER and state.leader in usable:
+        if alive == state.isr:
+            return None
+        return Change(PartitionState(state.leader, state.leader_epoch, alive,
+                                     controller_epoch), "isr")
+    if alive:
+        leader = (usable or alive)[0]
+        return Change(PartitionState(leader, state.leader_epoch + 1, alive, controller_epoch),
+                      "leader")
+    if state.leader == NO_LEADER:
+        return None
+    return Change(PartitionState(NO_LEADER, state.leader_epoch + 1, list(state.isr),
+                                 controller_epoch), "leader")
 
 
 def to_preferred(state: PartitionState, replicas: Sequence[int], live: Collection[int],

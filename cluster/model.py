@@ -12,7 +12,9 @@ Layout (under the cluster's chroot), after Kafka's ZooKeeper mode::
 
 The topic ``__consumer_offsets`` holds no records: its partitions are the consumer group
 coordinator slots, and the broker that leads slot ``hash(group) % partitions`` coordinates
-the group (Kafka's coordinator lookup).
+the group (Kafka's coordinator lookup). Its partitions are replicated (Kafka's
+``offsets.topic.replication.factor``) so that the coordinator moves with leadership; with
+no records, every live replica is in sync (``RECORDLESS_TOPICS``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ _T = TypeVar("_T")
 
 NO_LEADER = -1
 OFFSETS_TOPIC = "__consumer_offsets"
+RECORDLESS_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Topics whose partitions hold no records (their state is kept elsewhere): elected and
+kept in sync by ``cluster.election.after_brokers_changed_recordless``."""
 
 BROKERS = "/brokers/ids"
 TOPICS = "/brokers/topics"

@@ -24,6 +24,15 @@ fenced).
 
 Everything here runs on the server's event loop; only offset commits wait (for
 their Delta append, see ``offsets.OffsetStore``).
+
+In a cluster a group's coordinator is the leader of its coordinator slot
+(``cluster.coordinators``), and moves with it: ``epoch_of(group)`` says at which
+coordinator epoch this server coordinates a group (None: it does not). A commit is
+written at that epoch and answered only if the epoch still holds after the write
+(else NOT_COORDINATOR: the commit may be in the table; the member commits again at the
+new coordinator). The server drops the groups of a slot it no longer leads
+(``unload``) and reads their offsets anew when it leads it again (``reload``); their
+members join again there (their membership lives in the coordinator's memory).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from consumer_groups.errors import (
 from consumer_groups.offsets import Change, Committed, OffsetKey, OffsetStore
 from log_tables.errors import (
     InvalidOptionError,
+    NotCoordinatorError,
     QueueFullError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -133,9 +143,11 @@ class GroupCoordinator:
     def __init__(self, store: OffsetStore, partitions_of: Callable[[str], int | None], *,
                  max_groups: int = 10_000, max_members: int = 1_000,
                  offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 epoch_of: Callable[[str], int | None] = lambda _group: 0) -> None:
         self.store = store
         self.partitions_of = partitions_of
+        self.epoch_of = epoch_of
         self.max_groups = max_groups
         self.max_members = max_members
         self.offsets_retention_ms = offsets_retention_ms
@@ -338,9 +350,32 @@ class GroupCoordinator:
     async def commit(self, group_id: str, member_id: str | None, epoch: int,
                      offsets: list[tuple[str, int, int, str | None]]) -> None:
         changes = self.check_commit(group_id, member_id, epoch, offsets)
-        await self.store.commit(changes)
+        await self._write(group_id, changes)
         # The member may have been fenced while the append ran: its offsets are in Delta
         # (they were valid when checked), exactly as Kafka's log has them.
+
+    async def _write(self, group_id: str, changes: list[Change]) -> None:
+        """Write at this coordinator's epoch; answered only if it still holds after."""
+        at = self.epoch_of(group_id)
+        if at is None:
+            raise NotCoordinatorError(f"this broker does not coordinate group {group_id!r} "
+                                      f"(any more); ask for its coordinator again")
+        await self.store.commit(changes, at)
+        if self.epoch_of(group_id) != at:
+            raise NotCoordinatorError(
+                f"group {group_id!r}'s coordinator moved while its offsets were written "
+                f"(they may be committed); commit again at the new coordinator")
+
+    def unload(self, wanted: Callable[[str], bool]) -> int:
+        """Drop the groups ``wanted`` (another broker coordinates them now): their members
+        and what the store holds of them. Returns how many groups had members here."""
+        gone = [g for g in self.groups if wanted(g)]
+        for g in gone:
+            del self.groups[g]
+        if gone:
+            self.membership_version += 1
+        self.store.forget_groups(wanted)
+        return len(gone)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.store.group_offsets(group_id)
@@ -355,8 +390,8 @@ class GroupCoordinator:
 
     def _expired(self, group_id: str, newest_commit_ms: int) -> bool:
         group = self.groups.get(group_id)
-        if group is not None and group.members:
-            return False
+        if (group is not None and group.members) or self.epoch_of(group_id) is None:
+            return False  # in use, or another broker's to judge
         return newest_commit_ms < time.time() * 1000 - self.offsets_retention_ms
 
     def require_empty(self, group_id: str, action: str) -> None:
@@ -371,5 +406,5 @@ class GroupCoordinator:
         changes: list[Change] = [(OffsetKey(group_id, t, p), None)
                                  for (t, p) in self.committed(group_id)]
         if changes:
-            await self.store.commit(changes)
+            await self._write(group_id, changes)
         self.groups.pop(group_id, None)

@@ -1,17 +1,24 @@
 """``<warehouse>/_consumer_offsets``: committed offsets of consumer groups, in Delta.
 
 Every commit is a row (group, topic, partition, offset, metadata, commit time,
-member id and epoch, and ``seq``, a sequence number that orders rows across
-commits and restarts); the latest row of a key wins, and a row with a null
-offset is a tombstone (group deleted or expired). Commits from many requests are
-batched by one writer thread into one Delta append: it takes what is queued,
-waits up to ``max_wait_ms`` for more, appends, and only then answers every
-waiter. Every ``compact_every`` appends it rewrites the table to the latest row
-per key (dropping tombstones and expired groups), checkpoints it and vacuums
-files older than the grace period, so the table and its log stay small.
+member id and epoch, and ``seq``, which orders the rows of a key across commits,
+restarts and coordinators); the latest row of a key wins, and a row with a null
+offset is a tombstone (group deleted or expired). ``seq`` is the coordinator epoch
+(the leader epoch of the group's coordinator slot in a cluster, 0 for a cluster of
+one) in its high bits above ``SEQ_BITS`` and a counter below: a group's commits are
+made by one coordinator at a time, a new one has a higher epoch, so its rows order
+after the old one's even when the old one writes late. Commits from many requests
+are batched by one writer thread into one Delta append: it takes what is queued,
+waits up to ``max_wait_ms`` for more, appends, and only then answers every waiter.
+Every ``compact_every`` appends it rewrites the table to the latest row per key as
+the table holds them (every broker's commits), keeping their ``seq``, dropping
+tombstones and expired groups (``expired`` says which: in a cluster, only groups
+this broker coordinates), then checkpoints it and vacuums files older than the
+grace period, so the table and its log stay small.
 
-The server is the only writer; readers (the SQL views, ``lakelog sql``) read
-any snapshot.
+In a cluster every broker's store writes the one table: each coordinator commits its
+groups' offsets; a broker that becomes a group's coordinator reads them first
+(``reload_groups``). Readers (the SQL views, ``lakelog sql``) read any snapshot.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ SCHEMA = pa.schema([
 ])
 SPARK_DDL = ("`group` STRING, topic STRING, partition INT, offset BIGINT, metadata STRING, "
              "commit_timestamp TIMESTAMP, member_id STRING, member_epoch INT, seq BIGINT")
+SEQ_BITS = 40
+"""``seq`` = coordinator epoch << SEQ_BITS | a counter of the store that wrote it."""
+_COUNTER = (1 << SEQ_BITS) - 1
 
 
 class OffsetKey(NamedTuple):
@@ -77,6 +87,7 @@ def offsets_uri(warehouse: str) -> str:
 
 class _Pending(NamedTuple):
     changes: list[Change]
+    epoch: int
     future: concurrent.futures.Future[None]
 
 
@@ -108,28 +119,64 @@ class OffsetStore:
 
     # -- reading -------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read the table (if any): the latest row per key wins; tombstones remove."""
-        try:
-            dt = load_table(self.uri)
-        except TableNotFoundError:
-            return
+    def _latest_rows(self, dt: DeltaTable | None = None) -> tuple[pa.Table, int] | None:
+        """The table's latest row of each key (tombstones included), in ``seq`` order, and
+        the Delta version read (of ``dt``, else of the table as it is now); None when
+        there is no table yet."""
+        if dt is None:
+            try:
+                dt = load_table(self.uri)
+            except TableNotFoundError:
+                return None
         table = dt.to_pyarrow_table().sort_by("seq")
+        keys = zip(table.column("group").to_pylist(), table.column("topic").to_pylist(),
+                   table.column("partition").to_pylist(), strict=True)
+        last = {key: i for i, key in enumerate(keys)}
+        return table.take(sorted(last.values())), dt.version()
+
+    def _committed(self, rows: pa.Table, wanted: Callable[[str], bool] | None = None
+                   ) -> dict[OffsetKey, Committed]:
+        """The committed offsets of ``rows`` (of the groups ``wanted``), tombstones left
+        out; the counter moves past every ``seq`` seen."""
         latest: dict[OffsetKey, Committed] = {}
-        cols = {name: table.column(name).to_pylist() for name in SCHEMA.names}
-        for i in range(table.num_rows):
-            key = OffsetKey(cols["group"][i], cols["topic"][i], cols["partition"][i])
+        cols = {name: rows.column(name).to_pylist() for name in SCHEMA.names}
+        for i in range(rows.num_rows):
+            self._seq = max(self._seq, (cols["seq"][i] & _COUNTER) + 1)
             offset = cols["offset"][i]
-            if offset is None:
-                latest.pop(key, None)
+            if offset is None or (wanted is not None and not wanted(cols["group"][i])):
                 continue
             ts: datetime = cols["commit_timestamp"][i]
+            key = OffsetKey(cols["group"][i], cols["topic"][i], cols["partition"][i])
             latest[key] = Committed(offset, cols["metadata"][i], int(ts.timestamp() * 1000),
                                     cols["member_id"][i], cols["member_epoch"][i])
-        self.latest = latest
-        self._seq = (max(cols["seq"]) + 1) if cols["seq"] else 0
+        return latest
+
+    def load(self) -> None:
+        """Read the table (if any): the latest row per key wins; tombstones remove."""
+        found = self._latest_rows()
+        if found is None:
+            return
+        rows, version = found
+        self.latest = self._committed(rows)
         log.info("loaded %d committed offsets of %d groups from %s (Delta version %d)",
-                 len(latest), len({k.group for k in latest}), self.uri, dt.version())
+                 len(self.latest), len({k.group for k in self.latest}), self.uri, version)
+
+    def reload_groups(self, wanted: Callable[[str], bool]) -> int:
+        """Read the latest committed offsets of the groups ``wanted`` from the table as it
+        is now (every broker's commits), in place of what this store held of them: a
+        broker that becomes their coordinator. Returns how many were read."""
+        found = self._latest_rows()
+        fresh = self._committed(found[0], wanted) if found is not None else {}
+        for key in [k for k in list(self.latest) if wanted(k.group)]:
+            self.latest.pop(key, None)
+        self.latest.update(fresh)
+        return len(fresh)
+
+    def forget_groups(self, wanted: Callable[[str], bool]) -> None:
+        """Drop what this store holds of the groups ``wanted`` (another broker coordinates
+        them now: what is here would go stale)."""
+        for key in [k for k in list(self.latest) if wanted(k.group)]:
+            self.latest.pop(key, None)
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], Committed]:
         return {(k.topic, k.partition): c for k, c in list(self.latest.items()) if k.group == group}
@@ -143,8 +190,9 @@ class OffsetStore:
         self._thread = threading.Thread(target=self._run, name="lakelog-offsets", daemon=True)
         self._thread.start()
 
-    def submit(self, changes: list[Change]) -> concurrent.futures.Future[None]:
-        """Queue changes for the next Delta append; the future completes after it."""
+    def submit(self, changes: list[Change], epoch: int = 0) -> concurrent.futures.Future[None]:
+        """Queue changes for the next Delta append, made by the coordinator at ``epoch``;
+        the future completes after it."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         with self._cond:
             if self._closing:
@@ -152,14 +200,14 @@ class OffsetStore:
             if self._queued_rows + len(changes) > self.max_queued_rows:
                 raise QueueFullError(f"{self._queued_rows} offset commits are already waiting "
                                      f"for {self.uri}; retry shortly")
-            self._queue.append(_Pending(changes, future))
+            self._queue.append(_Pending(changes, epoch, future))
             self._queued_rows += len(changes)
             self._cond.notify()
         return future
 
-    async def commit(self, changes: list[Change]) -> None:
+    async def commit(self, changes: list[Change], epoch: int = 0) -> None:
         """Append ``changes`` (batched with other callers'); returns once they are in Delta."""
-        await asyncio.wrap_future(self.submit(changes))
+        await asyncio.wrap_future(self.submit(changes, epoch))
 
     def _run(self) -> None:
         while True:
@@ -178,7 +226,7 @@ class OffsetStore:
                 batch, self._queue = self._queue, []
                 self._queued_rows = 0
             try:
-                self._append([c for p in batch for c in p.changes])
+                self._append([(c, p.epoch) for p in batch for c in p.changes])
             except Exception as exc:
                 log.exception("appending %d offset commits to %s failed", len(batch), self.uri)
                 err = exc if isinstance(exc, StorageError) else StorageError(
@@ -196,9 +244,9 @@ class OffsetStore:
                     log.exception("compacting %s failed (retried after the next appends)",
                                   self.uri)
 
-    def _rows(self, changes: Iterable[Change]) -> pa.Table:
+    def _rows(self, changes: Iterable[tuple[Change, int]]) -> pa.Table:
         cols: dict[str, list[object]] = {name: [] for name in SCHEMA.names}
-        for key, c in changes:
+        for (key, c), epoch in changes:
             cols["group"].append(key.group)
             cols["topic"].append(key.topic)
             cols["partition"].append(key.partition)
@@ -208,7 +256,7 @@ class OffsetStore:
             cols["commit_timestamp"].append(datetime.fromtimestamp(ms / 1000, UTC))
             cols["member_id"].append(c.member_id if c else None)
             cols["member_epoch"].append(c.member_epoch if c else -1)
-            cols["seq"].append(self._seq)
+            cols["seq"].append(epoch << SEQ_BITS | self._seq)
             self._seq += 1
         return pa.table(cols, schema=SCHEMA)
 
@@ -220,30 +268,42 @@ class OffsetStore:
                 return None
         return self._dt
 
-    def _append(self, changes: list[Change]) -> None:
+    def _append(self, changes: list[tuple[Change, int]]) -> None:
         # Through a kept handle: delta-rs then reads only the new log entries, not the log.
         dt = self._table()
         write_deltalake(dt if dt is not None else self.uri, self._rows(changes), mode="append",
                         storage_options=None if dt is not None else storage_options(self.uri))
         self.appends += 1
         self._since_compaction += 1
-        for key, c in changes:
+        for (key, c), _ in changes:
             if c is None:
                 self.latest.pop(key, None)
             else:
                 self.latest[key] = c
 
     def compact(self) -> None:
-        """Rewrite the table as the latest offset per key, without expired groups; then
-        checkpoint and vacuum. Runs in the writer thread (no append interleaves)."""
-        newest: dict[str, int] = {}
-        for key, c in list(self.latest.items()):
-            newest[key.group] = max(newest.get(key.group, 0), c.commit_ms)
-        gone = {g for g, ms in newest.items() if self.expired(g, ms)}
-        keep = [(k, c) for k, c in sorted(self.latest.items()) if k.group not in gone]
+        """Rewrite the table as its latest row per key (every broker's, their ``seq``
+        kept), without tombstones and expired groups; then checkpoint and vacuum. Runs in
+        the writer thread (none of this store's appends interleaves; another broker's
+        append that lands meanwhile stays, after or beside the rewrite, in ``seq``
+        order)."""
+        self._dt = None  # the snapshot read is the one rewritten
         dt = self._table()
-        write_deltalake(dt if dt is not None else self.uri, self._rows(keep), mode="overwrite",
-                        storage_options=None if dt is not None else storage_options(self.uri))
+        found = self._latest_rows(dt) if dt is not None else None
+        if dt is None or found is None:
+            return
+        rows = found[0]
+        newest: dict[str, int] = {}
+        groups = rows.column("group").to_pylist()
+        offsets = rows.column("offset").to_pylist()
+        stamps = rows.column("commit_timestamp").to_pylist()
+        for group, offset, ts in zip(groups, offsets, stamps, strict=True):
+            if offset is not None:
+                newest[group] = max(newest.get(group, 0), int(ts.timestamp() * 1000))
+        gone = {g for g, ms in newest.items() if self.expired(g, ms)}
+        keep = [i for i, (g, o) in enumerate(zip(groups, offsets, strict=True))
+                if o is not None and g not in gone]
+        write_deltalake(dt, rows.take(keep), mode="overwrite")
         self.appends += 1
         self._since_compaction = 0
         for key in [k for k in self.latest if k.group in gone]:

@@ -32,6 +32,7 @@ from ingest_api.dashboard.health import Services
 from ingest_api.dashboard.overview import Dashboard
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
+from ingest_api.group_slots import GroupSlots
 from ingest_api.metadata import METADATA
 from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
@@ -95,6 +96,7 @@ def create_app(settings: ApiSettings | None = None,
         produce = ProduceService(manager, notifier, settings.max_queued_records,
                                  acks_all_fsync=settings.acks_all_fsync,
                                  timeout_s=settings.produce_timeout_ms / 1000)
+        group_slots: GroupSlots | None = None
         if link is not None:
             loop = asyncio.get_running_loop()
 
@@ -104,6 +106,10 @@ def create_app(settings: ApiSettings | None = None,
             link.replicas = produce.replicas = await asyncio.to_thread(
                 _start_replication, settings, link, credentials, readable)
             metrics.attach_replicas(link.replicas)
+            # The groups this broker coordinates follow its coordinator slots.
+            group_slots = GroupSlots(link, groups)
+            groups.epoch_of = link.coordinator_epoch = group_slots.epoch
+            group_slots.start()
         app.state.lakelog = AppState(
             settings, manager, produce,
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
@@ -140,6 +146,8 @@ def create_app(settings: ApiSettings | None = None,
             if access_log is not None:
                 access_log.close()
             if link is not None:
+                if group_slots is not None:
+                    await group_slots.stop()
                 if link.replicas is not None:
                     await asyncio.to_thread(link.replicas.stop)
                 await link.close()
@@ -230,7 +238,8 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
                  "leader_imbalance_check_interval_seconds":
                      settings.leader_imbalance_check_interval_seconds,
                  "leader_imbalance_per_broker_percentage":
-                     settings.leader_imbalance_per_broker_percentage})
+                     settings.leader_imbalance_per_broker_percentage},
+        offsets_topic_replication_factor=settings.offsets_topic_replication_factor)
     broker.start()
     METADATA.attach(broker.view)
     log.info("broker %d joined cluster %s at %s (controller: broker %s)", settings.broker_id,

@@ -34,6 +34,7 @@ from ingest_api.security import is_broker_principal
 from ingest_api.state import CLUSTER_ID
 from log_tables.errors import (
     BrokerNotAvailableError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     LakelogError,
     LeaderNotAvailableError,
@@ -64,6 +65,10 @@ class ClusterLink:
         self.offsets_slots = offsets_slots
         self.replicas: ReplicaManager | None = None
         """Set once replication starts (after the broker joined)."""
+        self.coordinator_epoch: Callable[[str], int | None] | None = None
+        """The epoch at which this broker coordinates a group it leads the slot of (None:
+        still loading it); set once the groups' slots are followed
+        (``ingest_api.group_slots``)."""
         self._credentials = credentials
         self._on_send = on_send
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
@@ -113,6 +118,10 @@ class ClusterLink:
             if not self.broker.session.has_lease:
                 raise CoordinatorNotAvailableError(
                     f"broker {self.broker_id} has lost touch with ZooKeeper; try again")
+            if self.coordinator_epoch is not None and self.coordinator_epoch(group) is None:
+                raise CoordinatorLoadInProgressError(
+                    f"group {group!r} (slot {slot}) moved to broker {self.broker_id} a moment "
+                    f"ago, which is reading its committed offsets; try again")
             return None
         info = self.broker.view.broker(leader)
         if info is None:
@@ -135,8 +144,11 @@ class ClusterLink:
         if controller is None:
             def create() -> None:
                 with contextlib.suppress(TopicExistsError):
-                    self.broker.controller.create_topic(OFFSETS_TOPIC, self.offsets_slots, 1,
-                                                        {}, 0)
+                    controller = self.broker.controller
+                    factor = min(controller.offsets_topic_replication_factor,
+                                 len(self.broker.view.live_brokers()))
+                    controller.create_topic(OFFSETS_TOPIC, self.offsets_slots, max(1, factor),
+                                            {}, 0)
             await asyncio.to_thread(create)
         else:
             body = _encoder.encode({"topic_name": OFFSETS_TOPIC,

@@ -126,6 +126,12 @@ class ApiSettings(GroupSettings):
         50, ge=1, le=1000, description="Coordinator slots: a consumer group's coordinator "
                                        "leads slot hash(group) % this (Kafka's "
                                        "offsets.topic.num.partitions).")
+    offsets_topic_replication_factor: int = Field(
+        3, ge=1, le=32767, description="Replicas of each coordinator slot, up to the live "
+                                       "brokers (the controller adds more as brokers join): "
+                                       "a group's coordinator moves to another replica when "
+                                       "its broker dies (Kafka's "
+                                       "offsets.topic.replication.factor).")
     # -- replication (Kafka's names, with _ for .) ---------------------------------------
     replica_lag_time_max_ms: int = Field(
         30_000, ge=100, description="A follower that has not caught up with its leader for "

@@ -132,9 +132,9 @@ def find_api_key(url: str, given: str | None = None, given_as: str = "api_key") 
         found = [find_api_key(u) for u in url.split(",") if u.strip()]
         if len({f.key for f in found}) == 1:
             return found[0]
-        looked = tuple(dict.fromkeys(x for f in found for x in f.looked))
-        return ApiKey(None, "", (*looked, f"(the brokers of {url} would get different keys: "
-                                          "give one)"))
+        seen = tuple(dict.fromkeys(x for f in found for x in f.looked))
+        return ApiKey(None, "", (*seen, f"(the brokers of {url} would get different keys: "
+                                        "give one)"))
     looked = [given_as, "LAKELOG_API_KEY"]
     if env := os.environ.get("LAKELOG_API_KEY"):
         return ApiKey(env, "LAKELOG_API_KEY", tuple(looked))

@@ -44,6 +44,13 @@ class CoordinatorNotAvailableError(LakelogError):
         "COORDINATOR_NOT_AVAILABLE", "coordinator_not_available", 503, 50306, True)
 
 
+class CoordinatorLoadInProgressError(LakelogError):
+    """The group's coordinator moved here a moment ago and is still reading the group's
+    committed offsets."""
+    kafka_name, code, status, error_code, retriable = (
+        "COORDINATOR_LOAD_IN_PROGRESS", "coordinator_load_in_progress", 503, 50310, True)
+
+
 class NotEnoughReplicasError(LakelogError):
     """acks=all: the partition has fewer in-sync replicas than ``min.insync.replicas``; the
     records were not appended (send them again later, or with acks=1)."""

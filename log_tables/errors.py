@@ -322,6 +322,7 @@ class NoOffsetError(LakelogError):
 from log_tables import cluster_errors as _cluster  # noqa: E402
 
 BrokerNotAvailableError = _cluster.BrokerNotAvailableError
+CoordinatorLoadInProgressError = _cluster.CoordinatorLoadInProgressError
 CoordinatorNotAvailableError = _cluster.CoordinatorNotAvailableError
 FencedLeaderEpochError = _cluster.FencedLeaderEpochError
 LeaderNotAvailableError = _cluster.LeaderNotAvailableError
@@ -345,7 +346,8 @@ ERRORS: tuple[type[LakelogError], ...] = (
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
     GroupNotEmptyError, InconsistentGroupError, NoOffsetError, NotLeaderError,
     LeaderNotAvailableError, NotControllerError, BrokerNotAvailableError,
-    CoordinatorNotAvailableError, NotCoordinatorError, NotEnoughReplicasError,
+    CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError,
+    NotEnoughReplicasError,
     NotEnoughReplicasAfterAppendError, FencedLeaderEpochError, UnknownLeaderEpochError,
     RequestTimedOutError,
 )

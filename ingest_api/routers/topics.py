@@ -205,6 +205,9 @@ async def _create_in_cluster(st: AppState, request: Request, body: TopicCreate) 
                        name="invalid_replica_assignment")
     live = len(st.cluster.broker.view.live_brokers())
     factor = body.replication_factor or min(st.settings.default_replication_factor, live)
+    if internal:  # the controller grows it as more brokers live
+        factor = max(1, min(st.cluster.broker.controller.offsets_topic_replication_factor,
+                            live))
     if factor > live:
         raise ApiError(400, f"replication_factor {factor} is more than the {live} live "
                             f"broker(s); start more brokers or ask for fewer replicas",
