@@ -353,14 +353,15 @@ class Controller:
                 if b in load:
                     load[b] += 1
         grown: list[list[int]] = []
-        for rs in assignment.replicas:
+        for p, rs in enumerate(assignment.replicas):
             rs = list(rs)
-            for b in sorted(load, key=lambda b: (load[b], b)):
-                if len(rs) >= target:
-                    break
-                if b not in rs:
-                    rs.append(b)
-                    load[b] += 1
+            # The least loaded first; among equals, a start that turns with the slot, so
+            # that a broker's slots do not all move to one other broker when it dies.
+            free = [b for b in sorted(load) if b not in rs]
+            turned = free[p % len(free):] + free[:p % len(free)] if free else []
+            for b in sorted(turned, key=lambda b: load[b])[:max(0, target - len(rs))]:
+                rs.append(b)
+                load[b] += 1
             grown.append(rs)
         updated = TopicAssignment(grown, assignment.configs, assignment.topic_id,
                                   assignment.created_ms)

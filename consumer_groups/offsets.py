@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from log_tables.cold.table import load_table
 from log_tables.errors import QueueFullError, StorageError
@@ -61,6 +61,8 @@ SPARK_DDL = ("`group` STRING, topic STRING, partition INT, offset BIGINT, metada
 SEQ_BITS = 40
 """``seq`` = coordinator epoch << SEQ_BITS | a counter of the store that wrote it."""
 _COUNTER = (1 << SEQ_BITS) - 1
+MAX_APPEND_ATTEMPTS = 5
+"""An append that lost to another broker's rewrite is made again on a fresh snapshot."""
 
 
 class OffsetKey(NamedTuple):
@@ -269,10 +271,21 @@ class OffsetStore:
         return self._dt
 
     def _append(self, changes: list[tuple[Change, int]]) -> None:
-        # Through a kept handle: delta-rs then reads only the new log entries, not the log.
-        dt = self._table()
-        write_deltalake(dt if dt is not None else self.uri, self._rows(changes), mode="append",
-                        storage_options=None if dt is not None else storage_options(self.uri))
+        rows = self._rows(changes)
+        for attempt in range(MAX_APPEND_ATTEMPTS):
+            # Through a kept handle: delta-rs then reads only the new log entries, not the log.
+            dt = self._table()
+            try:
+                write_deltalake(dt if dt is not None else self.uri, rows, mode="append",
+                                storage_options=None if dt is not None
+                                else storage_options(self.uri))
+                break
+            except CommitFailedError:
+                # Another broker's compaction rewrote the table after this handle's
+                # snapshot: a blind append is safe to make again on the new one.
+                if attempt == MAX_APPEND_ATTEMPTS - 1:
+                    raise
+                self._dt = None
         self.appends += 1
         self._since_compaction += 1
         for (key, c), _ in changes:

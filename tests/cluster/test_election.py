@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cluster.election import Change, after_brokers_changed, imbalanced, to_preferred
+from cluster.election import (
+    Change,
+    after_brokers_changed,
+    after_brokers_changed_recordless,
+    imbalanced,
+    to_preferred,
+)
 from cluster.model import NO_LEADER, PartitionState
 
 REPLICAS = [1, 2, 3]
@@ -86,3 +92,36 @@ def test_imbalance_is_measured_per_preferred_broker_against_the_percentage() -> 
     placements[("t", 1)] = ([2, 1], state(1, 1, [1, 2]))
     assert imbalanced(placements, 9) == [("t", 0), ("t", 1)]
     assert imbalanced(placements, 100) == []
+
+
+# -- a partition without records (a coordinator slot) -----------------------------------
+def recordless(s: PartitionState, live: Sequence[int], bounced: Sequence[int] = ()
+               ) -> Change | None:
+    return after_brokers_changed_recordless(s, REPLICAS, set(live), set(bounced), 2)
+
+
+def test_every_live_replica_of_a_recordless_partition_is_in_sync() -> None:
+    assert recordless(state(1, 0, [1, 2, 3]), [1, 2, 3]) is None
+    assert recordless(state(1, 0, [1, 2, 3]), [1, 3]) == \
+        Change(PartitionState(1, 0, [1, 3], 2), "isr")
+    # A returning replica is in sync at once: there is nothing to catch up with.
+    assert recordless(state(1, 0, [1]), [1, 2, 3]) == \
+        Change(PartitionState(1, 0, [1, 2, 3], 2), "isr")
+
+
+def test_a_recordless_partition_moves_to_any_live_replica() -> None:
+    assert recordless(state(1, 4, [1, 2, 3]), [2, 3]) == \
+        Change(PartitionState(2, 5, [2, 3], 2), "leader")
+    # Out of the ISR does not matter; a bounced leader is replaced by one that is not.
+    assert recordless(state(1, 4, [1]), [1, 3], bounced=[1]) == \
+        Change(PartitionState(3, 5, [1, 3], 2), "leader")
+    # A bounced replica alone leads again (at a new epoch: its state is loaded anew).
+    assert recordless(state(1, 4, [1, 2]), [1], bounced=[1]) == \
+        Change(PartitionState(1, 5, [1], 2), "leader")
+
+
+def test_a_recordless_partition_with_no_live_replica_is_offline_until_any_returns() -> None:
+    offline = PartitionState(NO_LEADER, 5, [1, 2], 2)
+    assert recordless(state(1, 4, [1, 2]), []) == Change(offline, "leader")
+    assert recordless(offline, []) is None
+    assert recordless(offline, [3]) == Change(PartitionState(3, 6, [3], 2), "leader")

@@ -14,7 +14,7 @@ about its timer), so that what it saw between two changes is decided by the test
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -24,13 +24,9 @@ from cluster.controller import Controller
 from cluster.election import after_brokers_changed
 from cluster.isr import InvalidIsrError, IsrConflictError, IsrFencedError, alter_isr
 from cluster.model import (
-    BROKERS,
     NO_LEADER,
-    TOPICS,
-    BrokerInfo,
     PartitionState,
     TopicAssignment,
-    broker_path,
     decode,
     encode,
     state_path,
@@ -39,102 +35,11 @@ from cluster.model import (
 from cluster.snapshot import read_placements
 from cluster.view import ClusterView, under_replicated
 from lakelog.zookeeper import ZooKeeperServer
+from tests.cluster.sessions import CONTROLLER_ID, Sessions, create, elected, replicas, state
 from tests.cluster.test_controller_steps import wait_for
 
 pytestmark = pytest.mark.slow
 WAIT_S = 30.0
-CONTROLLER_ID = 100
-"""The controller's broker id: not one of the registered brokers, so it never leads."""
-
-
-
-
-
-class Sessions:
-    """Brokers as bare ZooKeeper sessions: each holds its ephemeral registration."""
-
-    def __init__(self, connect: str, zk: KazooClient) -> None:
-        self.connect = connect
-        self.zk = zk
-        self.clients: dict[int, KazooClient] = {}
-
-    def register(self, *ids: int) -> None:
-        for i in ids:
-            client = KazooClient(hosts=self.connect, timeout=10)
-            client.start(timeout=30)
-            client.create(broker_path(i), encode(BrokerInfo(i, "127.0.0.1", 9000 + i)),
-                          ephemeral=True)
-            self.clients[i] = client
-
-    def end(self, *ids: int) -> None:
-        """Close these sessions: ZooKeeper removes their registrations at once."""
-        for i in ids:
-            client = self.clients.pop(i)
-            client.stop()
-            client.close()
-        wait_for(f"brokers {ids} gone", lambda: not set(ids) & self.live())
-
-    def bounce(self, i: int) -> None:
-        """Broker ``i`` restarted: a new session and registration (a new czxid)."""
-        self.end(i)
-        self.register(i)
-
-    def live(self) -> set[int]:
-        return {int(c) for c in self.zk.get_children(BROKERS)}
-
-    def close(self) -> None:
-        for i in list(self.clients):
-            self.end(i)
-
-
-@pytest.fixture
-def zk(zookeeper: ZooKeeperServer, chroot: str) -> Iterator[KazooClient]:
-    """The controller's session (and the test's reads), in the test's chroot."""
-    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
-    client.start(timeout=30)
-    for path in (BROKERS, TOPICS):
-        client.ensure_path(path)
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
-def brokers(zookeeper: ZooKeeperServer, chroot: str, zk: KazooClient) -> Iterator[Sessions]:
-    """Brokers 1, 2 and 3 registered."""
-    sessions = Sessions(zookeeper.connect + chroot, zk)
-    sessions.register(1, 2, 3)
-    yield sessions
-    sessions.close()
-
-
-@pytest.fixture
-def steps() -> Iterator[list[str]]:
-    """The controller steps completed, in order."""
-    seen: list[str] = []
-    controller.step_hook = seen.append
-    yield seen
-    controller.step_hook = None
-
-
-def elected(zk: KazooClient, **options: object) -> Controller:
-    ctl = Controller(zk, CONTROLLER_ID, **options)  # type: ignore[arg-type]
-    ctl.run_once()
-    assert ctl.active
-    return ctl
-
-
-def state(zk: KazooClient, topic: str, p: int = 0) -> PartitionState:
-    return decode(zk.get(state_path(topic, p))[0], PartitionState)
-
-
-def replicas(zk: KazooClient, topic: str, p: int = 0) -> list[int]:
-    return decode(zk.get(topic_path(topic))[0], TopicAssignment).replicas[p]
-
-
-def create(ctl: Controller, topic: str, partitions: int = 1, factor: int = 3,
-           configs: dict[str, str] | None = None) -> list[list[int]]:
-    return ctl.create_topic(topic, partitions, factor, configs or {}, 0).replicas
 
 
 def as_leader(zk: KazooClient, topic: str, new_isr: list[int], p: int = 0

@@ -92,3 +92,64 @@ def test_the_commit_queue_is_bounded(tmp_path: Path) -> None:
     store.start()
     store.close()  # what was queued is written before the writer stops
     assert len(DeltaTable(offsets_uri(str(tmp_path))).to_pyarrow_table()) == 3
+
+
+def _store(warehouse: Path) -> OffsetStore:
+    store = OffsetStore(str(warehouse), max_wait_ms=1)
+    store.load()
+    store.start()
+    return store
+
+
+def _offset(warehouse: Path, group: str = "g") -> int | None:
+    reader = OffsetStore(str(warehouse))
+    reader.load()
+    found = reader.group_offsets(group).get(("t", 0))
+    return found.offset if found is not None else None
+
+
+def test_a_new_coordinators_commits_win_over_the_old_ones_even_written_late(
+        tmp_path: Path) -> None:
+    """Two brokers' stores on one table, as when a group's coordinator moves: the new
+    coordinator (a higher epoch) wins whatever the counters say, and a late write of the
+    old one (a zombie) does not take the group back."""
+    old = _store(tmp_path)
+    for i in range(5):  # the old coordinator's counter runs ahead
+        asyncio.run(old.commit([(OffsetKey("g", "t", 0), _c(10 + i))], epoch=3))
+    new = OffsetStore(str(tmp_path), max_wait_ms=1)
+    new.start()  # never loaded: its counter starts at 0
+    assert new.reload_groups(lambda g: g == "g") == 1
+    assert new.group_offsets("g")[("t", 0)].offset == 14
+    asyncio.run(new.commit([(OffsetKey("g", "t", 0), _c(20))], epoch=4))
+    asyncio.run(old.commit([(OffsetKey("g", "t", 0), _c(15))], epoch=3))  # late
+    assert _offset(tmp_path) == 20
+    old.close()
+    new.close()
+
+
+def test_compaction_keeps_every_brokers_commits(tmp_path: Path) -> None:
+    """One broker's compaction rewrites the table's own latest rows, not its memory: the
+    groups another broker coordinates keep their latest offsets (and their order)."""
+    a, b = _store(tmp_path), _store(tmp_path)
+    asyncio.run(a.commit([(OffsetKey("mine", "t", 0), _c(1))], epoch=1))
+    asyncio.run(b.commit([(OffsetKey("theirs", "t", 0), _c(7))], epoch=2))
+    asyncio.run(b.commit([(OffsetKey("theirs", "t", 0), _c(8))], epoch=2))
+    a.close()
+    a.compact()  # a never saw b's commits
+    assert (_offset(tmp_path, "mine"), _offset(tmp_path, "theirs")) == (1, 8)
+    asyncio.run(b.commit([(OffsetKey("theirs", "t", 0), _c(9))], epoch=2))
+    assert _offset(tmp_path, "theirs") == 9  # b's counter still orders after the rewrite
+    rows = DeltaTable(offsets_uri(str(tmp_path))).to_pyarrow_table()
+    assert sorted(rows.column("group").to_pylist()) == ["mine", "theirs", "theirs"]
+    b.close()
+
+
+def test_reloading_groups_reads_only_them_and_forgetting_drops_them(tmp_path: Path) -> None:
+    a, b = _store(tmp_path), _store(tmp_path)
+    asyncio.run(a.commit([(OffsetKey("g1", "t", 0), _c(1)), (OffsetKey("g2", "t", 0), _c(2))]))
+    assert b.reload_groups(lambda g: g == "g1") == 1
+    assert b.groups() == {"g1"}
+    b.forget_groups(lambda g: g == "g1")
+    assert b.groups() == set()
+    a.close()
+    b.close()
