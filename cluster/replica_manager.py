@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Protocol
 from cluster.isr import IsrConflictError, alter_isr
 from cluster.model import OFFSETS_TOPIC
 from cluster.replicas import LeaderPartition, not_leader, step
-from log_tables.errors import LakelogError, UnknownPartitionError, UnknownTopicError
+from log_tables.errors import (
+    LakelogError,
+    LeaderNotAvailableError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from log_tables.hot.partition_log import PartitionLog
 
 if TYPE_CHECKING:
@@ -84,6 +89,27 @@ class ReplicaManager:
         than one replica; None otherwise (not led here, or one replica)."""
         return self.leaders.get((topic, partition))
 
+    def for_append(self, topic: str, partition: int, epoch: int | None
+                   ) -> LeaderPartition | None:
+        """The leader state an append to the partition is acknowledged under: None for a
+        partition of one replica (its acks=all is the leader's fsync). For one with more,
+        ``LeaderNotAvailableError`` (retriable) unless this broker's leader state of it is
+        made, at ``epoch`` (the leader epoch the request was routed at; None: any): in the
+        moment between the metadata naming this broker and its leader state being made
+        (a new leader, a lease lost and held again), followers cannot fetch, so an append
+        then would be acknowledged on this broker's copy alone (the nemesis lost records
+        that way)."""
+        lp = self.leaders.get((topic, partition))
+        if lp is not None and (epoch is None or lp.leader_epoch == epoch):
+            return lp
+        assignment = self.broker.view.topic(topic)
+        if assignment is None or partition >= assignment.partitions or \
+                len(assignment.replicas[partition]) < 2:
+            return None
+        raise LeaderNotAvailableError(
+            f"{topic}-{partition}: broker {self.broker_id} is becoming its leader (leader "
+            f"epoch {epoch}) and does not replicate it yet; try again")
+
     def sync_roles(self) -> None:
         view = self.broker.view
         has_lease = self.broker.session.has_lease
@@ -128,6 +154,7 @@ class ReplicaManager:
             if set(isr) | {self.broker_id} != current.isr or version > current.version:
                 current.set_isr(isr, version)
             return
+        step("becoming-leader")
         self._resign(tp)
         self._unfollow(tp)
         plog.start_replication()

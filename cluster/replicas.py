@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 
 step_hook: Callable[[str], None] | None = None
 """Called with each replication step's name as it completes (tests kill the broker there):
-``leader-isr-written`` (a leader's ISR change is in ZooKeeper, not yet in its memory) and
-``truncated`` (a follower cut records by leader epoch and has not fetched since)."""
+``leader-isr-written`` (a leader's ISR change is in ZooKeeper, not yet in its memory),
+``truncated`` (a follower cut records by leader epoch and has not fetched since) and
+``becoming-leader`` (the metadata says this broker leads a partition at a new leader
+epoch; its leader state is not made yet)."""
 
 
 def step(name: str) -> None:

@@ -27,6 +27,7 @@ from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from cluster.replica_manager import ReplicaManager
+    from cluster.replicas import LeaderPartition
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ class ProduceService:
         submitted: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         elsewhere: list[Run] = []
         epochs: dict[int, int] = {}
+        leaders: dict[int, LeaderPartition] = {}
         for run in runs:
             try:
+                epoch = None
                 if route is not None:
                     epoch = route.local_epoch(meta.name, run.partition)
                     if epoch is None:
@@ -89,9 +92,11 @@ class ProduceService:
                         continue
                     epochs[run.partition] = epoch
                 plog = self.manager.log(meta.name, run.partition)
-                if acks == "all" and self.replicas is not None and (
-                        lp := self.replicas.leader(meta.name, run.partition)) is not None:
-                    self.replicas.check_min_isr(lp)
+                if self.replicas is not None and (lp := self.replicas.for_append(
+                        meta.name, run.partition, epoch)) is not None:
+                    if acks == "all":
+                        self.replicas.check_min_isr(lp)
+                    leaders[run.partition] = lp
                 submitted.append((run, self.appender(plog, meta.name, run.partition).submit(run)))
             except LakelogError as exc:
                 _fail_run(result, run, exc)
@@ -99,15 +104,16 @@ class ProduceService:
         forwarded = asyncio.ensure_future(route.forward(meta.name, records, elsewhere, result,
                                                         acks)) \
             if route is not None and elsewhere else None
-        return self._finish(meta, result, submitted, acks, route, epochs, forwarded)
+        return self._finish(meta, result, submitted, acks, route, epochs, forwarded, leaders)
 
     async def _finish(self, meta: TopicMetadata, result: ProduceResult,
                       submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
                       acks: Acks, route: Route | None = None,
                       epochs: dict[int, int] | None = None,
-                      forwarded: Awaitable[None] | None = None) -> ProduceResult:
+                      forwarded: Awaitable[None] | None = None,
+                      leaders: dict[int, LeaderPartition] | None = None) -> ProduceResult:
         try:
-            await self._finish_local(meta, result, submitted, acks)
+            await self._finish_local(meta, result, submitted, acks, leaders or {})
         finally:
             if forwarded is not None:
                 await forwarded
@@ -119,7 +125,7 @@ class ProduceService:
 
     async def _finish_local(self, meta: TopicMetadata, result: ProduceResult,
                             submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
-                            acks: Acks) -> None:
+                            acks: Acks, leaders: dict[int, LeaderPartition]) -> None:
         if acks == "0":
             for _, fut in submitted:
                 fut.add_done_callback(_log_unacked_failure)
@@ -154,16 +160,18 @@ class ProduceService:
                 if prev is None or end > prev[1]:
                     durable[run.partition] = (self.manager.log(meta.name, run.partition), end)
         if acks == "all" and durable:
-            await self._wait_acked(meta.name, durable, result)
+            await self._wait_acked(meta.name, durable, result, leaders)
 
     async def _wait_acked(self, topic: str, targets: dict[int, tuple[PartitionLog, int]],
-                          result: ProduceResult) -> None:
+                          result: ProduceResult, leaders: dict[int, LeaderPartition]) -> None:
         """acks=all: a replicated partition's records once every in-sync replica has them
-        (and the leader's fsync, per ``acks_all_fsync``); one replica's once fsynced."""
+        (and the leader's fsync, per ``acks_all_fsync``), under the leader state they were
+        appended under (a new one, at another epoch, fails them: the producer sends them
+        again); one replica's once fsynced."""
         synced: dict[int, tuple[PartitionLog, int]] = {}
         replicated: list[tuple[int, asyncio.Future[int]]] = []
         for p, (plog, end) in targets.items():
-            lp = self.replicas.leader(topic, p) if self.replicas is not None else None
+            lp = leaders.get(p)
             if lp is None:
                 synced[p] = (plog, end)
                 continue

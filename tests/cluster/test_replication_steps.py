@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
 
@@ -31,6 +32,7 @@ from tests.cluster.test_replication import (
     _create,
     _leader,
 )
+from tests.server import CLUSTER
 
 pytestmark = pytest.mark.slow
 ENV = {"LAKELOG_REPLICA_LAG_TIME_MAX_MS": "3000", "LAKELOG_PRODUCE_TIMEOUT_MS": "10000"}
@@ -222,3 +224,46 @@ def test_controller_killed_after_its_isr_or_preferred_leader_write_loses_nothing
     records = _assert_replicas_identical(cluster, topic, 1)
     _report(f"controller killed after {step}", figures, jepsen, records)
     assert figures["lost"] == 0 and figures["duplicated"] == 0, figures
+
+
+@pytest.mark.parametrize("cluster", ["becoming-leader+10"], indirect=True)
+def test_a_new_leader_acknowledges_nothing_before_it_replicates(cluster: Cluster) -> None:
+    """The moment between the metadata naming a broker the leader and its leader state
+    being made (``becoming-leader``; the nemesis met it after a lease lost and held
+    again): acks=all must not be answered on the leader's own fsync then, since its
+    followers cannot fetch yet. Broker 1 stalls there 10 s while the test produces to
+    it, then is SIGKILLed: a record acknowledged in that moment would be lost."""
+    topic = _led_by(1, "becoming")
+    r = cluster.post(2, "/topics", json={
+        "topic_name": topic, "partitions_count": 1, "replication_factor": 3,
+        "configs": [{"name": "min.insync.replicas", "value": "2"}]})
+    assert r.status_code == 201, r.text
+    wait_for(lambda: cluster.get(1, f"/topics/{topic}").status_code == 200,
+             "broker 1 knowing the topic")
+    assert _leader(cluster, topic) == 1
+    acked: dict[str, int] = {}
+    refused: list[int] = []
+    i = 0
+    while cluster.brokers.alive(1):
+        try:
+            r = httpx.post(f"{cluster.brokers.url(1)}{CLUSTER}/topics/{topic}/records",
+                           json={"partition_id": 0, "value": string(f"v{i}")}, timeout=5)
+        except httpx.TransportError:  # killed while it answered
+            break
+        if r.status_code == 200:
+            acked[f"v{i}"] = r.json()["offset"]
+        else:
+            refused.append(r.status_code)
+            assert r.json().get("retriable"), r.text
+        i += 1
+        time.sleep(0.05)
+    _died_at_step(cluster, 1, "becoming-leader")
+    assert i >= 20, f"only {i} produce requests were sent while broker 1 stalled"
+    wait_for(lambda: _leader(cluster, topic) not in (1, -1), "a new leader")
+    _restart_plain(cluster, 1)
+    wait_for(lambda: len(cluster.state(topic, 0).isr) == 3, "every replica in sync")
+    held = {rec["value"]["data"] for rec in cluster.fetch(2, topic, 0)}
+    lost = sorted(set(acked) - held)
+    print(f"\nmeasured: produced to a broker becoming leader: {len(acked)} acknowledged, "
+          f"{len(refused)} refused (retriable), {len(lost)} lost")
+    assert not lost, f"{len(lost)} acknowledged records lost: {lost[:5]}"
