@@ -83,6 +83,7 @@ class ClusterBroker:
             **(balance or {}))
         self.view.listeners.append(self._changed)
         self._leadership_written: dict[str, list[int]] | None = None
+        self._ready = False
         self._leadership_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -161,6 +162,17 @@ class ClusterBroker:
     def _new_session(self) -> None:
         self._register(60)
         self.controller.poke()
+
+    def ready(self) -> bool:
+        """Whether this broker has been ready at least once since it started: registered
+        (its view lists it), a controller elected, and its ZooKeeper lease held. After
+        that, always (a broker cut off from ZooKeeper later says so in its lease, and
+        keeps answering: liveness, not readiness)."""
+        if self._ready:
+            return True
+        self._ready = (self.view.broker(self.broker_id) is not None
+                       and self.view.controller_id is not None and self.session.has_lease)
+        return self._ready
 
     # -- leadership ------------------------------------------------------------------
     def leads(self, topic: str, partition: int) -> bool:

@@ -119,15 +119,22 @@ async def list_broker_replicas(cluster_id: str, broker_id: BrokerId,
 
 @router.get("/healthz", tags=["ops"])
 async def healthz(request: Request) -> Response:
-    """Liveness and a summary: topics and partitions served."""
+    """Liveness and a summary: topics and partitions served. A broker of a cluster
+    answers 503 (``"status": "starting"``) until it is first ready: registered, with a
+    controller elected and its metadata loaded, so that a topic or a group asked for the
+    moment every broker answers 200 is placed over all of them."""
     st = state(request)
     body: dict[str, object] = {"status": "ok", "topics": len(st.manager.registry.list()),
                                "partitions": len(st.manager.all_logs())}
     if st.cluster is not None:  # a broker of a cluster: its id and its ZooKeeper lease
         broker = st.cluster.broker
+        ready = broker.ready()
         body.update(broker_id=broker.broker_id, controller=broker.controller.active,
-                    zookeeper_lease=broker.session.has_lease,
+                    zookeeper_lease=broker.session.has_lease, ready=ready,
                     leads=sum(len(ps) for ps in broker.led_partitions().values()))
+        if not ready:
+            body["status"] = "starting"
+            return json_response(body, status=503)
     return json_response(body)
 
 
