@@ -1,0 +1,44 @@
+"""The nemesis in the suite: a few seeds, short (``tests/cluster/nemesis``; the long run
+over many seeds is ``python -m tests.cluster.nemesis``, see the README).
+
+Each seed deals a random mix of faults on three real brokers, each in a network
+namespace of its own (SIGKILL and SIGSTOP past and short of the session of any broker,
+the controller, a leader, the bootstrap broker; ZooKeeper restarted; a broker cut off
+from ZooKeeper or from the other brokers), under two idempotent acks=all producers and
+a consumer group, and counts what a replicated log must never do. Every count must be 0.
+
+``LAKELOG_NEMESIS_SEED`` replays one seed, ``LAKELOG_NEMESIS_SECONDS`` lengthens it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.nemesis.network import NetworkUnavailable
+from tests.cluster.nemesis.run import run_nemesis
+
+pytestmark = pytest.mark.slow
+
+SEEDS = [int(os.environ["LAKELOG_NEMESIS_SEED"])] if os.environ.get("LAKELOG_NEMESIS_SEED") \
+    else [205, 4242]
+"""205 found the loss of a new leader's acknowledgements before it replicated (its own
+test: ``test_replication_steps.py::test_a_new_leader_acknowledges_nothing_before_it_replicates``)."""
+SECONDS = float(os.environ.get("LAKELOG_NEMESIS_SECONDS", "30"))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_nothing_acknowledged_is_lost_under_the_nemesis(seed: int, tmp_path: Path) -> None:
+    try:
+        verdict = run_nemesis(seed, SECONDS, tmp_path)
+    except NetworkUnavailable as exc:
+        pytest.fail(f"{exc} (CI runs as root; so can you: sudo)", pytrace=False)
+    print(f"\nmeasured: nemesis {verdict.summary()}")
+    for line in verdict.faults:
+        print(f"  {line}")
+    assert verdict.acknowledged > 1000, verdict.summary()
+    assert verdict.ok, (f"replay: LAKELOG_NEMESIS_SEED={seed} LAKELOG_NEMESIS_SECONDS="
+                        f"{SECONDS:g}; {verdict.summary()}; examples: {verdict.examples}")
