@@ -18,6 +18,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from cluster.model import PartitionState, broker_path, decode, state_path
+from log_tables.hot.batch import BatchScanner
+from log_tables.hot.hot_reader import list_segments
+from log_tables.layout import Layout
 from log_tables.partitioner import partition_for_key
 from tests.cluster.brokers import Brokers, fresh_chroot
 from tests.server import CLUSTER
@@ -39,6 +42,20 @@ def wait_for(condition: Callable[[], _T | None], what: str, timeout_s: float = W
             pytest.fail(f"not within {timeout_s:g}s: {what}")
         time.sleep(0.05)
     return found, time.monotonic() - start
+
+
+def stored_batches(data_dir: Path, topic: str, partition: int) -> dict[int, bytes]:
+    """A replica's stored batches, base offset -> bytes, read from its segment files."""
+    directory = Layout.of(data_dir).partition_dir(topic, partition)
+    out: dict[int, bytes] = {}
+    for seg in list_segments(directory):
+        fd = os.open(seg.path, os.O_RDONLY)
+        try:
+            for b in BatchScanner(fd, str(seg.path), 0, os.fstat(fd).st_size):
+                out[b.header.base_offset] = bytes(b.raw)
+        finally:
+            os.close(fd)
+    return out
 
 
 def string(text: str) -> dict[str, str]:

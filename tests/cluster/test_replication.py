@@ -9,7 +9,6 @@ Each test prints what it measured (``measured: ...``; run with ``-s`` to see the
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -21,10 +20,14 @@ import pytest
 from lakelog.client import Consumer, Producer
 from lakelog.client.http import find_coordinator
 from lakelog.zookeeper import ZooKeeperServer
-from log_tables.hot.batch import BatchScanner
-from log_tables.hot.hot_reader import list_segments
-from log_tables.layout import Layout
-from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers, wait_for
+from tests.cluster.harness import (
+    Cluster,
+    keys_by_partition,
+    stored_batches,
+    string,
+    three_brokers,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -65,18 +68,7 @@ def _create(cluster: Cluster, name: str, partitions: int, min_isr: int = 2) -> N
 
 def _stored(cluster: Cluster, broker: int, topic: str, partition: int
             ) -> dict[int, bytes]:
-    """A replica's stored batches, base offset -> bytes, read from its segment files."""
-    directory = Layout.of(cluster.brokers.servers[broker].data_dir).partition_dir(
-        topic, partition)
-    out: dict[int, bytes] = {}
-    for seg in list_segments(directory):
-        fd = os.open(seg.path, os.O_RDONLY)
-        try:
-            for b in BatchScanner(fd, str(seg.path), 0, os.fstat(fd).st_size):
-                out[b.header.base_offset] = bytes(b.raw)
-        finally:
-            os.close(fd)
-    return out
+    return stored_batches(cluster.brokers.servers[broker].data_dir, topic, partition)
 
 
 def _log_end(batches: dict[int, bytes]) -> int:

@@ -19,14 +19,11 @@ longest stretch without an acknowledgement, which describe the run):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from log_tables.hot.batch import BatchScanner
-from log_tables.hot.hot_reader import list_segments
-from log_tables.layout import Layout
+from tests.cluster.harness import stored_batches
 from tests.cluster.nemesis.workload import Stretch
 
 FinalLog = dict[int, list[tuple[int, bytes]]]
@@ -116,20 +113,6 @@ def check_records(verdict: Verdict, acked: Mapping[bytes, tuple[int, int]],
         if value not in seen:
             verdict.unseen += 1
             _example(verdict, "unseen", f"{value!r} at {p}/{offset}")
-
-
-def stored_batches(data_dir: Path, topic: str, partition: int) -> dict[int, bytes]:
-    """A replica's stored batches, base offset -> bytes, read from its segment files."""
-    directory = Layout.of(data_dir).partition_dir(topic, partition)
-    out: dict[int, bytes] = {}
-    for seg in list_segments(directory):
-        fd = os.open(seg.path, os.O_RDONLY)
-        try:
-            for b in BatchScanner(fd, str(seg.path), 0, os.fstat(fd).st_size):
-                out[b.header.base_offset] = bytes(b.raw)
-        finally:
-            os.close(fd)
-    return out
 
 
 def check_replicas(verdict: Verdict, data_dirs: Sequence[Path], topic: str,

@@ -2,9 +2,9 @@
 
 1. ZooKeeper and three brokers, each in a network namespace of its own; a topic of
    ``PARTITIONS`` partitions, replication factor 3, ``min.insync.replicas`` 2.
-2. Two idempotent acks=all producers (one bootstrapped on broker 1, one on broker 2)
-   sending keyed records as fast as they can; a group of two consumers (on brokers 2
-   and 3) committing every second; a watch on the committed offsets.
+2. Two idempotent acks=all producers (one given broker 1 alone, one brokers 2 and 3)
+   sending keyed records as fast as they can; a group of two consumers (given brokers
+   2 and 1, 3 and 1) committing every second; a watch on the committed offsets.
 3. The seed's faults for ``seconds``, then every fault healed, every broker running.
 4. The ISR whole again, the producers flushed, the consumers caught up with the high
    watermarks; each partition read from its log start to its high watermark; the
@@ -132,9 +132,11 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
     with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
         _create_topic(cluster)
         urls = [cluster.url(i) for i in cluster.ids]
-        producers = [Producing("p1", urls[0], TOPIC), Producing("p2", urls[1], TOPIC)]
-        consumers = [Consuming("c1", urls[1], GROUP, TOPIC),
-                     Consuming("c2", urls[2], GROUP, TOPIC)]
+        # p1 has broker 1 alone (the bootstrap faults aim at it), the others a list.
+        producers = [Producing("p1", urls[0], TOPIC),
+                     Producing("p2", [urls[1], urls[2]], TOPIC)]
+        consumers = [Consuming("c1", [urls[1], urls[0]], GROUP, TOPIC),
+                     Consuming("c2", [urls[2], urls[0]], GROUP, TOPIC)]
         watch = CommitWatch(urls, GROUP)
         for worker in [*producers, *consumers, watch]:
             worker.start()

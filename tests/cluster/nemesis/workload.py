@@ -35,7 +35,7 @@ class Producing(threading.Thread):
         self.label = name
         self.topic = topic
         self.keys = keys
-        self.producer = Producer(bootstrap, acks="all", linger_ms=5)  # type: ignore[arg-type]
+        self.producer = Producer(bootstrap, acks="all", linger_ms=5)
         self.acked: dict[bytes, tuple[int, int]] = {}
         self.failed: dict[bytes, str] = {}
         self.sent = 0
@@ -112,7 +112,7 @@ class Consuming(threading.Thread):
         self._current: dict[int, Stretch] = {}
         self.errors: list[str] = []
         self._halt = threading.Event()
-        self.consumer = Consumer(bootstrap, group, [topic], auto_offset_reset="earliest",  # type: ignore[arg-type]
+        self.consumer = Consumer(bootstrap, group, [topic], auto_offset_reset="earliest",
                                  enable_auto_commit=True, auto_commit_interval_ms=1000,
                                  session_timeout_ms=10_000, default_api_timeout_ms=600_000,
                                  on_assign=self._assigned, on_revoke=self._revoked)
