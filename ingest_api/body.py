@@ -89,16 +89,16 @@ def not_utf8(offset: int, exc: UnicodeDecodeError) -> ApiError:
                          "JSON text must be UTF-8 (RFC 8259)", name="malformed_json")
 
 
-def _not_utf8_body(body: bytes) -> ApiError:
+def _not_utf8_body(body: bytes | msgspec.Raw) -> ApiError:
     try:
-        body.decode()
+        bytes(memoryview(body)).decode()  # an entry of a batch comes as msgspec.Raw
     except UnicodeDecodeError as exc:
         return not_utf8(exc.start, exc)
     # msgspec found a string that is not UTF-8, which the whole body then is not either.
     return ApiError(400, "malformed JSON: a string is not UTF-8", name="malformed_json")
 
 
-def decode(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
+def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T]) -> T:
     """Decode a body: malformed JSON is 400, a wrong shape 422, both naming where."""
     try:
         return decoder.decode(body)

@@ -1,4 +1,4 @@
-"""The nemesis in the suite: a few seeds, short (``tests/cluster/nemesis``; the long run
+"""The nemesis in the suite: two seeds of 20 s (``tests/cluster/nemesis``; the long run
 over many seeds is ``python -m tests.cluster.nemesis``, see the README).
 
 Each seed deals a random mix of faults on three real brokers, each in a network
@@ -26,7 +26,7 @@ SEEDS = [int(os.environ["LAKELOG_NEMESIS_SEED"])] if os.environ.get("LAKELOG_NEM
     else [205, 4242]
 """205 found the loss of a new leader's acknowledgements before it replicated (its own
 test: ``test_replication_steps.py::test_a_new_leader_acknowledges_nothing_before_it_replicates``)."""
-SECONDS = float(os.environ.get("LAKELOG_NEMESIS_SECONDS", "30"))
+SECONDS = float(os.environ.get("LAKELOG_NEMESIS_SECONDS", "20"))
 
 
 @pytest.mark.timeout(600)

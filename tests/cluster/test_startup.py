@@ -17,7 +17,7 @@ from tests.cluster.harness import Cluster, wait_for
 from tests.server import CLUSTER
 
 pytestmark = pytest.mark.slow
-ROUNDS = 3
+ROUNDS = 2
 RETRY_S = 15.0
 """How long a request answered with a retriable error is tried again, as a client would."""
 

@@ -65,6 +65,20 @@ def test_invalid_utf8_in_json_is_400_naming_the_byte_on_every_route(
                         headers={"content-type": "application/json"})
         at = body_bytes.index(b"\xc3")
         assert r.status_code == 400 and f"byte {at} (0xc3)" in r.json()["message"]
+        # In a key of one entry of a batch whose other entry is invalid (decoded entry by
+        # entry then): that entry fails alone, 400 naming the byte in it, not a 500 for the
+        # request (the fuzz test met it).
+        entry = b'{"id": "b", "\xf0artition_id": 0, "value": {"type": "BINARY", "data": "eA=="}}'
+        batch = b'{"entries": [{"id": "a", "key": {"type": "RTRING", "data": "k"}}, ' + \
+            entry + b"]}"
+        r = client.post("/topics/utf8/records:batch", content=batch,
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 207, r.text
+        failures = {f["id"]: f for f in r.json()["failures"]}
+        at = entry.index(b"\xf0")
+        assert failures["b"]["error_code"] == 400, failures
+        assert f"byte {at} (0xf0) is not UTF-8" in failures["b"]["message"], failures
+        assert failures["a"]["error_code"] == 422, failures
 
 
 def test_a_stream_answers_the_records_before_bad_utf8_and_names_its_offset(

@@ -77,7 +77,7 @@ class Network:
                                      "off with iptables in namespaces of their own)")
         remove_stale()
         self.pid = os.getpid()
-        rng = random.Random(seed)
+        rng = random.Random(f"{seed}-{self.pid}")  # runs side by side get apart subnets
         self.prefix = f"10.{rng.randrange(100, 250)}.{rng.randrange(0, 256)}"
         self.bridge = _bridge_name(self.pid)
         self.gateway = f"{self.prefix}.1"
