@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,6 +47,8 @@ from log_tables.errors import (
 
 log = logging.getLogger(__name__)
 
+LOAD_WAIT_S = 5.0
+"""How long a group request waits for its coordinator (this broker) to load the group."""
 FORWARDED = "lakelog-forwarded-by"
 INTERNAL = "lakelog-internal"
 """A broker's own request (not one it forwards for a user): making the coordinator slots."""
@@ -133,11 +136,21 @@ class ClusterLink:
     async def coordinator_of(self, group: str) -> BrokerInfo | None:
         """``coordinator``, making the coordinator slots first when the cluster has none
         yet (Kafka makes ``__consumer_offsets`` on the first group request too, so that
-        the slots spread over the brokers running by then)."""
+        the slots spread over the brokers running by then). A slot this broker has just
+        come to lead is waited for while it loads (up to ``LOAD_WAIT_S``: a read of the
+        offsets table), so that a client without retries (curl) is not answered
+        ``coordinator_load_in_progress`` by the first request of a new cluster."""
         if self.broker.view.topic(OFFSETS_TOPIC) is None and \
                 not await asyncio.to_thread(self.broker.ensure_topic, OFFSETS_TOPIC):
             await self._create_offsets_topic()
-        return self.coordinator(group)
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while True:
+            try:
+                return self.coordinator(group)
+            except CoordinatorLoadInProgressError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
 
     async def _create_offsets_topic(self) -> None:
         controller = self.controller()
