@@ -7,7 +7,8 @@ of them dies for good: three real brokers on a real ZooKeeper, the project's cli
   consumed, no committed offset moves backwards. The time the group is without a
   coordinator is printed (``measured: ...``); ``bench.cluster`` measures it as a goal.
 - A ``Producer``, a ``Consumer`` and an ``AdminClient`` given brokers 1 and 2 (a list,
-  and one string with commas) while broker 1 is SIGKILLed and stays dead.
+  and one string with commas) while broker 1 is SIGKILLed and stays dead; and a
+  ``Producer`` given broker 1 alone, which goes on with the brokers its metadata named.
 """
 
 from __future__ import annotations
@@ -165,21 +166,25 @@ def test_clients_given_two_brokers_go_on_when_the_first_dies_for_good(
     _create(cluster, topic, 3)
     urls = [cluster.brokers.url(1), cluster.brokers.url(2)]
     with Producer(urls, acks="all", linger_ms=2) as producer, \
+            Producer(urls[0], acks="all", linger_ms=2) as alone, \
             AdminClient(",".join(urls)) as admin, \
             Consumer(urls, group, [topic], auto_offset_reset="earliest",
                      default_api_timeout_ms=120_000) as consumer:
         for i in range(30):
             producer.send(topic, f"before-{i}".encode()).result(30)
+        alone.send(topic, b"alone-before").result(30)  # it learns the brokers here
         cluster.brokers.kill(1)  # the first of both lists, never back during the test
         started = time.monotonic()
         futures = [producer.send(topic, f"after-{i}".encode()) for i in range(30)]
+        futures.append(alone.send(topic, b"alone-after"))  # given broker 1 alone: goes on
         producer.flush(120)
+        alone.flush(120)
         for f in futures:
             f.result(0)
         produced_s = time.monotonic() - started
         assert {t["topic_name"] for t in admin.list_topics()} >= {topic}
         seen: set[str] = set()
         wait_for(lambda: seen.update(r.value.decode() for r in consumer.poll(0.5))
-                 or len(seen) == 60, "the consumer reading everything", 120)
+                 or len(seen) == 62, "the consumer reading everything", 120)
     cluster.brokers.start(1)
     print(f"\nmeasured: first acknowledgement through the second broker: {produced_s:.2f} s")
