@@ -76,3 +76,28 @@ def assign_replicas(topic: str, brokers: Sequence[tuple[int, str | None]], parti
                     racks_used = set()  # every rack has one: start a new round
         out.append(replicas)
     return out
+
+
+def grow(replicas: Sequence[Sequence[int]], live: Sequence[int], target: int
+         ) -> list[list[int]] | None:
+    """Each partition's replicas with live brokers added up to ``target`` (None: every
+    partition has as many already). The least loaded broker first; among equals, a start
+    that turns with the partition, so that one broker's partitions do not all get the
+    same other broker (when it dies, they move to several)."""
+    if all(len(rs) >= target for rs in replicas):
+        return None
+    load = {b: 0 for b in live}
+    for rs in replicas:
+        for b in rs:
+            if b in load:
+                load[b] += 1
+    grown: list[list[int]] = []
+    for p, rs in enumerate(replicas):
+        out = list(rs)
+        free = [b for b in sorted(load) if b not in out]
+        turned = free[p % len(free):] + free[:p % len(free)] if free else []
+        for b in sorted(turned, key=lambda b: load[b])[:max(0, target - len(out))]:
+            out.append(b)
+            load[b] += 1
+        grown.append(out)
+    return grown

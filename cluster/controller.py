@@ -43,7 +43,7 @@ from typing import TypedDict
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
-from cluster.assign import assign_replicas
+from cluster.assign import assign_replicas, grow
 from cluster.election import (
     after_brokers_changed,
     after_brokers_changed_recordless,
@@ -341,28 +341,14 @@ class Controller:
     def _grow_replicas(self, topic: str, assignment: TopicAssignment,
                        live: Mapping[int, tuple[BrokerInfo, int]]) -> TopicAssignment:
         """A record-less topic (the coordinator slots) made while fewer brokers lived, or
-        by a lakelog that gave it one replica: each partition gets live brokers as new
-        replicas up to ``offsets_topic_replication_factor`` (nothing to copy: they are in
-        sync at once, as the reconcile then writes). One conditional write of the topic."""
+        by a lakelog that gave it one replica: its partitions get live brokers as new
+        replicas up to ``offsets_topic_replication_factor`` (``cluster.assign.grow``;
+        nothing to copy: the reconcile puts them in sync at once). One conditional
+        write of the topic."""
         target = min(self.offsets_topic_replication_factor, len(live))
-        if all(len(rs) >= target for rs in assignment.replicas):
+        grown = grow(assignment.replicas, sorted(live), target)
+        if grown is None:
             return assignment
-        load = {b: 0 for b in live}
-        for rs in assignment.replicas:
-            for b in rs:
-                if b in load:
-                    load[b] += 1
-        grown: list[list[int]] = []
-        for p, rs in enumerate(assignment.replicas):
-            rs = list(rs)
-            # The least loaded first; among equals, a start that turns with the slot, so
-            # that a broker's slots do not all move to one other broker when it dies.
-            free = [b for b in sorted(load) if b not in rs]
-            turned = free[p % len(free):] + free[:p % len(free)] if free else []
-            for b in sorted(turned, key=lambda b: load[b])[:max(0, target - len(rs))]:
-                rs.append(b)
-                load[b] += 1
-            grown.append(rs)
         updated = TopicAssignment(grown, assignment.configs, assignment.topic_id,
                                   assignment.created_ms)
         try:

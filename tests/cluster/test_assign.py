@@ -70,3 +70,18 @@ def test_every_assignment_is_valid(n: int, racks: int, partitions: int,
             assert len({rack[b] for b in r}) == min(factor, len({rack[b] for b in rack}))
     counts = Counter(r[0] for r in replicas)
     assert max(counts.values()) - min(counts.get(b, 0) for b, _ in brokers) <= 1
+
+
+def test_grow_adds_live_brokers_least_loaded_first_and_spreads_them() -> None:
+    from cluster.assign import grow
+
+    assert grow([[1, 2], [2, 3]], [1, 2, 3], 2) is None  # enough already
+    grown = grow([[1], [2], [3], [1], [2], [3]], [1, 2, 3], 3)
+    assert grown is not None
+    assert all(sorted(rs) == [1, 2, 3] and rs[0] == first
+               for rs, first in zip(grown, [1, 2, 3, 1, 2, 3], strict=True))
+    # The second replicas of one broker's partitions differ, so its partitions do not
+    # all move to one broker when it dies.
+    assert len({rs[1] for rs in grown if rs[0] == 1}) == 2
+    # Up to the target only, from live brokers only; a dead replica stays listed.
+    assert grow([[4], [4]], [1, 2], 2) == [[4, 1], [4, 2]]
