@@ -47,5 +47,5 @@ def install() -> None:
     import lakelog.local
     import lakelog.zookeeper
 
-    lakelog.local.free_port = free_port  # type: ignore[assignment]
-    lakelog.zookeeper.free_port = free_port  # type: ignore[assignment]
+    lakelog.local.free_port = free_port
+    lakelog.zookeeper.free_port = free_port

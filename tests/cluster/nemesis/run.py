@@ -86,13 +86,18 @@ def _wait_in_sync(cluster: NemesisCluster, timeout_s: float = HEAL_S) -> None:
     wait_for(whole, "every partition led with three in-sync replicas", timeout_s)
 
 
-def _high_watermarks(cluster: NemesisCluster) -> dict[int, int]:
-    out = {}
-    for p in range(PARTITIONS):
-        r = wait_for(lambda p=p: cluster.any_get(  # type: ignore[misc]
-            f"/topics/{TOPIC}/partitions/{p}/offsets", spec="latest"), f"the end of {p}")
-        out[p] = int(r.json()["offset"])
-    return out
+def _high_watermarks(cluster: NemesisCluster, acked_ends: dict[int, int]) -> dict[int, int]:
+    """Each partition's high watermark once it covers every acknowledged offset (a leader
+    elected a moment ago starts from the high watermark it had as a follower and raises it
+    as its followers fetch: read too soon, it hides the last acknowledged records)."""
+    def reached(p: int) -> int | None:
+        r = cluster.any_get(f"/topics/{TOPIC}/partitions/{p}/offsets", spec="latest")
+        hw = int(r.json()["offset"]) if r is not None else -1
+        return hw if hw >= acked_ends.get(p, 0) else None
+
+    return {p: wait_for(lambda p=p: reached(p),  # type: ignore[misc]
+                        f"partition {p}'s high watermark past its acknowledged records")
+            for p in range(PARTITIONS)}
 
 
 def _read(cluster: NemesisCluster, partition: int, end: int) -> list[tuple[int, bytes]]:
@@ -151,7 +156,11 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
             raise NotRecovered(f"faults not dealt: {nemesis.errors}")
         _wait_in_sync(cluster)
         verdict.unanswered = sum(p.finish(120) for p in producers)
-        hws = _high_watermarks(cluster)
+        acked_ends: dict[int, int] = {}
+        for producer in producers:
+            for partition, offset in producer.acked.values():
+                acked_ends[partition] = max(acked_ends.get(partition, 0), offset + 1)
+        hws = _high_watermarks(cluster, acked_ends)
         wait_for(lambda: _caught_up(consumers, hws), "the consumers caught up")
         for c in consumers:
             c.stop()
