@@ -270,7 +270,10 @@ class Controller:
         return live
 
     def reconcile(self) -> int:
-        """Step 2 over every partition; returns how many states changed."""
+        """Step 2 over every partition; returns how many states changed. Two passes, as
+        Kafka's controller does on a broker's failure: first the partitions whose leader
+        is gone get a new one (they take no produce until then), then the ISRs shrink
+        (their partitions still take produce meanwhile)."""
         with self._lock:
             if not self.active:
                 raise NotControllerError(f"broker {self.broker_id} is not the controller")
@@ -278,17 +281,21 @@ class Controller:
             epochs = {b: czxid for b, (_, czxid) in live.items()}
             bounced = {b for b, e in epochs.items()
                        if b in self._seen_epochs and self._seen_epochs[b] != e}
-            changed = 0
+            topics = []
             for topic, assignment in self._assignments():
-                recordless = topic in RECORDLESS_TOPICS
-                if recordless:
+                if topic in RECORDLESS_TOPICS:
                     assignment = self._grow_replicas(topic, assignment, live)
-                unclean = self._unclean(topic, assignment)
-                for p, replicas in enumerate(assignment.replicas):
-                    changed += self._reconcile_partition(topic, p, replicas, epochs, bounced,
-                                                         unclean, recordless)
+                topics.append((topic, assignment, self._unclean(topic, assignment)))
+            decided: set[tuple[str, int]] = set()  # a new leader's state has its ISR too
+            for leaders_only in (True, False):
+                for topic, assignment, unclean in topics:
+                    for p, replicas in enumerate(assignment.replicas):
+                        if (topic, p) not in decided and self._reconcile_partition(
+                                topic, p, replicas, epochs, bounced, unclean,
+                                topic in RECORDLESS_TOPICS, leaders_only):
+                            decided.add((topic, p))
             self._seen_epochs = epochs
-            return changed
+            return len(decided)
 
     def _assignments(self, only: str | None = None) -> Iterator[tuple[str, TopicAssignment]]:
         """Every topic (or ``only``) with its assignment, as ZooKeeper holds it now."""
@@ -309,14 +316,17 @@ class Controller:
 
     def _reconcile_partition(self, topic: str, partition: int, replicas: Sequence[int],
                              live: Mapping[int, int], bounced: set[int], unclean: bool,
-                             recordless: bool = False) -> int:
+                             recordless: bool = False, leaders_only: bool = False) -> int:
         """One partition's step 2: its state after the brokers' changes, written on the
-        znode version it was read at (read again when its leader changed the ISR)."""
+        znode version it was read at (read again when its leader changed the ISR);
+        ``leaders_only``: only a change of leader, not of the ISR alone."""
         def decide(state: PartitionState) -> tuple[PartitionState, str] | None:
             change = after_brokers_changed_recordless(
                 state, replicas, live, bounced, self.epoch) if recordless else \
                 after_brokers_changed(state, replicas, live, bounced, unclean, self.epoch)
-            return None if change is None else (change.state, change.kind)
+            if change is None or (leaders_only and change.kind == "isr"):
+                return None
+            return change.state, change.kind
 
         written = self._rewrite_state(topic, partition, decide)
         if written is None:

@@ -94,6 +94,22 @@ def test_the_leaders_session_ending_elects_the_next_isr_member(
     assert state(zk, "t") == PartitionState(r2, 2, [r2], ctl.epoch)
 
 
+def test_a_dead_brokers_partitions_get_leaders_before_any_isr_shrinks(
+        zk: KazooClient, brokers: Sessions, steps: list[str]) -> None:
+    """Kafka's order on a broker's failure: its partitions without a leader take no
+    produce, the ones it only followed still do, so the leaders come first."""
+    ctl = elected(zk)
+    placed = {name: create(ctl, name, 3) for name in ("a", "b", "c")}
+    victim = placed["a"][0][0]
+    led = sum(rs[0] == victim for ps in placed.values() for rs in ps)
+    followed = sum(victim in rs[1:] for ps in placed.values() for rs in ps)
+    assert led and followed
+    brokers.end(victim)
+    steps.clear()
+    assert ctl.reconcile() == led + followed
+    assert steps == ["leader-written"] * led + ["isr-written"] * followed, steps
+
+
 def test_no_isr_member_alive_is_offline_and_the_last_one_returning_leads_again(
         zk: KazooClient, brokers: Sessions) -> None:
     ctl = elected(zk)
