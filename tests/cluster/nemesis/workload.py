@@ -76,6 +76,10 @@ class Producing(threading.Thread):
             self.longest_gap_s = max(self.longest_gap_s, now - self._last_ack)
             self._last_ack = now
 
+    def _unanswered(self) -> int:
+        with self._lock:
+            return self.sent - len(self.acked) - len(self.failed)
+
     def stop_sending(self) -> None:
         self._halt.set()
         self.join(30)
@@ -86,8 +90,11 @@ class Producing(threading.Thread):
         self.stop_sending()
         with contextlib.suppress(Exception):
             self.producer.flush(timeout_s)
-        with self._lock:
-            unanswered = self.sent - len(self.acked) - len(self.failed)
+        # A future is done before its callbacks have run (on the producer's threads).
+        deadline = time.monotonic() + 10
+        while self._unanswered() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        unanswered = self._unanswered()
         with contextlib.suppress(Exception):
             self.producer.close()
         return unanswered
