@@ -23,6 +23,8 @@ import msgspec
 from lakelog.client.structs import RecordMetadata
 
 log = logging.getLogger(__name__)
+_in_callback = threading.local()
+"""Set on a thread while it runs records' callbacks."""
 
 MAX_TALLY_FAILURES = 10_000  # failures a Tally keeps one by one; past it, only counts
 
@@ -85,6 +87,9 @@ class Deliveries(msgspec.Struct, gc=False):
 
     cond: threading.Condition = msgspec.field(
         default_factory=lambda: threading.Condition(threading.Lock()))
+    callbacks_running: int = 0
+    """Records answered whose callbacks have not all run yet (``flush`` waits for them,
+    as Kafka's does: a callback has run for every record when flush returns)."""
 
     def complete(self, records: Sequence[FutureRecordMetadata],
                  outcomes: Sequence[Outcome]) -> None:
@@ -110,9 +115,33 @@ class Deliveries(msgspec.Struct, gc=False):
             # Counted before the waiters wake: a Tally read after flush() is complete.
             for tally, ok, failures in counts.values():
                 tally._done(ok, failures)
+            self.callbacks_running += len(called)
             self.cond.notify_all()
-        for record in called:
-            record._run_callbacks()
+        if not called:
+            return
+        _in_callback.active = True
+        try:
+            for record in called:
+                record._run_callbacks()
+        finally:
+            _in_callback.active = False
+            with self.cond:
+                self.callbacks_running -= len(called)
+                self.cond.notify_all()
+
+    def wait_callbacks(self, timeout_s: float | None) -> bool:
+        """Wait until every answered record's callbacks have run (not from a callback:
+        its own would never end); False on timeout."""
+        if getattr(_in_callback, "active", False):
+            return True
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self.cond:
+            while self.callbacks_running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
 
     def fail(self, records: Iterable[FutureRecordMetadata], exc: BaseException) -> None:
         """``complete`` every record of ``records`` with ``exc``."""

@@ -219,15 +219,19 @@ class Producer:
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued and wait for the answers (records sent again after a
-        refusal of a record before them included)."""
+        refusal of a record before them included) and for their callbacks to have run."""
         acc = self._accumulator
         with acc.cond:
             records = acc.waiting() + self._sender.in_flight()
             acc.flush_requested += 1
             acc.sleeping = False
             acc.cond.notify_all()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            self._deliveries.wait(records, timeout_s)
+            if self._deliveries.wait(records, timeout_s):
+                # Kafka's flush returns after the records' callbacks have run too.
+                self._deliveries.wait_callbacks(
+                    None if deadline is None else max(0.0, deadline - time.monotonic()))
         finally:
             with acc.cond:
                 acc.flush_requested -= 1

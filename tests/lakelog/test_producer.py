@@ -184,3 +184,29 @@ def test_with_the_server_down_a_record_fails_with_a_lakelog_error_at_its_deadlin
         assert "records:batch" in str(exc)
         with pytest.raises(LakelogTimeoutError, match="max_block_ms=1500"):
             producer.send("other-topic", "x")  # metadata for a new topic: nobody answers
+
+
+def test_flush_returns_once_every_records_callback_has_run(server: ServerProcess) -> None:
+    """As Kafka's: when flush() returns, each record's callback has run (a future is done
+    before its callbacks run, on the producer's thread; a program counting answers in
+    callbacks read too few right after flush: the nemesis's producers did)."""
+    make_topic(server, "callbacks", 2)
+    answered: list[int] = []
+
+    def slow(future: FutureRecordMetadata) -> None:
+        time.sleep(0.001)
+        answered.append(future.result().offset)
+
+    with Producer(server.url, linger_ms=50, batch_records=1000) as producer:
+        for i in range(1500):
+            producer.send("callbacks", f"v{i}".encode(), partition=i % 2).add_done_callback(slow)
+        producer.flush(60)
+        assert len(answered) == 1500
+
+        def inside(future: FutureRecordMetadata) -> None:  # flush from a callback: no hang
+            producer.flush(0)
+            answered.append(-1)
+
+        producer.send("callbacks", b"last").add_done_callback(inside)
+        producer.flush(60)
+    assert answered[-1] == -1 and len(answered) == 1501
