@@ -40,5 +40,6 @@ def test_nothing_acknowledged_is_lost_under_the_nemesis(seed: int, tmp_path: Pat
     for line in verdict.faults:
         print(f"  {line}")
     assert verdict.acknowledged > 1000, verdict.summary()
+    assert verdict.dealt >= verdict.scheduled // 2, verdict.summary()  # faults, not skips
     assert verdict.ok, (f"replay: LAKELOG_NEMESIS_SEED={seed} LAKELOG_NEMESIS_SECONDS="
                         f"{SECONDS:g}; {verdict.summary()}; examples: {verdict.examples}")

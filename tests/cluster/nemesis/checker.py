@@ -45,6 +45,10 @@ class Verdict:
     commits_backwards: int = 0
     replicas_differ: int = 0
     longest_gap_s: float = 0.0
+    scheduled: int = 0
+    """Faults the seed's schedule drew."""
+    dealt: int = 0
+    """Faults begun (one drawn for a broker in another fault may be skipped)."""
     faults: list[str] = field(default_factory=list)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -57,7 +61,8 @@ class Verdict:
 
     def summary(self) -> str:
         counted = ", ".join(f"{name} {getattr(self, name)}" for name in self.COUNTED)
-        return (f"seed {self.seed} ({self.seconds:g}s, {len(self.faults)} faults): "
+        return (f"seed {self.seed} ({self.seconds:g}s, {self.dealt} of {self.scheduled} "
+                f"faults dealt): "
                 f"{self.acknowledged} acknowledged, {counted}; {self.failed} failed, "
                 f"{self.unanswered} unanswered, longest stretch without an "
                 f"acknowledgement {self.longest_gap_s:.1f}s")

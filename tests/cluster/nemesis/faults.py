@@ -89,6 +89,8 @@ class Nemesis:
         self.bootstrap = bootstrap
         self.history: list[str] = []
         self.errors: list[str] = []
+        self.dealt = 0
+        """Faults begun (a fault drawn for a broker in another fault may be skipped)."""
         self._held: set[int] = set()
         self._zookeeper_held = False
         self._lock = threading.Lock()
@@ -118,6 +120,9 @@ class Nemesis:
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.1, deadline - time.monotonic()))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:  # the harness, not the cluster: a run that dealt fewer faults is no run
+            self.errors.append(f"fault threads still running after {timeout_s:g}s: {stuck}")
         c = self.cluster
         c.start_zookeeper()
         for i in c.ids:
@@ -182,6 +187,7 @@ class Nemesis:
             self.note(f"skipped {fault.kind} of broker {b}: not running")
             return
         self.note(f"{fault.kind} broker {b} ({fault.target}) for {fault.duration_s:.1f}s")
+        self.dealt += 1
         begin(b)
         time.sleep(fault.duration_s)
         end(b)
@@ -189,12 +195,13 @@ class Nemesis:
 
     def _zookeeper(self, fault: Fault) -> None:
         with self._lock:
-            if self._zookeeper_held:
-                self.note("skipped zookeeper-restart: ZooKeeper is already down")
-                return
-            self._zookeeper_held = True
+            busy, self._zookeeper_held = self._zookeeper_held, True
+        if busy:  # noted outside the lock: note() takes it too
+            self.note("skipped zookeeper-restart: ZooKeeper is already down")
+            return
         try:
             self.note(f"ZooKeeper stopped for {fault.duration_s:.1f}s")
+            self.dealt += 1
             self.cluster.stop_zookeeper()
             time.sleep(fault.duration_s)
             self.cluster.start_zookeeper()

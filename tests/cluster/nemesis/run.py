@@ -134,6 +134,7 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
     """One run; the verdict holds every figure (``Verdict.ok``: all counted are 0)."""
     verdict = Verdict(seed, seconds)
     faults = schedule(seed, seconds, SESSION_TIMEOUT_MS / 1000)
+    verdict.scheduled = len(faults)
     with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
         _create_topic(cluster)
         urls = [cluster.url(i) for i in cluster.ids]
@@ -152,6 +153,7 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         finally:
             nemesis.heal()
         verdict.faults = nemesis.history
+        verdict.dealt = nemesis.dealt
         if nemesis.errors:
             raise NotRecovered(f"faults not dealt: {nemesis.errors}")
         _wait_in_sync(cluster)
