@@ -33,12 +33,14 @@ from log_tables.cold.topic_reader import (
 )
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.layout import Layout, delta_path, is_local
+from log_tables.moved import moved
 from log_tables.spark.session import session_layout
 from log_tables.storage import S3_SCHEMES, scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+__getattr__ = moved(__name__, {"register_views": "lakelog.spark"})  # here until 0.1's refactor
 OffsetSpec = Literal["earliest", "latest"] | Mapping[int, int]
 FILE_DDL = ("key BINARY, value BINARY, offset BIGINT, timestamp TIMESTAMP, timestampType INT, "
             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, partition INT")
