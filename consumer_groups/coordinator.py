@@ -70,6 +70,9 @@ OffsetReset = Literal["earliest", "latest", "none"]
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 30 * 60_000
 MAX_HEARTBEAT_INTERVAL_MS = 5_000
+CLOCK_SKEW_MS = 1_000
+"""How far a coordinator's clock may be behind the controller's: an offset committed
+more than this before its topic was made belongs to an older topic of the name."""
 GroupState = Literal["Empty", "Reconciling", "Stable"]
 
 
@@ -144,9 +147,11 @@ class GroupCoordinator:
                  max_groups: int = 10_000, max_members: int = 1_000,
                  offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  clock: Callable[[], float] = time.monotonic,
-                 epoch_of: Callable[[str], int | None] = lambda _group: 0) -> None:
+                 epoch_of: Callable[[str], int | None] = lambda _group: 0,
+                 created_ms_of: Callable[[str], int | None] = lambda _topic: None) -> None:
         self.store = store
         self.partitions_of = partitions_of
+        self.created_ms_of = created_ms_of
         self.epoch_of = epoch_of
         self.max_groups = max_groups
         self.max_members = max_members
@@ -378,7 +383,32 @@ class GroupCoordinator:
         return len(gone)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
-        return self.store.group_offsets(group_id)
+        """The group's committed offsets, without those of an older topic of the same name
+        (committed before the topic was made: ``forget_topic`` missed them)."""
+        return {(t, p): c for (t, p), c in self.store.group_offsets(group_id).items()
+                if not self._before_topic(t, c)}
+
+    def _before_topic(self, topic: str, committed: Committed) -> bool:
+        created = self.created_ms_of(topic)
+        return created is not None and committed.commit_ms < created - CLOCK_SKEW_MS
+
+    async def forget_topic(self, topic: str) -> int:
+        """A deleted topic's committed offsets go with it, as Kafka's do: tombstones for
+        the groups coordinated here, and out of memory for every group. If a topic of the
+        name was made again meanwhile, only offsets committed before it go. Returns how
+        many offsets went."""
+        stale: dict[str, list[Change]] = {}
+        for key, c in list(self.store.latest.items()):
+            if key.topic == topic and (self.created_ms_of(topic) is None
+                                       or self._before_topic(topic, c)):
+                stale.setdefault(key.group, []).append((key, None))
+        for group_id, changes in stale.items():
+            if self.epoch_of(group_id) is None:  # another broker's group: it writes them
+                for key, _ in changes:
+                    self.store.latest.pop(key, None)
+            else:
+                await self._write(group_id, changes)
+        return sum(map(len, stale.values()))
 
     def subscriptions(self) -> dict[str, list[str]]:
         """Per group with members: the topics they subscribe to."""

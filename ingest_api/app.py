@@ -87,6 +87,7 @@ def create_app(settings: ApiSettings | None = None,
         await asyncio.to_thread(offsets.load)
         offsets.start()
         groups = GroupCoordinator(offsets, _partitions_of(manager),
+                                  created_ms_of=_created_ms_of(manager),
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
@@ -279,6 +280,15 @@ def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
         except UnknownTopicError:
             return None
     return partitions_of
+
+
+def _created_ms_of(manager: LogManager) -> Callable[[str], int | None]:
+    def created_ms_of(topic: str) -> int | None:
+        try:  # 0: made before topics kept their creation time
+            return manager.topic(topic).created_ms or None
+        except UnknownTopicError:
+            return None
+    return created_ms_of
 
 
 def _write_subscriptions(writer: SubscriptionWriter, groups: dict[str, list[str]]) -> bool:

@@ -39,6 +39,8 @@ class GroupSlots:
         """Slots loaded so far (a slot led anew is loaded anew)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._deleted_topics: list[str] = []
+        """Topics deleted in the cluster whose offsets this broker has yet to forget."""
 
     def slot(self, group: str) -> int:
         return group_slot(group, self.slots.slots)
@@ -51,7 +53,9 @@ class GroupSlots:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def changed(_kind: str, _name: str) -> None:  # on the view's thread
+        def changed(kind: str, name: str) -> None:  # on the view's thread
+            if kind == "topic-deleted":
+                loop.call_soon_threadsafe(self._deleted_topics.append, name)
             loop.call_soon_threadsafe(self._wake.set)
 
         self.link.broker.view.listeners.append(changed)
@@ -73,8 +77,19 @@ class GroupSlots:
             self._wake.clear()
             try:
                 await self.sync()
+                await self.forget_deleted_topics()
             except Exception:
                 log.exception("loading or unloading coordinator slots failed; trying again")
+
+    async def forget_deleted_topics(self) -> None:
+        """Delete the committed offsets of topics deleted in the cluster, of the groups
+        coordinated here (every broker hears of a deletion and does its own groups)."""
+        while self._deleted_topics:
+            topic = self._deleted_topics[0]
+            gone = await self.groups.forget_topic(topic)
+            self._deleted_topics.pop(0)
+            if gone:
+                log.info("topic %s was deleted: %d committed offset(s) of it deleted", topic, gone)
 
     async def sync(self) -> None:
         """One pass: let go of what is no longer led, load what is led anew."""

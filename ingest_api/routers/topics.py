@@ -275,6 +275,9 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request)
         await asyncio.to_thread(broker.forget_topic, topic_name)
     else:
         st.manager.delete_topic(topic_name)
+        # Its committed offsets go with it (in a cluster each coordinator hears of the
+        # deletion and deletes those of its groups: ``GroupSlots``).
+        await st.groups.forget_topic(topic_name)
     await asyncio.to_thread(st.tiered.drop_topic, topic_name)
     return Response(status_code=204)
 

@@ -284,3 +284,33 @@ def test_replicas_fetch_with_broker_keys_and_users_cannot(secured: Cluster) -> N
     answer, chunks = split_fetch_answer(r.content)
     assert answer.partitions[0].error is None and chunks[0].nbytes > 0
     assert answer.partitions[0].high_watermark >= 1
+
+
+def test_a_deleted_topics_offsets_go_at_every_groups_coordinator(cluster: Cluster) -> None:
+    """Groups coordinated by all three brokers committed to a topic deleted through one
+    of them: each coordinator deletes its groups' offsets, and the topic made again
+    under the name starts with none, while commits to the new topic stay (issue 35)."""
+    groups = [f"gone-{i}" for i in range(9)]
+    cluster.create_topic("remade", 2, via=1)
+    for i, group in enumerate(groups):
+        r = cluster.post(1 + i % 3, f"/consumer-groups/{group}/offsets", json={"offsets": [
+            {"topic_name": "remade", "partition_id": p, "offset": 10 + p} for p in (0, 1)]})
+        assert r.status_code == 200, r.text
+    coordinators = {cluster.get(1, f"/consumer-groups/{g}/coordinator").json()["broker_id"]
+                    for g in groups}
+    assert len(coordinators) > 1, "the groups should be coordinated by several brokers"
+    with cluster.http(2) as client:
+        assert client.delete("/topics/remade").status_code == 204
+
+    def offsets(group: str) -> list[Any]:
+        r = cluster.get(3, f"/consumer-groups/{group}/offsets")
+        assert r.status_code == 200, r.text
+        return list(r.json()["offsets"])
+
+    wait_for(lambda: all(offsets(g) == [] for g in groups), "every group's offsets deleted")
+    cluster.create_topic("remade", 2, via=3)
+    assert all(offsets(g) == [] for g in groups)
+    r = cluster.post(2, f"/consumer-groups/{groups[0]}/offsets", json={"offsets": [
+        {"topic_name": "remade", "partition_id": 0, "offset": 1}]})
+    assert r.status_code == 200, r.text
+    assert [o["offset"] for o in offsets(groups[0])] == [1]

@@ -193,3 +193,48 @@ def test_delete_needs_an_empty_group_and_removes_its_offsets(
     coordinator.leave("g", a.member_id)
     asyncio.run(coordinator.delete_group("g"))
     assert coordinator.committed("g") == {} and "g" not in coordinator.known_groups()
+
+
+def test_a_deleted_topics_offsets_go_with_it_and_stay_gone_after_a_reload(
+        tmp_path: Path, clock: Clock) -> None:
+    partitions = dict(PARTITIONS)
+    created: dict[str, int] = {}
+    store = OffsetStore(str(tmp_path / "warehouse"), max_wait_ms=1)
+    store.start()
+    c = GroupCoordinator(store, partitions.get, clock=clock, created_ms_of=created.get)
+    asyncio.run(c.commit("g", None, -1, [("t", 0, 75, None), ("u", 1, 9, None)]))
+    asyncio.run(c.commit("h", None, -1, [("t", 3, 40, None)]))
+    del partitions["t"]
+    assert asyncio.run(c.forget_topic("t")) == 2
+    assert list(c.committed("g")) == [("u", 1)]
+    assert c.committed("h") == {}
+    # The tombstones are in Delta: a coordinator that reads the table finds none of them.
+    store.close()
+    again = OffsetStore(str(tmp_path / "warehouse"))
+    again.load()
+    assert {(k.group, k.topic) for k in again.latest} == {("g", "u")}
+
+
+def test_offsets_committed_before_their_topic_was_made_are_not_the_new_topics(
+        tmp_path: Path, clock: Clock) -> None:
+    """A coordinator that missed the deletion (another broker's group then, or down) still
+    hands out no offset of the old topic once one of the name is made again."""
+    created: dict[str, int] = {}
+    store = OffsetStore(str(tmp_path / "warehouse"), max_wait_ms=1)
+    store.start()
+    try:
+        c = GroupCoordinator(store, PARTITIONS.get, clock=clock, created_ms_of=created.get,
+                             epoch_of=lambda _g: None)  # not coordinated here: no writes
+        asyncio.run(GroupCoordinator(store, PARTITIONS.get).commit(
+            "g", None, -1, [("t", 0, 75, None)]))
+        (committed,) = c.committed("g").values()
+        created["t"] = committed.commit_ms + 1  # made again just after: within the skew
+        assert c.committed("g") != {}
+        created["t"] = committed.commit_ms + 60_000
+        assert c.committed("g") == {}
+        # A commit to the new topic is the group's.
+        created["t"] = committed.commit_ms - 5
+        assert list(c.committed("g")) == [("t", 0)]
+        assert asyncio.run(c.forget_topic("t")) == 0  # the new topic's offsets stay
+    finally:
+        store.close()

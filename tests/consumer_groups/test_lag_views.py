@@ -89,3 +89,52 @@ def test_lag_views_list_every_partition_the_group_reads(spark: SparkSession,
         assert [row[0] for row in _lag(spark)] == ["reader"] * 3
     finally:
         server.stop()
+
+
+def test_a_topic_made_again_under_its_name_inherits_no_committed_offsets(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Kafka deletes a topic's committed offsets with it (issue 35): a group that had
+    read the old topic to its end reads the new one from the start, and its lag counts
+    the new topic's records."""
+    from lakelog.client import Consumer
+
+    data_dir = tmp_path / "data"
+    server = ServerProcess(data_dir).start()
+    try:
+        with server.client() as client:
+            def remake() -> None:
+                client.delete("/topics/orders")
+                r = client.post("/topics", json={"topic_name": "orders", "partitions_count": 2})
+                assert r.status_code == 201, r.text
+
+            remake()
+            for p in (0, 1):
+                _produce(client, "orders", p, 75)
+            with Consumer(server.url, "billing", ["orders"], auto_offset_reset="earliest",
+                          session_timeout_ms=6_000) as consumer:
+                seen = 0
+                deadline = time.monotonic() + 60
+                while seen < 150:
+                    assert time.monotonic() < deadline, seen
+                    seen += len(consumer.poll(timeout_s=1.0))
+                consumer.commit()
+            committed = client.get("/consumer-groups/billing/offsets").json()["offsets"]
+            assert sorted(o["offset"] for o in committed) == [75, 75]
+            remake()
+            for p in (0, 1):
+                _produce(client, "orders", p, 100)
+            assert client.get("/consumer-groups/billing/offsets").json()["offsets"] == []
+            _wait_subscriptions(data_dir, {})
+            assert _lag(spark) == []  # no members and no offsets: the group reads nothing
+            with Consumer(server.url, "billing", ["orders"], auto_offset_reset="earliest",
+                          session_timeout_ms=6_000) as consumer:
+                seen = 0
+                deadline = time.monotonic() + 60
+                while seen < 200:
+                    assert time.monotonic() < deadline, f"read {seen} of the new topic's 200"
+                    seen += len(consumer.poll(timeout_s=1.0))
+                consumer.commit()
+            assert [r[:4] + r[6:] for r in _lag(spark)] == [
+                ("billing", "orders", 0, 100, 0), ("billing", "orders", 1, 100, 0)]
+    finally:
+        server.stop()
