@@ -101,11 +101,18 @@ def _coalesced(batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return out
 
 
-def stream(batches: Sequence[pa.RecordBatch]) -> memoryview:
-    """An Arrow IPC stream of ``batches`` (SPARK_SCHEMA): the schema, then the batches;
-    with none, a valid stream of the schema alone."""
+POSITIONS = b"lakelog.positions"
+"""Schema metadata of a group poll's Arrow answer: the member's position in each of its
+assigned partitions after this poll, as JSON ``[[topic, partition, offset], ...]``."""
+
+
+def stream(batches: Sequence[pa.RecordBatch],
+           metadata: dict[bytes, bytes] | None = None) -> memoryview:
+    """An Arrow IPC stream of ``batches`` (SPARK_SCHEMA, with ``metadata``): the schema,
+    then the batches; with none, a valid stream of the schema alone."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, SPARK_SCHEMA) as writer:
+    schema = SPARK_SCHEMA.with_metadata(metadata) if metadata else SPARK_SCHEMA
+    with pa.ipc.new_stream(sink, schema) as writer:
         for b in _coalesced(batches):
             if b.num_rows:
                 writer.write_batch(b)

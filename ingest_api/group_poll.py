@@ -26,6 +26,7 @@ from ingest_api.arrow_answer import (
     ARROW_STREAM,
     MEMBER_EPOCH,
     NEXT_OFFSET,
+    POSITIONS,
     RECORD_COUNT,
     ArrowAnswer,
     data_bytes,
@@ -169,7 +170,9 @@ class GroupPoll:
         """The JSON answer of a member's poll."""
         member, records = await self._poll(group, member_id, max_records, max_bytes,
                                            timeout_ms, fmt, False, max_partition_bytes)
-        return _encoder.encode({"records": records, "member_epoch": member.epoch})
+        return _encoder.encode({"records": records, "member_epoch": member.epoch,
+                                "positions": [{"topic_name": t, "partition_id": p, "offset": o}
+                                              for t, p, o in _positions(member)]})
 
     async def poll_arrow(self, group: str, member_id: str, max_records: int, max_bytes: int,
                          timeout_ms: int, max_partition_bytes: int | None = None
@@ -178,8 +181,9 @@ class GroupPoll:
         member, batches = await self._poll(group, member_id, max_records, max_bytes,
                                            timeout_ms, "BINARY", True, max_partition_bytes)
         count = sum(b.num_rows for b in batches)
-        return ArrowAnswer(stream(batches), {MEMBER_EPOCH: str(member.epoch),
-                                             RECORD_COUNT: str(count)})
+        positions = {POSITIONS: _encoder.encode(_positions(member))}
+        return ArrowAnswer(stream(batches, positions), {MEMBER_EPOCH: str(member.epoch),
+                                                        RECORD_COUNT: str(count)})
 
     async def _poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
                     timeout_ms: int, fmt: Format, arrow: bool, max_partition_bytes: int | None
@@ -335,6 +339,13 @@ class GroupPoll:
                                    {"accept": ARROW_STREAM})
         batches = list(pa.ipc.open_stream(r.content))
         return batches, int(r.headers[NEXT_OFFSET])
+
+
+def _positions(member: Member) -> list[tuple[str, int, int]]:
+    """The member's position in each assigned partition that has one: the client commits
+    them all, a partition that returned nothing too (as Kafka's consumer does)."""
+    return [(tp.topic, tp.partition, pos) for tp in sorted(member.assigned)
+            if (pos := member.positions.get(tp)) is not None]
 
 
 def _size(r: FetchedRecord) -> int:

@@ -239,6 +239,19 @@ class Consumer(GroupMember):
                 self._resync_needed = True
             self._put_back(dropped)
         self._fetcher.fill(answer, [c for c in answer.chunks if c.tp in assigned])
+        self._take_quiet_positions(answer, assigned)
+
+    def _take_quiet_positions(self, answer: Answer, assigned: set[TopicPartition]) -> None:
+        """The server's positions of assigned partitions with nothing in this answer or
+        the buffer become this client's (forward only), so that ``commit`` covers every
+        assigned partition as Kafka's does: a quiet partition's position (where
+        ``auto_offset_reset`` put it) is committed, and a restart with ``latest`` does
+        not skip what came to it meanwhile."""
+        busy = {c.tp for c in answer.chunks} | set(partitions_of(self._fetcher.buffered()))
+        with self._lock:
+            for tp, offset in answer.positions.items():
+                if tp in assigned and tp not in busy and offset > self._positions.get(tp, -1):
+                    self._positions[tp] = offset
 
     def _hand_out(self, n: int) -> list[pa.RecordBatch]:
         """Up to ``n`` buffered records of partitions still assigned; the positions move

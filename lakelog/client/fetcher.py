@@ -31,10 +31,11 @@ since the first.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import pyarrow as pa
@@ -44,6 +45,7 @@ from lakelog.client.polled import data_bytes
 from lakelog.client.structs import FetchSettings, TopicPartition
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+POSITIONS = b"lakelog.positions"
 FETCH_RECORDS = 1_000_000
 """``max_records`` of a request: no bound of its own (the sizes bound a fetch, as in
 Kafka); the server answers with at most its ``max_fetch_records``."""
@@ -62,6 +64,9 @@ class Answer:
     lost: httpx.TransportError | None = None
     """A follow-up whose answer was lost after some records came: the server may have
     moved its positions past records never received."""
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    """The server's position in each assigned partition after the answer (the last
+    follow-up's): what ``commit`` commits for a partition that returned nothing."""
 
 
 @dataclass(slots=True)
@@ -75,6 +80,13 @@ class Chunk:
     first: int
     last: int
     data_bytes: int
+
+
+def positions_of(schema: pa.Schema) -> dict[TopicPartition, int]:
+    """The positions a group poll's answer carries in its schema's metadata (none from a
+    server before they did)."""
+    raw = (schema.metadata or {}).get(POSITIONS)
+    return {TopicPartition(t, p): o for t, p, o in json.loads(raw)} if raw else {}
 
 
 def chunks_of(batches: Iterable[pa.RecordBatch]) -> list[Chunk]:
@@ -188,7 +200,9 @@ class Fetcher:
                 break  # the records so far; the next request meets the error again
             if s.fetch_min_bytes <= 1:  # this is the whole answer: chain before decoding it
                 self._chain(member_id, number)
-            chunks = chunks_of(pa.ipc.open_stream(pa.py_buffer(r.content)))
+            reader = pa.ipc.open_stream(pa.py_buffer(r.content))
+            answer.positions = positions_of(reader.schema)
+            chunks = chunks_of(reader)
             answer.chunks += chunks
             answer.records += sum(c.batch.num_rows for c in chunks)
             answer.data_bytes += sum(c.data_bytes for c in chunks)

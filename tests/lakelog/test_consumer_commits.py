@@ -1,0 +1,64 @@
+"""A consumer commits the position of every partition assigned to it, as Kafka's does,
+a partition that returned nothing too (issue 35): a group restarted with
+``auto_offset_reset=latest`` then reads what came to a quiet partition meanwhile."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lakelog.client import Consumer, Producer, TopicPartition
+from tests.lakelog.helpers import make_topic
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _produce(server: ServerProcess, topic: str, partition: int, n: int, tag: str) -> None:
+    with Producer(server.url) as producer:
+        futures = [producer.send(topic, f"{tag}{i}", partition=partition) for i in range(n)]
+        producer.flush()
+        for f in futures:
+            f.result(timeout=60)
+
+
+def _poll_until(consumer: Consumer, done: object, what: str) -> list[tuple[int, str]]:
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + 60
+    while not done(got):  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"{what}: got {got}"
+        got += [(r.partition, r.value) for r in consumer.poll(timeout_s=0.5)]
+    return got
+
+
+@pytest.mark.parametrize("how", ["commit", "auto-commit"])
+def test_a_quiet_partitions_position_is_committed_and_a_latest_restart_reads_it(
+        server: ServerProcess, how: str) -> None:
+    topic, group = f"quiet-{how}", f"g-{how}"
+    make_topic(server, topic, 2)
+    quiet = TopicPartition(topic, 1)
+    with Consumer(server.url, group, [topic], auto_offset_reset="latest", format="STRING",
+                  session_timeout_ms=6_000, enable_auto_commit=how == "auto-commit",
+                  auto_commit_interval_ms=100) as consumer:
+        # Until the first poll placed both positions at the (empty) ends.
+        _poll_until(consumer, lambda _: consumer.position(quiet) == 0, "a position in p1")
+        _produce(server, topic, 0, 3, "busy")
+        _poll_until(consumer, lambda got: len(got) == 3, "p0's records")
+        if how == "commit":
+            consumer.commit()
+    with server.client() as c:
+        committed = {o["partition_id"]: o["offset"]
+                     for o in c.get(f"/consumer-groups/{group}/offsets").json()["offsets"]}
+    assert committed == {0: 3, 1: 0}
+    with server.client() as c:  # the JSON poll carries the positions too
+        r = c.post(f"/consumer-groups/{group}-json/members", json={"topics": [topic]})
+        member = r.json()["member_id"]
+        r = c.get(f"/consumer-groups/{group}-json/members/{member}/records")
+        assert r.json()["positions"] == [
+            {"topic_name": topic, "partition_id": p, "offset": o} for p, o in ((0, 3), (1, 0))]
+    _produce(server, topic, 1, 4, "meanwhile")  # to the quiet partition, no member there
+    with Consumer(server.url, group, [topic], auto_offset_reset="latest", format="STRING",
+                  session_timeout_ms=6_000) as consumer:
+        got = _poll_until(consumer, lambda got: len(got) >= 4, "what came meanwhile")
+    assert got == [(1, f"meanwhile{i}") for i in range(4)]
