@@ -39,7 +39,16 @@ from ingest_api.models import REQUEST_MODELS
 from ingest_api.notifier import AppendNotifier
 from ingest_api.produce.service import ProduceService
 from ingest_api.replica_fetcher import Fetchers
-from ingest_api.routers import admin, cluster, records, replication, security, topics
+from ingest_api.routers import (
+    admin,
+    cluster,
+    group_views,
+    partitions,
+    records,
+    replication,
+    security,
+    topics,
+)
 from ingest_api.routers import groups as groups_router
 from ingest_api.security import ZNODE_PATH, SecurityStore, forward_headers
 from ingest_api.settings import ApiSettings
@@ -166,8 +175,10 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(records.router)
     app.include_router(cluster.router)
     app.include_router(topics.router)
+    app.include_router(partitions.router)
     app.include_router(admin.router)
     app.include_router(groups_router.router)
+    app.include_router(group_views.router)
     app.include_router(security.router)
     app.include_router(replication.router)
     app.include_router(dashboard_routes.router)

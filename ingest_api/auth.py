@@ -64,7 +64,7 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", _B + rf"/topics/{_NAME}/segments:roll", "topic", "alter"),
     _rule("GET", _B + r"/topics/-/partitions/-/reassignment", None),  # always empty
     _rule("GET", _B + rf"/topics/{_NAME}(/configs(/[^/]+)?|/partitions(/[^/]+(/replicas(/[^/]+)?"
-          r"|/reassignment)?)?)?", "topic", "describe"),
+          r"|/reassignment|/offset)?)?)?", "topic", "describe"),
     _rule("GET", _B + r"/brokers(/[^/]+(/partition-replicas)?)?", None),  # filtered
     _rule("GET", _B + r"/(brokers/[^/]+/configs|broker-configs)", "cluster", "describe"),
     _rule("POST", _B + r"/producers", None),
@@ -72,7 +72,9 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets", "group", "commit"),
     _rule("POST", _B + rf"/consumer-groups/{_NAME}/offsets:reset", "group", "alter"),
     _rule("DELETE", _B + rf"/consumer-groups/{_NAME}", "group", "delete"),
-    _rule("GET", _B + rf"/consumer-groups/{_NAME}(/offsets|/coordinator)?", "group", "describe"),
+    _rule("GET", _B + rf"/consumer-groups/{_NAME}(/offsets|/coordinator|/lag-summary|/lags(/[^/]+"
+          r"/partitions/[^/]+)?|/consumers(/[^/]+(/assignments(/[^/]+/partitions/[^/]+)?)?)?)?",
+          "group", "describe"),
     _rule("POST GET DELETE", _B + rf"/consumer-groups/{_NAME}/members(/[^/]+(/heartbeat|"
           r"/records|/positions)?)?", "group", "consume"),
     _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),

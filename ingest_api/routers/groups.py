@@ -21,6 +21,7 @@ from ingest_api.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
 from ingest_api.cluster_link import forwarded, principal_of
+from ingest_api.metadata import CLUSTER, collection, related, resource
 from ingest_api.models import (
     CommitRequest,
     HeartbeatRequest,
@@ -29,7 +30,7 @@ from ingest_api.models import (
     SeekRequest,
 )
 from ingest_api.routers.cluster import check_cluster
-from ingest_api.state import AppState, json_body, json_response, state
+from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
 
 router = APIRouter(tags=["consumer groups"])
@@ -54,7 +55,23 @@ def _member_body(member: Member) -> dict[str, Any]:
             "heartbeat_interval_ms": heartbeat_interval_ms(member.session_timeout_ms)}
 
 
-async def _to_coordinator(request: Request, group_id: str) -> Response | None:
+def group_url(group_id: str) -> str:
+    return f"{CLUSTER}/consumer-groups/{group_id}"
+
+
+def group_body(groups: GroupCoordinator, group_id: str, coordinator_id: int) -> dict[str, Any]:
+    """Confluent's ``ConsumerGroupData`` fields."""
+    group = groups.groups.get(group_id)
+    url = group_url(group_id)
+    return {**resource("KafkaConsumerGroup", url, f"consumer-group={group_id}"),
+            "cluster_id": CLUSTER_ID, "consumer_group_id": group_id, "is_simple": False,
+            "partition_assignor": group.assignor if group is not None else "",
+            "coordinator": related(f"{CLUSTER}/brokers/{coordinator_id}"),
+            "consumers": related(f"{url}/consumers"),
+            "lag_summary": related(f"{url}/lag-summary")}
+
+
+async def to_coordinator(request: Request, group_id: str) -> Response | None:
     """In a cluster, a group's requests are its coordinator's: its answer, unless this
     broker coordinates the group (None)."""
     link = state(request).cluster
@@ -78,16 +95,16 @@ async def list_groups(cluster_id: str, request: Request) -> Response:
     link = st.cluster
     mine = [g for g in groups.known_groups() if may(request, "group", g, "describe")]
     if link is None:
-        return json_response({"data": [_summary(groups, g) for g in mine]})
+        return _group_list([_summary(st, g) for g in mine])
     # In a cluster each broker answers for the groups it coordinates; the first broker
     # asks the others and merges.
     coordinated = []
     for g in mine:
         with contextlib.suppress(LakelogError):
             if link.coordinator(g) is None:
-                coordinated.append(_summary(groups, g))
+                coordinated.append(_summary(st, g))
     if forwarded(request):
-        return json_response({"data": coordinated})
+        return _group_list(coordinated)
     others = [b for b in link.broker.view.live_brokers() if b.broker_id != link.broker_id]
     answers = await asyncio.gather(*(link.send(b, "GET", request.url.path,
                                                principal=principal_of(request))
@@ -98,12 +115,20 @@ async def list_groups(cluster_id: str, request: Request) -> Response:
             continue  # a broker that is down: its groups are unavailable until it is back
         for g in answer.json()["data"]:
             data.setdefault(g["consumer_group_id"], g)
-    return json_response({"data": [data[g] for g in sorted(data)]})
+    return _group_list([data[g] for g in sorted(data)])
 
 
-def _summary(groups: GroupCoordinator, group_id: str) -> dict[str, Any]:
+def _group_list(data: list[dict[str, Any]]) -> Response:
+    return json_response(collection("KafkaConsumerGroupList", f"{CLUSTER}/consumer-groups", data))
+
+
+def _summary(st: AppState, group_id: str) -> dict[str, Any]:
+    """Confluent's ``ConsumerGroupData`` with lakelog's fields (``state`` keeps Kafka's
+    state names, ``assignor`` lakelog's assignor names)."""
+    groups = st.groups
     group = groups.groups.get(group_id)
-    return {"consumer_group_id": group_id,
+    coordinator_id = st.cluster.broker_id if st.cluster is not None else 1
+    return {**group_body(groups, group_id, coordinator_id),
             "state": group.state() if group is not None else "Empty",
             "assignor": group.assignor if group is not None else None,
             "group_epoch": group.epoch if group is not None else 0,
@@ -117,7 +142,7 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
     none), the log start and end offsets, the lag (from the log start where nothing is
     committed) and the owner."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
     groups = st.groups
@@ -136,7 +161,7 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
              "log_end_offset": r.bounds.high_watermark if r.bounds else None,
              "lag": r.lag, "member_id": r.member_id}
             for r in group_lag(groups, group_id, log_bounds(st.manager, st.tiered))]
-    return json_response({**_summary(groups, group_id), "members": members, "offsets": rows})
+    return json_response({**_summary(st, group_id), "members": members, "offsets": rows})
 
 
 @router.get(BASE + "/{group_id}/coordinator")
@@ -155,7 +180,7 @@ async def find_coordinator(cluster_id: str, group_id: GroupId, request: Request)
 async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Delete a group without members and its committed offsets."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     await state(request).groups.delete_group(group_id)
     return Response(status_code=204)
@@ -165,7 +190,7 @@ async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> 
 async def join(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Join: a member id, its epoch and its first assignment (heartbeat for the rest)."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     body = decode(await read_body(request, MAX_BODY), _join)
     for topic in body.topics:  # the group's consume ACL is checked before routing
@@ -182,7 +207,7 @@ async def heartbeat(cluster_id: str, group_id: GroupId, member_id: MemberId,
                     request: Request) -> Response:
     """Stay in the group; the answer carries the current epoch and assignment."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     body = decode(await read_body(request, MAX_BODY), _heartbeat)
     owned = None if body.owned is None else {
@@ -196,7 +221,7 @@ async def leave(cluster_id: str, group_id: GroupId, member_id: MemberId,
                 request: Request) -> Response:
     """Leave the group; its partitions move to the other members."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     state(request).groups.leave(group_id, member_id)
     return Response(status_code=204)
@@ -217,7 +242,7 @@ async def poll(
     comes even when larger). With ``Accept: application/vnd.apache.arrow.stream``: an
     Arrow stream, the member epoch in ``Lakelog-Member-Epoch``."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
     s = st.settings
@@ -238,7 +263,7 @@ async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
     """Move the member's positions (Kafka's seek); an offset of null goes back to the
     committed offset. Only partitions assigned to the member."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
     body = decode(await read_body(request, MAX_BODY), _seek)
@@ -263,7 +288,7 @@ async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
 async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """Commit offsets; answered once they are in the ``_consumer_offsets`` Delta table."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     body = decode(await read_body(request, MAX_BODY), _commit)
     await state(request).groups.commit(group_id, body.member_id, body.member_epoch, [
@@ -277,7 +302,7 @@ async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Respon
 async def committed(cluster_id: str, group_id: GroupId, request: Request) -> Response:
     """The group's committed offsets."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     return json_response({"offsets": _offset_rows(state(request).groups.committed(group_id))})
 
@@ -294,7 +319,7 @@ async def reset_offsets(cluster_id: str, group_id: GroupId, request: Request) ->
     """Reset a group's committed offsets (to earliest, latest, an offset or a datetime) for
     the given topics (default: those it has offsets for); only while it has no members."""
     check_cluster(cluster_id)
-    if (answer := await _to_coordinator(request, group_id)) is not None:
+    if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
     body = decode(await read_body(request, MAX_BODY), _reset)

@@ -1,4 +1,4 @@
-"""Topics, their configs and partitions (Confluent REST v3 shapes)."""
+"""Topics and their configs (Confluent REST v3 shapes); partitions are in ``partitions.py``."""
 
 from __future__ import annotations
 
@@ -14,16 +14,13 @@ from fastapi.responses import Response
 from cluster.model import OFFSETS_TOPIC
 from ingest_api.auth import may
 from ingest_api.body import decode_request
-from ingest_api.cluster_link import forwarded, principal_of
 from ingest_api.cluster_link import internal as is_internal
-from ingest_api.errors import ApiError, error_of
+from ingest_api.errors import ApiError
 from ingest_api.metadata import (
     CLUSTER,
     METADATA,
     collection,
-    partition_url,
     related,
-    replica_body,
     resource,
     topic_url,
 )
@@ -31,15 +28,12 @@ from ingest_api.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.state import CLUSTER_ID, AppState, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig, config_value
-from log_tables.errors import InvalidConfigError, InvalidTopicError, LakelogError
-from log_tables.hot.partition_log import PartitionLog
+from log_tables.errors import InvalidConfigError, InvalidTopicError
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["topics"])
 BASE = "/v3/clusters/{cluster_id}/topics"
 TopicName = Annotated[str, Path(min_length=1, max_length=249)]
-PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
-BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 _create = msgspec.json.Decoder(TopicCreate)
 _patch = msgspec.json.Decoder(TopicPatch)
 _update = msgspec.json.Decoder(ConfigUpdate)
@@ -83,27 +77,6 @@ def config_body(meta: TopicMetadata, name: str,
             "is_read_only": False, "is_sensitive": False, "source": source,
             "synonyms": synonyms, "default_value": default,
             "documentation": CONFIG_BY_NAME[name].doc}
-
-
-def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
-                   ) -> dict[str, object]:
-    """Confluent's ``PartitionData``, with lakelog's offsets and sizes added."""
-    cold = st.tiered.state(topic, partition)
-    url = partition_url(topic, partition)
-    placement = METADATA.placement(topic, partition)
-    leader = placement.leader
-    return {**resource("KafkaPartition", url, f"topic={topic}/partition={partition}"),
-            "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
-            "leader": related(f"{url}/replicas/{leader}"), "replicas": related(f"{url}/replicas"),
-            "reassignment": related(f"{url}/reassignment"),
-            "log_start_offset": st.tiered.log_start_offset(plog, topic, partition),
-            "high_watermark": plog.high_watermark, "size_bytes": plog.size_bytes,
-            "segments": len(plog.segments),
-            "hot_log_start_offset": plog.log_start_offset,
-            "tiered_offset": cold.tiered_offset if cold else 0,
-            "tiered_size_bytes": cold.size_bytes if cold else 0,
-            "leader_id": leader, "replica_ids": list(placement.replicas),
-            "isr_ids": list(placement.in_sync), "leader_epoch": placement.leader_epoch}
 
 
 def _config_values(entries: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[str]]:
@@ -359,104 +332,6 @@ async def _change_configs(st: AppState, topic: str, to_set: dict[str, str], to_d
     controller = st.cluster.broker.controller
     await _controller_step(st, lambda: controller.set_configs(topic, dict(meta.overrides)),
                            topic)
-
-
-@router.get(BASE + "/{topic_name}/partitions")
-async def list_partitions(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
-    check_cluster(cluster_id)
-    st = state(request)
-    st.require_topic(topic_name)
-    logs = st.manager.partitions(topic_name)
-    bodies = await asyncio.gather(*(_partition_anywhere(st, request, topic_name, p, plog)
-                                    for p, plog in enumerate(logs)))
-    return json_response(collection("KafkaPartitionList", f"{topic_url(topic_name)}/partitions",
-                                    list(bodies)))
-
-
-async def _partition_anywhere(st: AppState, request: Request, topic: str, partition: int,
-                              plog: PartitionLog) -> dict[str, object]:
-    """A partition's body; in a cluster its offsets and sizes are its leader's (an
-    offline partition shows this broker's view, with leader -1)."""
-    link = st.cluster
-    if link is None or forwarded(request):
-        return partition_body(st, topic, plog, partition)
-    leader = link.broker.view.leader(topic, partition)
-    info = link.broker.view.broker(leader) if leader != link.broker_id else None
-    if info is None:
-        return partition_body(st, topic, plog, partition)
-    try:
-        r = await link.send(info, "GET", partition_url(topic, partition),
-                            principal=principal_of(request))
-    except LakelogError:
-        return partition_body(st, topic, plog, partition)
-    if r.status_code != 200:
-        raise error_of(r)
-    body: dict[str, object] = r.json()
-    return body
-
-
-@router.get(BASE + "/-/partitions/-/reassignment")
-async def list_all_reassignments(cluster_id: str) -> Response:
-    """Replica reassignments in progress: none (one broker: partitions never move)."""
-    check_cluster(cluster_id)
-    return json_response(collection("KafkaReassignmentList",
-                                    f"{CLUSTER}/topics/-/partitions/-/reassignment", []))
-
-
-@router.get(BASE + "/{topic_name}/partitions/-/reassignment")
-async def list_topic_reassignments(cluster_id: str, topic_name: TopicName,
-                                   request: Request) -> Response:
-    """The topic's replica reassignments in progress: none."""
-    check_cluster(cluster_id)
-    state(request).require_topic(topic_name)
-    return json_response(collection("KafkaReassignmentList",
-                                    f"{topic_url(topic_name)}/partitions/-/reassignment", []))
-
-
-@router.get(BASE + "/{topic_name}/partitions/{partition_id}")
-async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
-                        request: Request) -> Response:
-    check_cluster(cluster_id)
-    st = state(request)
-    st.require_topic(topic_name)
-    plog = st.manager.log(topic_name, partition_id)
-    return json_response(await _partition_anywhere(st, request, topic_name, partition_id, plog))
-
-
-@router.get(BASE + "/{topic_name}/partitions/{partition_id}/reassignment")
-async def get_reassignment(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
-                           request: Request) -> Response:
-    """404 as in Confluent when no reassignment is in progress, which here is always."""
-    check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
-    raise ApiError(404, f"no replica reassignment of {topic_name}/{partition_id} is in "
-                        "progress (lakelog is one broker: partitions never move)",
-                   name="no_reassignment")
-
-
-@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas")
-async def list_replicas(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
-                        request: Request) -> Response:
-    """The partition's replicas (its leader first)."""
-    check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
-    placement = METADATA.placement(topic_name, partition_id)
-    return json_response(collection(
-        "KafkaReplicaList", f"{partition_url(topic_name, partition_id)}/replicas",
-        [replica_body(topic_name, partition_id, b) for b in placement.replicas]))
-
-
-@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas/{broker_id}")
-async def get_replica(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
-                      broker_id: BrokerId, request: Request) -> Response:
-    check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
-    replicas = METADATA.placement(topic_name, partition_id).replicas
-    if broker_id not in replicas:
-        raise ApiError(404, f"broker {broker_id} holds no replica of {topic_name}/"
-                            f"{partition_id}; its replicas are on brokers {list(replicas)}",
-                       name="unknown_replica")
-    return json_response(replica_body(topic_name, partition_id, broker_id))
 
 
 def _known(name: str) -> str:

@@ -4,13 +4,17 @@ Written for lakelog's tests from Confluent's OpenAPI document "REST Admin API",
 version 3.0.0 (repository confluentinc/kafka-rest, file ``api/v3/openapi.yaml``),
 components ``schemas``: Resource, ResourceCollection, Relationship, Error, ClusterData,
 BrokerData, TopicData, TopicConfigData (AbstractConfigData, ConfigSynonymData),
-PartitionData, ReplicaData, ReassignmentData, ProduceResponse (ProduceResponseData) and
-their ``...DataList`` collections, as the document states their required fields, types
-and nullability; ``kind`` values as in its examples. They are not a copy of the document.
+PartitionData, ReplicaData, ReassignmentData, ProduceResponse (ProduceResponseData), the
+consumer-group views (ConsumerGroupData, ConsumerData, ConsumerAssignmentData,
+ConsumerLagData, ConsumerGroupLagSummaryData) and their ``...DataList`` collections, as
+the document states their required fields, types and nullability; ``kind`` values as in
+its examples. They are not a copy of the document.
 
-That document has no ``records:batch``; its shapes here (successes as ProduceResponse
-plus ``id``, failures as Error plus ``id``, 422/42208 for an empty batch) follow
-Confluent Cloud's documentation of the endpoint, as issue 19 quotes it.
+That document has no ``records:batch`` and no List Partition Offsets; their shapes here
+(successes as ProduceResponse plus ``id``, failures as Error plus ``id``, 422/42208 for an
+empty batch, a null body or ids used twice; ``KafkaPartitionWithOffsets``) follow Confluent
+Cloud's documentation of the endpoints and kafka-rest's own sources (``ProduceBatchAction``,
+``ListPartitionOffsetsAction``, ``PartitionWithOffsetsData``).
 
 Fields lakelog adds (``error``, ``topic_id``, ``log_start_offset``, ...) are allowed:
 the document does not close its objects.
@@ -116,3 +120,38 @@ BATCH_RESPONSE: Schema = {
     "type": "object", "required": ["successes", "failures"],
     "properties": {"successes": {"type": "array", "items": BATCH_SUCCESS},
                    "failures": {"type": "array", "items": BATCH_FAILURE}}}
+
+# List Partition Offsets (``GET .../partitions/{partition_id}/offset``): the partition with
+# its earliest and latest offsets; its one ``offset_type`` is ``earliest_and_latest``.
+INT64: Schema = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+PARTITION_OFFSETS = resource("KafkaPartitionWithOffsets", {
+    "cluster_id": STRING, "topic_name": STRING, "partition_id": INTEGER,
+    "earliest_offset": INT64, "latest_offset": INT64})
+
+# The consumer-group views: ConsumerGroupData, ConsumerData, ConsumerAssignmentData,
+# ConsumerLagData and ConsumerGroupLagSummaryData (offsets and lags are int64).
+CONSUMER_GROUP = resource("KafkaConsumerGroup", {
+    "cluster_id": STRING, "consumer_group_id": STRING, "is_simple": BOOLEAN,
+    "partition_assignor": STRING, "state": STRING, "coordinator": RELATIONSHIP,
+    "consumers": RELATIONSHIP, "lag_summary": RELATIONSHIP})
+CONSUMER = resource("KafkaConsumer", {
+    "cluster_id": STRING, "consumer_group_id": STRING, "consumer_id": STRING,
+    "client_id": STRING, "assignments": RELATIONSHIP}, {"instance_id": NULLABLE_STRING})
+ASSIGNMENT = resource("KafkaConsumerAssignment", {
+    "cluster_id": STRING, "consumer_group_id": STRING, "consumer_id": STRING,
+    "topic_name": STRING, "partition_id": INTEGER, "partition": RELATIONSHIP,
+    "lag": RELATIONSHIP})
+LAG = resource("KafkaConsumerLag", {
+    "cluster_id": STRING, "consumer_group_id": STRING, "topic_name": STRING,
+    "partition_id": INTEGER, "current_offset": INT64, "log_end_offset": INT64, "lag": INT64,
+    "consumer_id": STRING, "client_id": STRING}, {"instance_id": NULLABLE_STRING})
+LAG_SUMMARY = resource("KafkaConsumerGroupLagSummary", {
+    "cluster_id": STRING, "consumer_group_id": STRING, "max_lag_consumer_id": STRING,
+    "max_lag_client_id": STRING, "max_lag_topic_name": STRING,
+    "max_lag_partition_id": INTEGER, "max_lag": INT64, "total_lag": INT64,
+    "max_lag_consumer": RELATIONSHIP, "max_lag_partition": RELATIONSHIP},
+    {"max_lag_instance_id": NULLABLE_STRING})
+CONSUMER_GROUP_LIST = collection("KafkaConsumerGroupList", CONSUMER_GROUP)
+CONSUMER_LIST = collection("KafkaConsumerList", CONSUMER)
+ASSIGNMENT_LIST = collection("KafkaConsumerAssignmentList", ASSIGNMENT)
+LAG_LIST = collection("KafkaConsumerLagList", LAG)
