@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
@@ -37,6 +38,8 @@ class Options:
 
     api_key: str | None = None
     retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
+    wait_for_server: bool = False
+    """--retry-timeout-ms was given: wait that long for a server nothing answers at yet."""
 
 
 options = Options()
@@ -51,15 +54,20 @@ def main_options(
              "LAKELOG_API_KEY, else api_key in the profile ($XDG_CONFIG_HOME/lakelog/"
              "config.toml, for its url), else the admin key in "
              "$LAKELOG_DATA_DIR/security/admin.key (a server on this machine).")] = None,
-    retry_timeout_ms: Annotated[int, typer.Option(
-        envvar="LAKELOG_RETRY_TIMEOUT_MS", show_envvar=False, min=0,
+    retry_timeout_ms: Annotated[int | None, typer.Option(
+        envvar="LAKELOG_RETRY_TIMEOUT_MS", show_envvar=False, min=0, show_default=False,
         help="How long a command keeps trying a server it cannot reach (a restart takes "
-             "seconds) before it gives up [LAKELOG_RETRY_TIMEOUT_MS].")
-    ] = DEFAULT_RETRY_TIMEOUT_MS,
+             "seconds) before it gives up [LAKELOG_RETRY_TIMEOUT_MS; default 30000]. "
+             "Without it, a command whose server refuses every connection for its first "
+             "1.2 s says at once that no server runs there; with it, the command waits "
+             "for one that is starting.")
+    ] = None,
 ) -> None:
     """lakelog: a Kafka-style event log stored in Delta Lake tables."""
     options.api_key = api_key
-    options.retry_timeout_ms = retry_timeout_ms
+    options.retry_timeout_ms = DEFAULT_RETRY_TIMEOUT_MS if retry_timeout_ms is None \
+        else retry_timeout_ms
+    options.wait_for_server = retry_timeout_ms is not None
 
 
 DataDir = Annotated[Path, typer.Option(help="Data directory [LAKELOG_DATA_DIR].",
@@ -90,12 +98,54 @@ def server(url: str | None) -> Server:
     from lakelog.profile import find_api_key, resolve_url
 
     resolved = resolve_url(url)
+    if not options.wait_for_server:
+        refused_everywhere(resolved)
     found = find_api_key(resolved, options.api_key, "--api-key")
     try:
         http_auth(found.key)
     except ValueError as exc:
         raise LakelogError(f"bad API key from {found.source}: {exc}") from None
     return Server(resolved, found)
+
+
+REFUSED_FOR_S = 1.2
+"""How long every broker given may refuse connections before a command says nothing runs
+there (instead of retrying for --retry-timeout-ms, which is for a server restarting)."""
+
+
+def refused_everywhere(url: str, for_s: float = REFUSED_FOR_S) -> None:
+    """Raise if every broker of ``url`` refused every TCP connection for ``for_s``: nothing
+    listens there. Any other outcome (a connection, a timeout, a name that does not
+    resolve) is left to the client's retries and their messages."""
+    import socket
+
+    import httpx
+
+    from lakelog.client.bootstrap import bootstrap_urls
+
+    urls = bootstrap_urls(url)
+    addresses = []
+    for u in urls:
+        parsed = httpx.URL(u)
+        addresses.append((parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)))
+    deadline = time.monotonic() + for_s
+    while True:
+        for address in addresses:
+            try:
+                socket.create_connection(address, timeout=min(1.0, for_s)).close()
+                return
+            except ConnectionRefusedError:
+                continue
+            except OSError:
+                return  # not a plain refusal: the client's retries say what it is
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    where = ", ".join(urls)
+    raise LakelogError(
+        f"no server at {where}: every connection was refused for {for_s:g} s. Start one "
+        "with `lakelog serve` (a cluster: `lakelog cluster up`), or name the server with "
+        "--url or LAKELOG_URL")
 
 
 def retry_setting() -> str:

@@ -412,6 +412,32 @@ def test_with_the_server_down_a_command_fails_in_one_line(tmp_path: Path) -> Non
         assert "Connection refused" in out.stderr, (args, out.stderr)
 
 
+def test_with_no_server_running_a_command_says_so_at_once(tmp_path: Path) -> None:
+    """Nothing listens: every connection is refused. The command names the URL and how
+    to start a server within 2 s, not after --retry-timeout-ms (issue 35)."""
+    from tests.ports import free_port
+
+    url = f"http://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    env = _cli_env(tmp_path, LAKELOG_URL=url)
+    env.pop("LAKELOG_RETRY_TIMEOUT_MS", None)
+    for args in (["topics", "list"], ["produce", "t"], ["groups", "describe", "g"]):
+        started = time.monotonic()
+        out = _lakelog(env, *args, stdin="x\n")
+        took = time.monotonic() - started
+        assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
+        assert "no server at http://127.0.0.1:" in out.stderr, out.stderr
+        assert "connection was refused" in out.stderr and "lakelog serve" in out.stderr
+        # The CLI's own start (Python, imports) is part of the two seconds.
+        assert took < 2 + startup_s(env), (args, took)
+
+
+def startup_s(env: dict[str, str]) -> float:
+    """How long ``lakelog --version`` takes here: the CLI's start, not its waiting."""
+    started = time.monotonic()
+    assert _lakelog(env, "--version").returncode == 0
+    return time.monotonic() - started
+
+
 def test_produce_rides_through_a_server_restart(tmp_path: Path) -> None:
     """The server is down when `lakelog produce` starts and comes back two seconds
     later: the command waits for it (within --retry-timeout-ms) and succeeds."""
@@ -422,7 +448,9 @@ def test_produce_rides_through_a_server_restart(tmp_path: Path) -> None:
     with server.client() as c:
         c.post("/topics", json={"topic_name": "t"}).raise_for_status()
     server.kill()
-    env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+    # A user who waits for a server that is starting says how long (else the command
+    # says at once that nothing runs there: the test below).
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url, LAKELOG_RETRY_TIMEOUT_MS="60000")
     proc = subprocess.Popen([LAKELOG, "produce", "t"], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
