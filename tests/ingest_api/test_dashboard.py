@@ -222,6 +222,12 @@ def test_dashboard_in_a_real_browser(server: ServerProcess, admin: httpx.Client,
             # Both of lakelog serve's rows: no jobs and no SQL endpoint in these tests.
             assert "off" in page.inner_text('[data-service="jobs"]')
             assert "off" in page.inner_text('[data-service="sql"]')
+            # A service's times read as times, its durations as durations (issue 35).
+            shown = page.evaluate("""() => [detail("since_ms", 1795679046495),
+                                             detail("restart_backoff_ms", 1500),
+                                             detail("restarts", 16)]""")
+            assert shown == ["since: 2026-11-26 07:44:06Z", "restart_backoff: 1.5 s",
+                             "restarts: 16"], shown
             jobs = page.inner_text("#jobs")
             assert "OSError: disk full" in jobs and "tiered offsets 0..9" in jobs
             lag = f'[data-group="{GROUP}"] .total-lag'
