@@ -98,13 +98,24 @@ def _not_utf8_body(body: bytes | msgspec.Raw) -> ApiError:
     return ApiError(400, "malformed JSON: a string is not UTF-8", name="malformed_json")
 
 
-def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T]) -> T:
-    """Decode a body: malformed JSON is 400, a wrong shape 422, both naming where."""
+def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T],
+           shape_status: int = 422) -> T:
+    """Decode a body: malformed JSON is 400, a missing body or a wrong shape
+    ``shape_status`` (422 where Confluent's operation says so: produce; 400 where it
+    documents no 422: the admin operations), bytes that are not base64 400 (as Confluent's
+    examples answer them), each naming where."""
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise ApiError(422, f"invalid request body: {exc}", name="invalid_request") from None
+        if str(exc).startswith("Invalid base64"):
+            raise ApiError(400, f"invalid request body: {exc}: BINARY data and header values "
+                                "are base64 (RFC 4648)", name="invalid_base64") from None
+        raise ApiError(shape_status, f"invalid request body: {exc}",
+                       name="invalid_request") from None
     except msgspec.DecodeError as exc:
+        if not bytes(memoryview(body)).strip():
+            raise ApiError(shape_status, "the request body is empty: it is required",
+                           name="empty_body") from None
         raise ApiError(400, f"malformed JSON: {exc}", name="malformed_json") from None
     except UnicodeDecodeError:  # msgspec raises it for a string (or key) that is not UTF-8
         raise _not_utf8_body(body) from None
@@ -112,8 +123,9 @@ def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T]) -> T:
         raise ApiError(400, TOO_DEEP, name="malformed_json") from None
 
 
-async def decode_request(request: Request, decoder: msgspec.json.Decoder[T], limit: int) -> T:
-    return decode(await read_body(request, limit), decoder)
+async def decode_request(request: Request, decoder: msgspec.json.Decoder[T], limit: int,
+                         shape_status: int = 422) -> T:
+    return decode(await read_body(request, limit), decoder, shape_status)
 
 
 class ObjectStream:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -143,6 +145,8 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        if exc.errors() and all(err.get("loc", ("",))[0] == "path" for err in exc.errors()):
+            return error_response(path_error(exc.errors()))
         parts = []
         for err in exc.errors():
             where = ".".join(str(x) for x in err.get("loc", ()))
@@ -150,7 +154,7 @@ def install(app: FastAPI) -> None:
         return error_response(ApiError(422, "; ".join(parts) or "invalid request",
                                        name="invalid_request"))
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         headers = {}
@@ -158,6 +162,9 @@ def install(app: FastAPI) -> None:
             message = f"no such endpoint: {request.method} {request.url.path}"
         elif exc.status_code == 405:
             allowed = allowed_methods(request)
+            if request.method == "OPTIONS":  # RFC 9110: what the resource takes, in Allow
+                return Response(status_code=204,
+                                headers={"Allow": ", ".join([*allowed, "OPTIONS"])})
             message = (f"method {request.method} is not allowed on {request.url.path}; "
                        f"allowed: {', '.join(allowed)}")
             headers["Allow"] = ", ".join(allowed)
@@ -174,6 +181,26 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_error)
+
+
+_OUT_OF_RANGE = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def path_error(errors: Sequence[Any]) -> ApiError:
+    """A path that names no resource: an integer id out of range (a negative partition) is
+    404, as no such resource exists (40402 for a partition, as Confluent's "partition not
+    found"); anything else that is not what the path takes (``partitions/abc``) is 400,
+    which every Confluent operation documents (it documents no 422)."""
+    for err in errors:
+        name = str(err.get("loc", ("", ""))[-1])
+        if err.get("type") in _OUT_OF_RANGE:
+            partition = name == "partition_id"
+            return ApiError(404, f"no {name.replace('_id', '')} {err.get('input')!s} exists "
+                                 f"({name}: {err.get('msg')})",
+                            error_code=40402 if partition else 404,
+                            name="unknown_topic_or_partition" if partition else "not_found")
+    where = "; ".join(f"path.{err.get('loc', ('', ''))[-1]}: {err.get('msg')}" for err in errors)
+    return ApiError(400, where, name="invalid_parameter")
 
 
 def error_of(r: httpx.Response) -> ApiError:

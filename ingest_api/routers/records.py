@@ -215,7 +215,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         every_id = ids + [entry_id for entry_id, _ in rejected]
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
-            raise ApiError(422, f"entry id {dup!r} is used more than once", name="invalid_request")
+            raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
         sizes = envelopes(entries)
         acked = st.produce.start(meta, entries, acks, _route(st, request))
         del entries  # the decoded request is not needed while waiting for the append
@@ -255,12 +255,14 @@ def _decode_batch(body: bytes, max_entries: int
     again entry by entry, so that each invalid entry fails alone (as in Confluent). Bad
     JSON, a wrong envelope, or an invalid entry without a usable id fail the request.
     """
+    if not body.strip():
+        raise _batch_error("the request body is empty: send {\"entries\": [...]}")
     try:
         entries = decode(body, _batch).entries
         _check_count(len(entries), max_entries)
         return entries, []
     except ApiError as exc:
-        if exc.status != 422 or exc.error_code == 42208:
+        if exc.code not in ("invalid_request", "invalid_base64"):
             raise
         raws = decode(body, _raw_batch).entries
     _check_count(len(raws), max_entries)
@@ -274,10 +276,16 @@ def _decode_batch(body: bytes, max_entries: int
             try:
                 entry_id = _entry_id_only.decode(raw).id
             except (msgspec.DecodeError, UnicodeDecodeError):
-                err.message += " (the entry has no valid id to report it by: the batch is refused)"
-                raise err from None
+                raise _batch_error(f"{err.message} (the entry has no valid id to report it by: "
+                                   "the batch is refused)") from None
             rejected.append((entry_id, err))
     return entries, rejected
+
+
+def _batch_error(message: str) -> ApiError:
+    """A batch refused whole: Confluent's 422/42208 (an empty batch, a null body, ids used
+    twice or missing)."""
+    return ApiError(422, message, error_code=42208, name="invalid_batch")
 
 
 def _check_count(count: int, max_entries: int) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated
 
 import msgspec
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from cluster.model import OFFSETS_TOPIC
@@ -150,7 +150,7 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
     st = state(request)
     if (answer := await _to_controller(st, request)) is not None:
         return answer
-    body = await decode_request(request, _create, ADMIN_BODY_LIMIT)
+    body = await decode_request(request, _create, ADMIN_BODY_LIMIT, 400)
     if st.cluster is not None:
         return await _create_in_cluster(st, request, body)
     factor = METADATA.replication_factor(body.topic_name)
@@ -211,33 +211,68 @@ async def list_topics(cluster_id: str, request: Request) -> Response:
                                     [topic_body(t) for t in topics]))
 
 
+IncludeOperations = Annotated[str | None, Query(
+    description="true: add the operations the caller may do on the topic "
+                "(authorized_operations, Kafka's names)")]
+# Kafka's topic operations, and the lakelog ACL operation (on the topic) that allows each.
+_TOPIC_OPERATIONS = (("READ", "consume"), ("WRITE", "produce"), ("DELETE", "delete"),
+                     ("ALTER", "alter"), ("DESCRIBE", "describe"),
+                     ("DESCRIBE_CONFIGS", "describe"), ("ALTER_CONFIGS", "alter"))
+
+
+def _include_operations(raw: str | None) -> bool:
+    """Confluent's ``include_authorized_operations`` boolean: 400 for anything else."""
+    if raw is None or raw.lower() in ("true", "false"):
+        return raw is not None and raw.lower() == "true"
+    raise ApiError(400, f"include_authorized_operations must be true or false, not {raw!r}",
+                   name="invalid_parameter")
+
+
+def _with_operations(request: Request, body: dict[str, object], include: bool
+                     ) -> dict[str, object]:
+    if include:
+        name = str(body["topic_name"])
+        body["authorized_operations"] = [
+            op for op, acl in _TOPIC_OPERATIONS if may(request, "topic", name, acl)] + (
+            ["CREATE"] if may(request, "cluster", CLUSTER_ID, "admin") else [])
+    return body
+
+
 @router.get(BASE + "/{topic_name}")
-async def get_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
+async def get_topic(cluster_id: str, topic_name: TopicName, request: Request,
+                    include_authorized_operations: IncludeOperations = None) -> Response:
     check_cluster(cluster_id)
-    return json_response(topic_body(state(request).require_topic(topic_name)))
+    include = _include_operations(include_authorized_operations)
+    return json_response(_with_operations(
+        request, topic_body(state(request).require_topic(topic_name)), include))
 
 
 @router.patch(BASE + "/{topic_name}", openapi_extra=json_body(TopicPatch))
-async def update_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
+async def update_topic(cluster_id: str, topic_name: TopicName, request: Request,
+                       include_authorized_operations: IncludeOperations = None) -> Response:
     """Raise ``partitions_count`` (it never goes down)."""
     check_cluster(cluster_id)
+    include = _include_operations(include_authorized_operations)
     st = state(request)
     if (answer := await _to_controller(st, request)) is not None:
         return answer
-    body = await decode_request(request, _patch, ADMIN_BODY_LIMIT)
+    body = await decode_request(request, _patch, ADMIN_BODY_LIMIT, 400)
     if st.cluster is not None:
         st.require_topic(topic_name)
         controller = st.cluster.broker.controller
         await _controller_step(st, lambda: controller.add_partitions(
             topic_name, body.partitions_count), topic_name)
-        return json_response(topic_body(st.manager.topic(topic_name)))
+        return json_response(_with_operations(
+            request, topic_body(st.manager.topic(topic_name)), include))
     meta = st.manager.add_partitions(topic_name, body.partitions_count)
-    return json_response(topic_body(meta))
+    return json_response(_with_operations(request, topic_body(meta), include))
 
 
 @router.delete(BASE + "/{topic_name}", status_code=204)
-async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
+async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request,
+                       include_authorized_operations: IncludeOperations = None) -> Response:
     check_cluster(cluster_id)
+    _include_operations(include_authorized_operations)  # validated; a 204 has no body
     st = state(request)
     if (answer := await _to_controller(st, request)) is not None:
         return answer
@@ -284,7 +319,7 @@ async def set_config(cluster_id: str, topic_name: TopicName, name: str,
     st = state(request)
     if (answer := await _to_controller(st, request)) is not None:
         return answer
-    body = await decode_request(request, _update, ADMIN_BODY_LIMIT)
+    body = await decode_request(request, _update, ADMIN_BODY_LIMIT, 400)
     st.require_topic(topic_name)
     to_set, to_default = _config_values([(_known(name), body.value)])
     await _change_configs(st, topic_name, to_set, to_default)
@@ -313,7 +348,7 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
     st = state(request)
     if (answer := await _to_controller(st, request)) is not None:
         return answer
-    body = await decode_request(request, _alter, ADMIN_BODY_LIMIT)
+    body = await decode_request(request, _alter, ADMIN_BODY_LIMIT, 400)
     st.require_topic(topic_name)
     to_set, to_delete = _config_values([(e.name, None if e.operation == "DELETE" else e.value)
                                         for e in body.data])

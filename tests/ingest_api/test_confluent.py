@@ -240,10 +240,16 @@ def test_batch_entries_fail_alone_and_report_as_confluent(client: httpx.Client,
     # Exactly the good entries were stored.
     stored = fetch_all(client, topic, 0)
     assert sorted(r["offset"] for r in stored) == sorted(s["offset"] for s in ok.values())
-    # An empty batch is Confluent's 422/42208; an invalid entry without an id fails it all.
+    assert failed["bad-base64"]["error_code"] == 400  # as Confluent's examples answer it
+    assert failed["unknown-field"]["error_code"] == 422
+    # Refused whole with Confluent's 422/42208: an empty batch, an empty body, an id used
+    # twice, an invalid entry without an id to report it by.
     error(client.post(f"/topics/{topic}/records:batch", json={"entries": []}), 422, 42208)
+    error(client.post(f"/topics/{topic}/records:batch", content=b""), 422, 42208)
+    assert "'a'" in error(client.post(f"/topics/{topic}/records:batch", json={"entries": [
+        {"id": "a"}, {"id": "a"}]}), 422, 42208)
     error(client.post(f"/topics/{topic}/records:batch", json={"entries": [
-        {"id": "a"}, {"value": {"type": "BINARY", "data": "!!!"}}]}), 422, 422)
+        {"id": "a"}, {"value": {"type": "BINARY", "data": "!!!"}}]}), 422, 42208)
 
 
 @pytest.mark.parametrize(("key", "value"), [
@@ -319,7 +325,7 @@ def test_other_errors_are_error_bodies(client: httpx.Client, topic: str) -> None
     for r, status in [
             (client.post("/topics", content=b"{", headers={"content-type": "application/json"}),
              400),
-            (client.post("/topics", json={"partitions_count": 1}), 422),
+            (client.post("/topics", json={"partitions_count": 1}), 400),
             (client.get(f"/topics/{topic}/partitions/0/records"), 422),
             (client.get(f"/topics/{topic}/partitions/0/records?offset=99"), 416),
             (client.get("/no/such/endpoint"), 404)]:

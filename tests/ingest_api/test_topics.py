@@ -45,8 +45,9 @@ def test_create_get_list_delete(client: httpx.Client) -> None:
     ({"topic_name": "x", "partitions_count": 1, "configs": [{"name": "retention.ms", "value": "soon"}]},
      400, "retention.ms"),
     ({"topic_name": "x", "partitions_count": 1, "configs": [{"name": "nope", "value": "1"}]}, 400, "nope"),
-    ({"partitions_count": 1}, 422, "topic_name"),
-    ({"topic_name": "x", "partitions_count": "3"}, 422, "partitions_count"),
+    # A wrong shape is 400 here: Confluent's Create Topic documents 400 and no 422.
+    ({"partitions_count": 1}, 400, "topic_name"),
+    ({"topic_name": "x", "partitions_count": "3"}, 400, "partitions_count"),
     ({"topic_name": "x", "replication_factor": 3}, 400, "replication_factor"),
 ])
 def test_invalid_topics_are_rejected_with_a_message(client: httpx.Client, body: dict[str, object],
