@@ -71,6 +71,11 @@ def test_the_producer_goes_to_the_leaders_directly(brokers: Brokers) -> None:
         leader = leaders(brokers, 3, "direct")[p]
         r = httpx.get(brokers.url(leader) + CLUSTER + f"/topics/direct/partitions/{p}/offsets")
         assert r.json()["high_watermark"] == len(offsets)
+        # Confluent's List Partition Offsets through any broker: the leader's offsets.
+        for i in brokers.ids:
+            r = httpx.get(brokers.url(i) + CLUSTER + f"/topics/direct/partitions/{p}/offset")
+            assert (r.json()["earliest_offset"], r.json()["latest_offset"]) == (
+                0, len(offsets)), (i, r.text)
 
 
 def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
@@ -107,6 +112,12 @@ def test_a_group_works_through_any_broker(brokers: Brokers) -> None:
     other = next(i for i in brokers.ids if i != found["broker_id"])
     r = httpx.get(brokers.url(other) + CLUSTER + "/consumer-groups/g-any")
     assert r.status_code == 200 and forwarded(brokers, "group")[other] >= 1
+    # Confluent's lag views too: every broker answers the coordinator's numbers.
+    lags = [httpx.get(brokers.url(i) + CLUSTER + "/consumer-groups/g-any/lags").json()
+            for i in brokers.ids]
+    assert lags[0] == lags[1] == lags[2] and len(lags[0]["data"]) == 6
+    summary = httpx.get(brokers.url(other) + CLUSTER + "/consumer-groups/g-any/lag-summary")
+    assert summary.json()["total_lag"] == sum(x["lag"] for x in lags[0]["data"]), summary.text
 
 
 def test_topic_changes_through_any_broker_reach_every_broker(brokers: Brokers) -> None:
