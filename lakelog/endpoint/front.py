@@ -219,43 +219,47 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
             return None  # UNIMPLEMENTED
         client_streaming, server_streaming, request_type = found
         method = details.method
+        try:
+            # The key is checked from the call's metadata, before gRPC reads its message:
+            # a caller without a valid key makes the front hold no message (up to
+            # MAX_MESSAGE_BYTES each) and is answered without one being read.
+            caller = self._caller(details.invocation_metadata)
+        except Denied as denied:
+            return _refusal(denied)
         if client_streaming:
             return grpc.stream_unary_rpc_method_handler(
-                lambda requests, context: self._stream_in(method, request_type, requests,
-                                                          context))
+                lambda requests, context: self._stream_in(method, caller, request_type,
+                                                          requests, context))
         if server_streaming:
             return grpc.unary_stream_rpc_method_handler(
-                lambda request, context: self._stream_out(method, name, request_type, request,
-                                                          context))
+                lambda request, context: self._stream_out(method, name, caller, request_type,
+                                                          request, context))
         return grpc.unary_unary_rpc_method_handler(
-            lambda request, context: self._unary(method, name, request_type, request, context))
+            lambda request, context: self._unary(method, name, caller, request_type, request,
+                                                 context))
 
-    def _unary(self, method: str, name: str, request_type: Any, raw: bytes,
+    def _unary(self, method: str, name: str, caller: Caller, request_type: Any, raw: bytes,
                context: grpc.ServicerContext) -> bytes:
-        with _answering(context):
-            caller = self._caller(context)
-            with self._slot(caller):
-                request = self._admit(caller, name, request_type, raw)
-                call = self._channel.unary_unary(method)
-                answer: bytes = call(request, metadata=self._forwarded(context),
-                                     timeout=_deadline(context))
-                return answer
+        with _answering(context), self._slot(caller):
+            request = self._admit(caller, name, request_type, raw)
+            call = self._channel.unary_unary(method)
+            answer: bytes = call(request, metadata=self._forwarded(context),
+                                 timeout=_deadline(context))
+            return answer
 
-    def _stream_out(self, method: str, name: str, request_type: Any, raw: bytes,
-                    context: grpc.ServicerContext) -> Iterator[bytes]:
-        with _answering(context):
-            caller = self._caller(context)
-            with self._slot(caller):  # held until the last answer (or the cancel)
-                request = self._admit(caller, name, request_type, raw)
-                call = self._channel.unary_stream(method)(
-                    request, metadata=self._forwarded(context), timeout=_deadline(context))
-                context.add_callback(call.cancel)
-                yield from call
+    def _stream_out(self, method: str, name: str, caller: Caller, request_type: Any,
+                    raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        # The slot is held until the last answer (or the cancel).
+        with _answering(context), self._slot(caller):
+            request = self._admit(caller, name, request_type, raw)
+            call = self._channel.unary_stream(method)(
+                request, metadata=self._forwarded(context), timeout=_deadline(context))
+            context.add_callback(call.cancel)
+            yield from call
 
-    def _stream_in(self, method: str, request_type: Any, raws: Iterator[bytes],
-                   context: grpc.ServicerContext) -> bytes:
+    def _stream_in(self, method: str, caller: Caller, request_type: Any,
+                   raws: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
         with _answering(context):
-            caller = self._caller(context)
             if not caller.admin:
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED,
                              f"principal {caller.principal} may not add artifacts (jars, "
@@ -290,10 +294,10 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
 
     # ---- lakelog's side ----------------------------------------------------------------
 
-    def _caller(self, context: grpc.ServicerContext) -> Caller:
+    def _caller(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> Caller:
         if self.store is None:
             return Caller(None, True)
-        header = dict(context.invocation_metadata()).get("authorization")
+        header = dict(metadata or ()).get("authorization")
         credentials = parse_credentials(header if isinstance(header, str) else None)
         if credentials is None:
             raise Denied(grpc.StatusCode.UNAUTHENTICATED,
@@ -426,6 +430,13 @@ class ConnectFront(grpc.GenericRpcHandler):  # type: ignore[misc]
                     raise Refused(f"may not call the table function {value} (only "
                                   f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}): that needs "
                                   "cluster admin")
+
+
+def _refusal(denied: Denied) -> grpc.RpcMethodHandler:
+    """A handler that answers ``denied`` without reading the call's messages (whatever
+    the method's kind: it takes them as a stream it never iterates)."""
+    return grpc.stream_unary_rpc_method_handler(
+        lambda _requests, context: context.abort(denied.code, str(denied)))
 
 
 class _answering:

@@ -313,6 +313,42 @@ def test_the_backends_take_calls_from_the_fronts_alone(endpoint: Endpoint) -> No
     assert not any(a.startswith("http 2") for a in answered.values()), answered
 
 
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def test_a_call_without_a_valid_key_is_refused_before_its_message_is_read(
+        endpoint: Endpoint) -> None:
+    """Eight calls of 100 MiB each with a wrong key, or none: each is refused
+    (UNAUTHENTICATED) and the front's peak memory barely moves. It used to read each
+    message (up to 128 MiB) before it looked at the key (issue 35)."""
+    state = read_state(endpoint.server.data_dir)
+    assert state is not None and state["state"] == "ready"
+    front = int(state["pid"])
+    Path(f"/proc/{front}/clear_refs").write_text("5")  # the peak starts again from now
+    before = _peak_rss_mib(front)
+    big = b"\x0a" * (100 << 20)
+    keys = [[("authorization", "Bearer llk_nope.wrong")], [], [("authorization", "Basic !")]]
+    with grpc.insecure_channel(f"127.0.0.1:{endpoint.port}",
+                               options=[("grpc.max_send_message_length", -1)]) as chan:
+        call = chan.unary_unary("/spark.connect.SparkConnectService/AnalyzePlan")
+        started = time.monotonic()
+        futures = [call.future(big, metadata=keys[i % 3], timeout=120) for i in range(8)]
+        codes = []
+        for future in futures:
+            error = future.exception()
+            assert isinstance(error, grpc.Call), error
+            codes.append(error.code())
+        took = time.monotonic() - started
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 8, codes
+    grew = _peak_rss_mib(front) - before
+    assert grew < 64, f"the front's peak memory grew {grew:.0f} MiB for refused calls"
+    # A valid key is still let in.
+    answer = query(endpoint.url(endpoint.admin), "SELECT 6 * 7 AS n", 10)
+    assert answer.column("n")[0].as_py() == 42, took
+
+
 PROGRAM = textwrap.dedent("""
     import json, sys
     from pyspark.sql import SparkSession
