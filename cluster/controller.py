@@ -1,16 +1,11 @@
 """The controller: one broker, elected through ZooKeeper, that assigns replicas and
 elects partition leaders (Kafka's ZooKeeper-mode controller).
 
-Election: the first broker to create the ephemeral ``/controller`` node is the
-controller; it then raises ``/controller_epoch`` by a conditional write. Every write the
-controller makes is a ZooKeeper transaction that first checks ``/controller_epoch`` still
-has the version it wrote, so a controller that was replaced (its session ended while it
-was paused, say) cannot change anything: its transaction fails and it stops.
-
 Its steps, each numbered in docs/architecture.md with the test that kills a broker there:
 
 1. elect: create ``/controller`` (one this session made in an interrupted try counts as
-   made); bump ``/controller_epoch``;
+   made); bump ``/controller_epoch``, which fences every later write
+   (cluster.controller_epoch);
 2. reconcile: read the live brokers (and the czxid of each registration, its broker
    epoch: a broker that restarted has a new one) and every partition state; a broker
    gone or restarted leaves the ISR of every partition it is in (never the last member),
@@ -20,7 +15,8 @@ Its steps, each numbered in docs/architecture.md with the test that kills a brok
    leader epoch. Each change is one conditional write of the state (on its znode
    version, since the partition's leader changes the ISR too: cluster.isr);
 3. topics: create (assign replicas over the live brokers, rack-aware; write the topic and
-   its partition states in one transaction), add partitions, alter configs, delete;
+   its partition states in one transaction), add partitions, alter configs, delete
+   (cluster.topic_changes);
 4. preferred leaders: every ``leader_imbalance_check_interval_seconds`` (with
    ``auto_leader_rebalance_enable``), per broker whose preferred partitions (it is their
    first replica) are led elsewhere beyond ``leader_imbalance_per_broker_percentage``,
@@ -32,18 +28,16 @@ Brokers learn every change from their watches (cluster.view).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypedDict
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NoNodeError
 
-from cluster.assign import assign_replicas, grow
+from cluster.assign import grow
 from cluster.election import (
     after_brokers_changed,
     after_brokers_changed_recordless,
@@ -51,34 +45,20 @@ from cluster.election import (
     to_preferred,
 )
 from cluster.model import (
-    BROKERS,
-    CONTROLLER,
-    CONTROLLER_EPOCH,
     RECORDLESS_TOPICS,
-    TOPICS,
     BrokerInfo,
     PartitionState,
     TopicAssignment,
-    broker_path,
     decode,
     encode,
-    partitions_path,
     state_path,
     topic_path,
 )
-from cluster.session import unreachable_as
+from cluster.topic_changes import TopicChanges
 from log_tables.config import config_value
-from log_tables.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    NotControllerError,
-    TopicExistsError,
-    UnknownTopicError,
-)
+from log_tables.errors import InvalidConfigError, NotControllerError, UnknownTopicError
 
 log = logging.getLogger(__name__)
-Ops = list[tuple[str, tuple[object, ...], dict[str, object]]]
-"""A ZooKeeper transaction's operations: (method of kazoo's transaction, args, kwargs)."""
 
 step_hook: Callable[[str], None] | None = None
 """Called with each controller step's name as the controller completes it (tests kill the
@@ -107,8 +87,9 @@ def step(name: str) -> None:
         step_hook(name)
 
 
-class Controller:
-    """Runs on every broker; acts only while elected."""
+class Controller(TopicChanges):
+    """Runs on every broker; acts only while elected. Step 1 is ``ControllerEpoch``'s,
+    step 3 ``TopicChanges``'s."""
 
     def __init__(self, client: KazooClient, broker_id: int, *,
                  topic_defaults: Mapping[str, str] | None = None,
@@ -120,18 +101,13 @@ class Controller:
         controller reads ``unclean.leader.election.enable`` there for a topic that does
         not set its own). ``offsets_topic_replication_factor``: the replicas each
         coordinator slot gets, as brokers live to hold them."""
-        self.client = client
+        super().__init__(client, broker_id)
         self.offsets_topic_replication_factor = offsets_topic_replication_factor
-        self.broker_id = broker_id
         self.topic_defaults = dict(topic_defaults or {})
         self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
         self.leader_imbalance_check_interval_s = float(leader_imbalance_check_interval_seconds)
         self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
         self._next_balance_check = float("inf")
-        self.epoch = 0
-        self._epoch_version = -1
-        self.active = False
-        self._lock = threading.RLock()  # one controller step at a time (Kafka's event queue)
         self._seen_epochs: dict[int, int] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -150,6 +126,13 @@ class Controller:
     def poke(self) -> None:
         """Something changed (brokers, the controller node, a new session): look again."""
         self._wake.set()
+
+    def _on_elected(self) -> None:
+        self._seen_epochs = {}
+        self._next_balance_check = time.monotonic() + self.leader_imbalance_check_interval_s
+
+    def _step(self, name: str) -> None:
+        step(name)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -183,92 +166,7 @@ class Controller:
             return RECONCILE_EVERY_S
         return min(RECONCILE_EVERY_S, max(0.05, self._next_balance_check - time.monotonic()))
 
-    # -- 1. election -----------------------------------------------------------------
-    def _still_controller(self) -> bool:
-        if not self.active:
-            return False
-        try:
-            data, _ = self.client.get(CONTROLLER)
-            _, stat = self.client.get(CONTROLLER_EPOCH)
-        except NoNodeError:
-            return self._resign("the controller node is gone")
-        if decode(data, dict).get("broker_id") != self.broker_id or \
-                stat.version != self._epoch_version:
-            return self._resign("another broker is the controller")
-        return True
-
-    def _resign(self, why: str) -> bool:
-        if self.active:
-            log.warning("broker %d is no longer the controller: %s", self.broker_id, why)
-        self.active = False
-        return False
-
-    def _elect(self) -> None:
-        try:
-            self.client.create(CONTROLLER, encode_json({"broker_id": self.broker_id,
-                                                        "timestamp": int(time.time() * 1000)}),
-                               ephemeral=True)
-        except NodeExistsError:
-            # Ours when an earlier try of this session made it and was then interrupted
-            # (its answer lost, or a failure before the epoch was raised): finish that
-            # election, since nobody else can hold the node while this session lives.
-            try:
-                _, stat = self.client.get(CONTROLLER)
-            except NoNodeError:
-                self.poke()  # gone meanwhile: try again
-                return
-            if stat.ephemeralOwner != self.client.client_id[0]:
-                return
-        step("elected")
-        while True:
-            try:
-                data, stat = self.client.get(CONTROLLER_EPOCH)
-                epoch = int(data) + 1
-                stat = self.client.set(CONTROLLER_EPOCH, str(epoch).encode(),
-                                       version=stat.version)
-                break
-            except NoNodeError:
-                try:
-                    self.client.create(CONTROLLER_EPOCH, b"1")
-                except NodeExistsError:
-                    continue
-                epoch, stat = 1, self.client.get(CONTROLLER_EPOCH)[1]
-                break
-            except BadVersionError:
-                continue
-        self.epoch, self._epoch_version, self.active = epoch, stat.version, True
-        self._seen_epochs = {}
-        self._next_balance_check = time.monotonic() + self.leader_imbalance_check_interval_s
-        step("epoch")
-        log.warning("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
-
-    def _commit(self, ops: Ops) -> None:
-        """One ZooKeeper transaction, fenced by the controller epoch."""
-        tx = self.client.transaction()
-        tx.check(CONTROLLER_EPOCH, self._epoch_version)
-        for op, args, kwargs in ops:
-            getattr(tx, op)(*args, **kwargs)
-        results = tx.commit()
-        failed = [r for r in results if isinstance(r, Exception)]
-        if not failed:
-            return
-        if isinstance(results[0], BadVersionError | NoNodeError):
-            self._resign("the controller epoch moved on")
-            raise NotControllerError(f"broker {self.broker_id} is no longer the controller")
-        first = next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
-        raise first
-
     # -- 2. leaders ------------------------------------------------------------------
-    def live_brokers(self) -> dict[int, tuple[BrokerInfo, int]]:
-        live: dict[int, tuple[BrokerInfo, int]] = {}
-        for child in self.client.get_children(BROKERS):
-            try:
-                data, stat = self.client.get(broker_path(int(child)))
-            except NoNodeError:
-                continue
-            live[int(child)] = (decode(data, BrokerInfo), stat.czxid)
-        return live
-
     def reconcile(self) -> int:
         """Step 2 over every partition; returns how many states changed. Two passes, as
         Kafka's controller does on a broker's failure: first the partitions whose leader
@@ -296,15 +194,6 @@ class Controller:
                             decided.add((topic, p))
             self._seen_epochs = epochs
             return len(decided)
-
-    def _assignments(self, only: str | None = None) -> Iterator[tuple[str, TopicAssignment]]:
-        """Every topic (or ``only``) with its assignment, as ZooKeeper holds it now."""
-        for topic in [only] if only is not None else self.client.get_children(TOPICS):
-            try:
-                yield topic, decode(self.client.get(topic_path(topic))[0], TopicAssignment)
-            except NoNodeError:
-                if only is not None:
-                    raise UnknownTopicError(only) from None
 
     def _unclean(self, topic: str, assignment: TopicAssignment) -> bool:
         """The topic's unclean.leader.election.enable, else this broker's default."""
@@ -450,100 +339,3 @@ class Controller:
                  partition, state.leader, new.leader, new.leader_epoch)
         step("preferred-written")
         return 1
-
-    # -- 3. topics -------------------------------------------------------------------
-    def _reachable(self) -> contextlib.AbstractContextManager[None]:
-        """A topic change that met ZooKeeper out of reach (this broker paused beyond its
-        session, say) answers NOT_CONTROLLER, retriable, as a replaced controller does."""
-        return unreachable_as(NotControllerError, f"the controller on broker {self.broker_id}")
-
-    def _require_active(self) -> None:
-        if not self._still_controller():
-            raise NotControllerError(f"broker {self.broker_id} is not the controller")
-
-    def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     configs: Mapping[str, str], created_ms: int) -> TopicAssignment:
-        with self._lock, self._reachable():
-            self._require_active()
-            live = self.live_brokers()
-            brokers = [(b, info.rack) for b, (info, _) in live.items()]
-            replicas = assign_replicas(name, brokers, partitions, replication_factor)
-            assignment = TopicAssignment(replicas, dict(configs), uuid.uuid4().hex, created_ms)
-            ops: Ops = [("create", (topic_path(name), encode(assignment)), {}),
-                        ("create", (partitions_path(name), b""), {}),
-                        *self._new_partitions(name, 0, replicas)]
-            try:
-                self._commit(ops)
-            except NodeExistsError:
-                raise TopicExistsError(f"topic {name!r} already exists") from None
-            step("topic-written")
-            log.info("created topic %s: replicas %s", name, replicas)
-            return assignment
-
-    def _topic(self, name: str) -> tuple[TopicAssignment, int]:
-        """A topic's assignment and its znode's version (for a conditional write)."""
-        try:
-            data, stat = self.client.get(topic_path(name))
-        except NoNodeError:
-            raise UnknownTopicError(name) from None
-        return decode(data, TopicAssignment), stat.version
-
-    def _new_partitions(self, name: str, first: int, replicas: list[list[int]]) -> Ops:
-        """Creating partitions ``first..`` with their first state: the first replica
-        leads at leader epoch 0, every replica in the ISR (Kafka: every live one; they
-        were assigned over the live brokers, and an empty log is in sync)."""
-        ops: Ops = []
-        for p, rs in enumerate(replicas, start=first):
-            ops.append(("create", (f"{partitions_path(name)}/{p}", b""), {}))
-            ops.append(("create", (state_path(name, p), encode(
-                PartitionState(rs[0], 0, list(rs), self.epoch))), {}))
-        return ops
-
-    def add_partitions(self, name: str, partitions: int) -> TopicAssignment:
-        with self._lock, self._reachable():
-            self._require_active()
-            current, version = self._topic(name)
-            if partitions < current.partitions:
-                raise InvalidPartitionsError(f"topic {name!r} has {current.partitions} "
-                                             f"partitions; the count can only grow")
-            if partitions == current.partitions:
-                return current
-            live = self.live_brokers()
-            brokers = [(b, info.rack) for b, (info, _) in live.items()]
-            added = assign_replicas(name, brokers, partitions - current.partitions,
-                                    current.replication_factor, current.partitions)
-            updated = TopicAssignment(current.replicas + added, current.configs,
-                                      current.topic_id, current.created_ms)
-            self._commit([("set_data", (topic_path(name), encode(updated)),
-                           {"version": version}),
-                          *self._new_partitions(name, current.partitions, added)])
-            return updated
-
-    def set_configs(self, name: str, configs: Mapping[str, str]) -> TopicAssignment:
-        with self._lock, self._reachable():
-            self._require_active()
-            current, version = self._topic(name)
-            updated = TopicAssignment(current.replicas, dict(configs), current.topic_id,
-                                      current.created_ms)
-            self._commit([("set_data", (topic_path(name), encode(updated)),
-                           {"version": version})])
-            return updated
-
-    def delete_topic(self, name: str) -> TopicAssignment:
-        with self._lock, self._reachable():
-            self._require_active()
-            current, _ = self._topic(name)
-            ops: Ops = []
-            for p in range(current.partitions):
-                ops.append(("delete", (state_path(name, p),), {}))
-                ops.append(("delete", (f"{partitions_path(name)}/{p}",), {}))
-            ops.append(("delete", (partitions_path(name),), {}))
-            ops.append(("delete", (topic_path(name),), {}))
-            self._commit(ops)
-            return current
-
-
-def encode_json(doc: dict[str, object]) -> bytes:
-    import msgspec
-
-    return msgspec.json.encode(doc)
