@@ -2,19 +2,11 @@
 server computes the assignment and hands it out in heartbeat answers.
 
 Each group has an epoch that grows whenever its membership, subscriptions or
-topics' partition counts change; the assignor then computes a target
-assignment. Members converge on it one heartbeat at a time, cooperatively:
-
-- a partition leaving a member is first *revoked*: it is no longer polled for
-  that member, and is given to nobody until the member acknowledges (a heartbeat
-  whose ``owned`` list no longer has it, or, for clients that send no ``owned``,
-  the heartbeat after the one that told it), which gives it time to commit;
-- a member's epoch moves to the group epoch only in the answer to its own
-  heartbeat (or join), when it has released what it must and received what is
-  free; so every call it makes carries an epoch the coordinator can check;
-- commits and heartbeats from an unknown member (left, timed out, replaced) are
-  answered 404 and from another epoch 409: a zombie can never overwrite the
-  offsets of the member that took over its partitions.
+topics' partition counts change; members converge on its target assignment one
+heartbeat at a time, cooperatively (``group``: revocation first, a member's epoch
+moving only in the answer to its own call). Commits and heartbeats from an unknown
+member (left, timed out, replaced) are answered 404 and from another epoch 409: a
+zombie can never overwrite the offsets of the member that took over its partitions.
 
 Members that miss heartbeats for ``session_timeout_ms`` are removed. A member
 with a ``group_instance_id`` (static membership) that leaves keeps its
@@ -40,16 +32,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Literal
 
-from consumer_groups.assignors import (
-    ASSIGNORS,
-    DEFAULT_ASSIGNOR,
-    MemberSpec,
-    TopicPartition,
-    assign,
-)
+from consumer_groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
 from consumer_groups.errors import (
     GroupNotEmptyError,
     InconsistentGroupError,
@@ -57,6 +41,7 @@ from consumer_groups.errors import (
     UnknownGroupError,
     UnknownMemberError,
 )
+from consumer_groups.group import Group, GroupState, Member, OffsetReset
 from consumer_groups.offsets import Change, Committed, OffsetKey, OffsetStore
 from log_tables.errors import (
     InvalidOptionError,
@@ -66,75 +51,22 @@ from log_tables.errors import (
     UnknownTopicError,
 )
 
-OffsetReset = Literal["earliest", "latest", "none"]
+__all__ = [  # Member, Group and their types stay importable here, where callers found them
+    "CLOCK_SKEW_MS", "MAX_HEARTBEAT_INTERVAL_MS", "MAX_SESSION_TIMEOUT_MS",
+    "MIN_SESSION_TIMEOUT_MS", "Group", "GroupCoordinator", "GroupState", "Member",
+    "OffsetReset", "heartbeat_interval_ms",
+]
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 30 * 60_000
 MAX_HEARTBEAT_INTERVAL_MS = 5_000
 CLOCK_SKEW_MS = 1_000
 """How far a coordinator's clock may be behind the controller's: an offset committed
 more than this before its topic was made belongs to an older topic of the name."""
-GroupState = Literal["Empty", "Reconciling", "Stable"]
 
 
 def heartbeat_interval_ms(session_timeout_ms: int) -> int:
     """How often a member should heartbeat: a third of its session, at most 5 s."""
     return max(100, min(MAX_HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3))
-
-
-@dataclass
-class Member:
-    member_id: str
-    instance_id: str | None
-    topics: frozenset[str]
-    session_timeout_ms: int
-    auto_offset_reset: OffsetReset
-    epoch: int
-    deadline: float
-    assigned: set[TopicPartition] = field(default_factory=set)
-    revoking: set[TopicPartition] = field(default_factory=set)
-    target: set[TopicPartition] = field(default_factory=set)
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    revocation_told: bool = False
-    left: bool = False
-    """A static member that left: its partitions wait for it until its session ends."""
-    poll_turn: int = 0
-
-    @property
-    def order_key(self) -> str:
-        return self.instance_id or self.member_id
-
-
-@dataclass
-class Group:
-    name: str
-    assignor: str
-    epoch: int = 0
-    members: dict[str, Member] = field(default_factory=dict)
-    partitions_seen: dict[str, int] = field(default_factory=dict)
-
-    def state(self) -> GroupState:
-        if not self.members:
-            return "Empty"
-        converged = all(not m.revoking and m.assigned == m.target and m.epoch == self.epoch
-                        for m in self.members.values() if not m.left)
-        return "Stable" if converged else "Reconciling"
-
-    def owned_by_others(self, member_id: str) -> set[TopicPartition]:
-        out: set[TopicPartition] = set()
-        for m in self.members.values():
-            if m.member_id != member_id:
-                out |= m.assigned | m.revoking
-        return out
-
-
-def _revoke(member: Member) -> None:
-    """Take from ``member`` what its target no longer has: not polled, given to nobody
-    until it acknowledges."""
-    revoke = member.assigned - member.target
-    member.assigned -= revoke
-    member.revoking |= revoke
-    for tp in revoke:
-        member.positions.pop(tp, None)
 
 
 class GroupCoordinator:
@@ -203,7 +135,7 @@ class GroupCoordinator:
             member.revocation_told = old.revocation_told
             group.members[member.member_id] = member
             member.epoch = group.epoch
-            self._reconcile(group, member)
+            group.reconcile(member)
             return member
         if old is not None:
             del group.members[old.member_id]
@@ -212,7 +144,7 @@ class GroupCoordinator:
                                          f"members, the most allowed ({self.max_members})")
         group.members[member.member_id] = member
         self._rebalance(group)
-        self._reconcile(group, member)
+        group.reconcile(member)
         return member
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int,
@@ -229,7 +161,7 @@ class GroupCoordinator:
         counts = self._partition_counts(group)
         if counts != group.partitions_seen:
             self._rebalance(group)
-        self._reconcile(group, member)
+        group.reconcile(member)
         if member.revoking:
             member.revocation_told = True
         return member
@@ -300,30 +232,8 @@ class GroupCoordinator:
         return counts
 
     def _rebalance(self, group: Group) -> None:
-        """A new group epoch and target assignment; revocations take effect at once."""
-        group.epoch += 1
         self.membership_version += 1
-        group.partitions_seen = self._partition_counts(group)
-        specs = {m.member_id: MemberSpec(m.order_key, m.topics) for m in group.members.values()}
-        previous = {m.member_id: m.target for m in group.members.values()}
-        target = assign(group.assignor, specs, group.partitions_seen, previous)
-        for member in group.members.values():
-            member.target = target[member.member_id]
-            if member.assigned - member.target:
-                _revoke(member)
-                member.revocation_told = False
-
-    def _reconcile(self, group: Group, member: Member) -> None:
-        """Move ``member`` toward its target (only in answer to its own call)."""
-        _revoke(member)
-        if member.revoking:
-            return  # nothing new until it has let go
-        free = (member.target - member.assigned) - group.owned_by_others(member.member_id)
-        if free:
-            member.assigned |= free
-            member.epoch = group.epoch
-        elif member.assigned == member.target:
-            member.epoch = group.epoch
+        group.rebalance(self._partition_counts(group))
 
     # -- offsets -------------------------------------------------------------------------
 
