@@ -24,6 +24,7 @@ from log_tables.errors import LakelogError
 
 ENDPOINT_PROBE_S = 0.5
 ENDPOINT_START_WAIT_S = 180.0
+STARTING_HERE = "starting Spark in this process, which takes 30 s or more..."
 
 
 def _plain(value: Any) -> Any:
@@ -84,8 +85,11 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     The query goes to a SQL endpoint: ``connect`` (else ``LAKELOG_SQL_CONNECT``), else
     the one the server of ``data_dir`` runs (its address is in the endpoint's state file;
     one still starting is waited for). Without one (or with ``local``) Spark starts in
-    this process. Both say so on stderr.
+    this process, as it does when the endpoint failed, fails to start or stops answering
+    (gRPC's UNAVAILABLE or CANCELLED: a query cut off is run again here). Both say so on
+    stderr.
     """
+    from lakelog.endpoint.client import EndpointUnavailable
     from lakelog.endpoint.state import read_state
 
     state = read_state(data_dir)
@@ -93,17 +97,28 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     target = connect or os.environ.get("LAKELOG_SQL_CONNECT") or own
     if not local:
         if target is None:
-            why = f"the SQL endpoint failed ({state.get('error')})" \
-                if state is not None and state.get("state") == "failed" else \
-                f"no SQL endpoint runs for {data_dir} (`lakelog serve` runs one; --connect " \
-                "names another)"
-            _say(f"{why}; starting Spark in this process, which takes 30 s or more...")
+            why = _failed(state) if state is not None and state.get("state") == "failed" \
+                else f"no SQL endpoint runs for {data_dir} (`lakelog serve` runs one; " \
+                "--connect names another)"
+            _say(f"{why}; {STARTING_HERE}")
         else:
             remote = _endpoint(target, state if target == own else None, data_dir, api_key)
             if remote is not None:
-                yield from _run_remote(remote, query, as_json, max_rows)
-                return
+                try:
+                    lines = list(_run_remote(remote, query, as_json, max_rows))
+                except EndpointUnavailable as exc:
+                    _say(f"the SQL endpoint at {target} does not answer ({exc}); "
+                         f"{STARTING_HERE}")
+                else:
+                    yield from lines
+                    return
     yield from _run_local(query, data_dir, warehouse, master, as_json, max_rows, zookeeper)
+
+
+def _failed(state: dict[str, Any]) -> str:
+    """Why the endpoint is gone, from its state (a missing package names its fix)."""
+    error = state.get("error") or "it did not become ready"
+    return error if state.get("missing") else f"the SQL endpoint failed ({error})"
 
 
 def _say(line: str) -> None:
@@ -131,8 +146,7 @@ def _endpoint(target: str, state: dict[str, Any] | None, data_dir: str | os.Path
     own = state is not None
     if not _reachable(host, port):
         if state is None or state.get("state") != "starting":
-            _say(f"no SQL endpoint answers at {target}; starting Spark in this process, "
-                 "which takes 30 s or more...")
+            _say(f"no SQL endpoint answers at {target}; {STARTING_HERE}")
             return None
         _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")
         deadline = time.monotonic() + ENDPOINT_START_WAIT_S
@@ -142,8 +156,8 @@ def _endpoint(target: str, state: dict[str, Any] | None, data_dir: str | os.Path
             state = read_state(data_dir)
             if state is None or state.get("state") == "failed" or \
                     time.monotonic() > deadline:
-                why = (state or {}).get("error") or "it did not become ready"
-                raise LakelogError(f"the SQL endpoint at {target} failed to start: {why}")
+                _say(f"{_failed(state or {})}; {STARTING_HERE}")
+                return None
             time.sleep(0.2)
     if state is not None and state.get("auth") == "none":
         return target

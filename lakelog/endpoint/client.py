@@ -130,6 +130,16 @@ class _SessionClosed(Exception):
     pass
 
 
+class EndpointUnavailable(LakelogError):
+    """The endpoint did not answer, or went away during the call (it stopped, its Spark
+    died): not an error of the query."""
+
+    retriable = True
+
+
+UNANSWERED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
 def _query(pb: Any, url: str, user_id: str, session_id: str, sql: str, limit: int,
            timeout_s: float | None, release_after: bool) -> pa.Table:
     chan, _ = channel(url)
@@ -155,6 +165,8 @@ def _query(pb: Any, url: str, user_id: str, session_id: str, sql: str, limit: in
         details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
         if "SESSION_CLOSED" in details and not release_after:
             raise _SessionClosed from None
+        if isinstance(exc, grpc.Call) and exc.code() in UNANSWERED:
+            raise EndpointUnavailable(details.strip().splitlines()[0]) from None
         raise LakelogError(f"SQL failed: {details.strip().splitlines()[0]}") from None
     finally:
         chan.close()

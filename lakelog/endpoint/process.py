@@ -33,6 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, background_child
+from lakelog.endpoint.dependencies import (
+    EXIT_MISSING_DEPENDENCY,
+    check_connect,
+    missing_dependency,
+)
 from lakelog.endpoint.jdbc_front import HTTP_PATH
 from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
@@ -70,7 +75,9 @@ class EndpointProcess(JobProcess):
     def start(self, manager: Any = None) -> None:
         """Start the endpoint, and a thread that starts it again whenever it dies (a
         query that exhausted its heap): after ``RESTART_DELAYS_S``, longer each time it
-        dies within ``HEALTHY_S`` of its start."""
+        dies within ``HEALTHY_S`` of its start. One that left for a missing package
+        (``EXIT_MISSING_DEPENDENCY``) is not started again: the log says once what
+        installs it."""
         with self._lock:
             super().start(manager)
         threading.Thread(target=self._supervise, name="sql-endpoint", daemon=True).start()
@@ -86,6 +93,11 @@ class EndpointProcess(JobProcess):
             started = time.monotonic()
             code = proc.wait()
             if self._stopping.is_set():
+                return
+            if code == EXIT_MISSING_DEPENDENCY:
+                why = (read_state(self.layout.data_dir) or {}).get("error")
+                log.error("%s (the SQL endpoint is not started again)",
+                          why or "the SQL endpoint is missing a package")
                 return
             quick_deaths = quick_deaths + 1 if time.monotonic() - started < HEALTHY_S else 1
             delay = RESTART_DELAYS_S[min(quick_deaths, len(RESTART_DELAYS_S)) - 1]
@@ -172,6 +184,7 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     from lakelog.endpoint.sessions import SessionViews
     from log_tables.spark.session import lakelog_session
 
+    check_connect()  # a missing package is said before a JVM starts for nothing
     layout = Layout(spec["data_dir"], spec["warehouse"])
     # The backends take calls from the fronts alone: Spark Connect wants a bearer token
     # and the Thrift server answers on a path that only this process knows (any local
@@ -239,6 +252,11 @@ def main(argv: list[str]) -> None:
     try:
         spark, server = start_endpoint(spec)
     except Exception as exc:
+        missing = missing_dependency(exc)
+        if missing is not None:  # said once, by the server, from the state file
+            write_state(data_dir, state="failed", error=missing.message(),
+                        missing=missing.distribution, fix=missing.command)
+            sys.exit(EXIT_MISSING_DEPENDENCY)
         log.exception("the SQL endpoint failed to start")
         write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
         sys.exit(1)

@@ -1,0 +1,108 @@
+"""What the SQL endpoint needs installed, and the one line that says what is missing.
+
+The endpoint's front parses plans with PySpark's Spark Connect classes, and importing
+``pyspark.sql.connect`` checks pandas, pyarrow, grpcio, grpcio-status,
+googleapis-common-protos and zstandard (all core dependencies of lakelog). One that is
+missing is not fixed by starting the endpoint again: it exits with
+``EXIT_MISSING_DEPENDENCY``, the server does not start it again, and the state file and
+the server's log name the command that installs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import re
+import shlex
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import NamedTuple
+
+EXIT_MISSING_DEPENDENCY = 78
+"""The endpoint's exit status when a package it needs is missing (sysexits' EX_CONFIG)."""
+CONNECT_PACKAGE = "pyspark.sql.connect"
+DISTRIBUTIONS = {"grpc": "grpcio", "grpc_status": "grpcio-status",
+                 "google": "googleapis-common-protos", "py4j": "py4j"}
+"""Distribution of a top-level module, where the two names differ."""
+
+
+class MissingDependency(NamedTuple):
+    """A package the endpoint cannot start without."""
+
+    distribution: str
+    """Its name on PyPI, e.g. ``pandas``."""
+    command: str
+    """The command that installs the version lakelog pins, into this Python."""
+
+    def message(self) -> str:
+        return (f"the SQL endpoint needs {self.distribution}, which is not installed (or "
+                f"too old): `{self.command}` installs it; then restart `lakelog serve`")
+
+
+def check_connect() -> None:
+    """Import what the endpoint's front needs, before any JVM starts (raises ImportError,
+    or PySpark's PySparkImportError, on a missing package)."""
+    importlib.import_module(CONNECT_PACKAGE)
+
+
+def missing_dependency(exc: BaseException) -> MissingDependency | None:
+    """The package whose absence ``exc`` (or an exception it came from) reports."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk down the chain of causes
+        if seen is None:
+            return None
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            top = seen.name.split(".")[0]
+            return _missing(DISTRIBUTIONS.get(top, top))
+        package = _pyspark_package(seen)
+        if package is not None:
+            return _missing(package)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _pyspark_package(exc: BaseException) -> str | None:
+    """``package_name`` of PySpark's PACKAGE_NOT_INSTALLED or UNSUPPORTED_PACKAGE_VERSION."""
+    parameters = getattr(exc, "getMessageParameters", None)
+    if not callable(parameters) or not isinstance(exc, ImportError):
+        return None
+    name = (parameters() or {}).get("package_name")
+    return name.lower() if isinstance(name, str) else None
+
+
+def _missing(distribution: str) -> MissingDependency:
+    requirement = pinned(distribution) or distribution
+    return MissingDependency(distribution, f"{shlex.quote(sys.executable)} -m pip install "
+                                           f"{shlex.quote(requirement)}")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements() -> list[str]:
+    """lakelog's requirements: its checkout's pyproject.toml when it runs from one (an
+    editable install's metadata is as old as its install), else its installed metadata."""
+    source = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if source.is_file():
+        with contextlib.suppress(OSError, tomllib.TOMLDecodeError, KeyError, TypeError):
+            project = tomllib.loads(source.read_text())["project"]
+            if project.get("name") == "lakelog":
+                return list(project["dependencies"])
+    try:
+        return metadata.requires("lakelog") or []
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def pinned(distribution: str) -> str | None:
+    """lakelog's own requirement on ``distribution`` (e.g. ``pandas==2.3.3``), or None."""
+    for requirement in _requirements():
+        spec, _, marker = requirement.partition(";")
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if name and "extra" not in marker and \
+                _canonical(name.group()) == _canonical(distribution):
+            return re.sub(r"\[.*?\]", "", spec.strip()).replace(" ", "")
+    return None

@@ -1,0 +1,149 @@
+"""When the SQL endpoint cannot answer: a package it needs is missing (said once, with
+the command that installs it, and not started again), it fails while ``lakelog sql``
+waits for it, or it stops answering; ``lakelog sql`` then starts Spark itself."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lakelog import sql
+from lakelog.endpoint.dependencies import missing_dependency, pinned
+from lakelog.endpoint.process import RESTART_DELAYS_S
+from lakelog.endpoint.state import read_state, write_state
+from lakelog.local import free_port
+from tests.server import LAKELOG, ServerProcess
+
+NO_PANDAS = 'raise ModuleNotFoundError("No module named \'pandas\'", name="pandas")\n'
+
+
+@pytest.fixture
+def local_lines(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``lakelog sql``'s own Spark, stood in for: its arguments' query is the answer."""
+    ran: list[str] = []
+
+    def run_local(query: str, *args: object) -> Iterator[str]:
+        ran.append(query)
+        yield f"local: {query}"
+
+    monkeypatch.setattr(sql, "_run_local", run_local)
+    return ran
+
+
+def test_the_missing_package_and_its_pinned_fix_are_found_behind_pysparks_error() -> None:
+    from pyspark.errors import PySparkImportError
+
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+        except ImportError as cause:
+            raise PySparkImportError(errorClass="PACKAGE_NOT_INSTALLED", messageParameters={
+                "package_name": "Pandas", "minimum_version": "2.2.0"}) from cause
+    except ImportError as exc:
+        found = missing_dependency(exc)
+    assert found is not None and found.distribution == "pandas"
+    assert found.command.endswith("-m pip install pandas==2.3.3")
+    assert pinned("pandas") == "pandas==2.3.3"  # a core dependency, not an extra's
+    grpc_status = missing_dependency(ModuleNotFoundError("x", name="grpc_status.rpc"))
+    assert grpc_status is not None and grpc_status.distribution == "grpcio-status"
+    assert missing_dependency(ValueError("no")) is None
+
+
+def test_a_starting_endpoint_that_fails_is_not_waited_for(
+        tmp_path: Path, local_lines: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()  # nothing listens: the endpoint still starts its Spark
+    write_state(str(tmp_path), state="starting", auth="none", connect=f"sc://127.0.0.1:{port}")
+    failing = threading.Timer(0.5, write_state, [str(tmp_path)], {
+        "state": "failed", "error": "PySparkImportError: Pandas >= 2.2.0 must be installed"})
+    failing.start()
+    started = time.monotonic()
+    lines = list(sql.run_sql("SELECT 1", tmp_path, None, None, False, 10))
+    failing.join()
+    assert lines == ["local: SELECT 1"] and time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert "is starting Spark; waiting for it..." in err
+    assert "the SQL endpoint failed (PySparkImportError: Pandas >= 2.2.0 must be installed)" \
+        "; starting Spark in this process" in err
+
+
+def test_an_endpoint_that_stops_answering_is_replaced_by_a_local_spark(
+        tmp_path: Path, local_lines: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Its port takes connections, but every call ends UNAVAILABLE (a front going down)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                listener.accept()[0].close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    try:
+        write_state(str(tmp_path), state="ready", auth="none",
+                    connect=f"sc://127.0.0.1:{port}")
+        lines = list(sql.run_sql("SELECT 2", tmp_path, None, None, False, 10))
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+    assert lines == ["local: SELECT 2"]
+    assert f"the SQL endpoint at sc://127.0.0.1:{port} does not answer (" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_missing_package_is_said_once_with_its_fix_and_lakelog_sql_starts_spark(
+        tmp_path: Path) -> None:
+    """A real server whose Python has no pandas (a stand-in package that fails to import,
+    first on its path): the endpoint leaves at once, is not started again, and
+    ``lakelog sql`` runs the query on a Spark of its own."""
+    (tmp_path / "shadow" / "pandas").mkdir(parents=True)
+    (tmp_path / "shadow" / "pandas" / "__init__.py").write_text(NO_PANDAS)
+    path = os.pathsep.join(p for p in (str(tmp_path / "shadow"),
+                                       os.environ.get("PYTHONPATH")) if p)
+    server = ServerProcess(tmp_path / "data", env={
+        "LAKELOG_SQL_PORT": str(free_port()), "LAKELOG_SQL_MASTER": "local[1]",
+        "PYTHONPATH": path}).start()
+    try:
+        deadline = time.monotonic() + 60
+        while (state := read_state(server.data_dir)) is None or state["state"] != "failed":
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+        assert state["missing"] == "pandas", state
+        assert state["fix"].endswith("-m pip install pandas==2.3.3")
+        # Past the first restart's delay, nothing was started again.
+        until = time.monotonic() + RESTART_DELAYS_S[0] + 5
+        while time.monotonic() < until:
+            now = read_state(server.data_dir)
+            assert now is not None and now["pid"] == state["pid"], (now, server.log())
+            time.sleep(0.2)
+        log = server.log_path.read_text(errors="replace")
+        assert log.count("the SQL endpoint needs pandas") == 1, log
+        assert "-m pip install pandas==2.3.3` installs it; then restart `lakelog serve` " \
+            "(the SQL endpoint is not started again)" in log
+        assert "starting it again" not in log and "Traceback" not in log, log
+        row = next(r for r in httpx.get(f"{server.url}/ui/data", timeout=10).json()[
+            "broker"]["services"] if r["name"] == "sql")
+        assert row["state"] == "failed" and row["restarts"] == 0, row
+        done = subprocess.run(
+            [LAKELOG, "sql", "--data-dir", str(server.data_dir), "--json", "SELECT 6 * 7 AS n"],
+            env={**server.env}, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"n": 42}
+        assert done.stderr.startswith("lakelog: the SQL endpoint needs pandas"), done.stderr
+        assert "; starting Spark in this process" in done.stderr
+    finally:
+        server.stop(timeout_s=60)
