@@ -153,11 +153,14 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
     body = await decode_request(request, _create, ADMIN_BODY_LIMIT, 400)
     if st.cluster is not None:
         return await _create_in_cluster(st, request, body)
-    factor = METADATA.replication_factor(body.topic_name)
+    factor = METADATA.replication_factor(body.topic_name)  # 1: this broker alone
     if body.replication_factor not in (None, factor):
-        raise ApiError(400, f"replication_factor {body.replication_factor} is not supported: "
-                            f"lakelog keeps {factor} copy (durability comes from fsync and "
-                            "Delta)", error_code=40005, name="invalid_replication_factor")
+        raise ApiError(400, f"replication_factor {body.replication_factor} is more than the "
+                            f"{factor} live broker: this server runs alone (a cluster keeps up "
+                            "to one copy of a partition per live broker: `lakelog cluster up`)"
+                       if body.replication_factor > factor else
+                       f"replication_factor must be 1 or more, got {body.replication_factor}",
+                       error_code=40005, name="invalid_replication_factor")
     partitions = _partitions_count(body)
     configs, _ = _config_values([(c.name, c.value) for c in body.configs])
     meta = state(request).manager.create_topic(body.topic_name, partitions, configs,

@@ -20,6 +20,9 @@ def _configs(items: list[str] | None) -> list[tuple[str, str]]:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise LakelogError(f"--config {item!r}: expected NAME=VALUE, e.g. retention.ms=3600000")
+        if name == "replication.factor":  # as in Kafka, not a topic config
+            raise LakelogError(f"replication.factor is not a topic config: `topics create "
+                               f"--replication-factor {value}` sets it when a topic is made")
         out.append((name, value))
     return out
 
@@ -31,12 +34,16 @@ ConfigOpt = Annotated[list[str] | None, typer.Option(
 @topics_app.command("create")
 def topics_create(name: Annotated[str, typer.Argument(help="The topic.")],
                   partitions: Annotated[int, typer.Option(help="Partition count.")] = 1,
+                  replication_factor: Annotated[int | None, typer.Option(
+                      min=1, help="Copies of each partition, at most the live brokers; "
+                                  "default: the server's default_replication_factor.")] = None,
                   config: ConfigOpt = None, url: Url = DEFAULT_URL) -> None:
     """Create a topic."""
     configs = _configs(config)
     with admin(url) as client:
-        client.create_topic(name, partitions, configs)
-    typer.echo(f"created topic {name} ({partitions} partition(s))")
+        made = client.create_topic(name, partitions, configs, replication_factor)
+    typer.echo(f"created topic {name} ({partitions} partition(s), replication factor "
+               f"{made.get('replication_factor', replication_factor or 1)})")
 
 
 @topics_app.command("list")

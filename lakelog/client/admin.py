@@ -79,10 +79,15 @@ class AdminClient:
 
     # -- topics ------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, configs: Pairs[str, str] | None = None) -> Json:
-        return dict(self.request("POST", "/topics", {
-            "topic_name": name, "partitions_count": partitions,
-            "configs": [{"name": k, "value": v} for k, v in _pairs(configs)]}, ok=(201,)))
+    def create_topic(self, name: str, partitions: int = 1, configs: Pairs[str, str] | None = None,
+                     replication_factor: int | None = None) -> Json:
+        """Create a topic; ``replication_factor``: copies of each partition, at most the
+        live brokers (None: the server's ``default_replication_factor``)."""
+        body: Json = {"topic_name": name, "partitions_count": partitions,
+                      "configs": [{"name": k, "value": v} for k, v in _pairs(configs)]}
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        return dict(self.request("POST", "/topics", body, ok=(201,)))
 
     def describe_cluster(self) -> Json:
         """The cluster: its id and a link to its controller broker."""

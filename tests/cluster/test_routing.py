@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakelog.client import Consumer, Producer
+from lakelog.client import AdminClient, Consumer, LakelogClientError, Producer
 from lakelog.zookeeper import ZooKeeperServer
 from tests.cluster.brokers import Brokers, fresh_chroot
 
@@ -168,6 +168,24 @@ def test_replication_factor_is_bounded_by_the_live_brokers(brokers: Brokers) -> 
         assert sorted(p["replica_ids"]) == [1, 2, 3]
         assert p["leader_id"] == p["replica_ids"][0] and p["isr_ids"] == p["replica_ids"]
     assert sorted(p["leader_id"] for p in parts) == [1, 2, 3]
+
+
+def test_cli_and_admin_client_create_topics_of_three_replicas(brokers: Brokers) -> None:
+    """kafka-topics.sh's ``--replication-factor`` and the admin client's parameter."""
+    done = subprocess.run([str(LAKELOG), "topics", "create", "rf-cli", "--partitions", "3",
+                           "--replication-factor", "3", "--url", brokers.url(2)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "created topic rf-cli (3 partition(s), replication factor 3)"
+    with AdminClient(brokers.url(3)) as admin:
+        assert admin.create_topic("rf-admin", 3, replication_factor=2)[
+            "replication_factor"] == 2
+        for topic, factor in (("rf-cli", 3), ("rf-admin", 2)):
+            assert admin.describe_topic(topic)["replication_factor"] == factor
+            assert all(len(p["replica_ids"]) == factor for p in admin.list_partitions(topic))
+        with pytest.raises(LakelogClientError) as err:
+            admin.create_topic("rf-four", 1, replication_factor=4)
+        assert "more than the 3 live broker(s)" in str(err.value)
 
 
 def test_cli_describes_partitions_and_brokers(brokers: Brokers) -> None:
