@@ -10,6 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from log_tables.errors import LakelogError
 
 PRODUCE_PROPERTIES = {"parse.key": "false", "key.separator": "\t"}
@@ -102,6 +106,32 @@ class RecordFormat:
         return cls(print_key or on("print.key"), on("print.value"), on("print.timestamp"),
                    on("print.partition"), on("print.offset"), properties["key.separator"])
 
+    def lines(self, batch: pa.RecordBatch) -> bytes | None:
+        """``line`` of every record of ``batch`` (Kafka's columns, as ``poll_batch`` gives
+        them), each ending in a newline, as one bytes object made by pyarrow in bulk.
+        None when a key or value printed is not UTF-8: the caller then prints those
+        records one by one (as ``line`` shows them)."""
+        cells: list[pa.Array] = []
+        if self.timestamp:
+            ms = pc.divide(pc.cast(batch.column("timestamp"), pa.int64()), 1000)
+            cells.append(_prefixed(f"{self.timestamp_type}:", ms))
+        if self.partition:
+            cells.append(_prefixed("Partition:", batch.column("partition")))
+        if self.offset:
+            cells.append(_prefixed("Offset:", batch.column("offset")))
+        for on, name in ((self.key, "key"), (self.value, "value")):
+            if on:
+                try:
+                    text = pc.cast(batch.column(name), pa.string())
+                except pa.ArrowInvalid:
+                    return None
+                cells.append(pc.fill_null(text, "null"))
+        rows: int = batch.num_rows
+        if not cells:
+            return b"\n" * rows
+        joined = pc.binary_join_element_wise(*cells, self.separator)
+        return _concatenated(pc.binary_join_element_wise(joined, "\n", ""))
+
     def line(self, r: ConsoleRecord) -> str:
         cells = []
         if self.timestamp:
@@ -115,6 +145,20 @@ class RecordFormat:
         if self.value:
             cells.append("null" if r.value is None else str(r.value))
         return self.separator.join(cells)
+
+
+def _prefixed(prefix: str, numbers: pa.Array) -> pa.Array:
+    return pc.binary_join_element_wise(prefix, pc.cast(numbers, pa.string()), "")
+
+
+def _concatenated(strings: pa.Array) -> bytes:
+    """The values of a string array without nulls, back to back: its data buffer's span."""
+    if not len(strings):
+        return b""
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)
+    first, last = offsets[strings.offset], offsets[strings.offset + len(strings)]
+    data: bytes = strings.buffers()[2][first:last].to_pybytes()
+    return data
 
 
 def failure_summary(errors: Iterable[tuple[int, str, str]]) -> list[str]:

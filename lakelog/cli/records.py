@@ -18,6 +18,8 @@ from lakelog.cli.root import DEFAULT_URL, Server, Url, admin, app, client_error,
 from log_tables.errors import LakelogError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakelog.client import AdminClient
     from lakelog.console import ConsoleRecord, RecordFormat
 
@@ -26,6 +28,8 @@ READ_CHUNK_BYTES = 1 << 20  # stdin is read up to this much at a time
 PROGRESS_AFTER_S = 1.0  # a run shorter than this shows no progress line
 PROGRESS_INTERVAL_S = 0.25
 GC_THRESHOLDS = (100_000, 50, 1000)
+POLL_RECORDS = 10_000
+"""Records a group member's poll may bring (its answers are formatted in bulk)."""
 TopicArg = Annotated[str | None, typer.Argument(metavar="TOPIC",
                                                 help="The topic (or --topic TOPIC).")]
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic (Kafka's spelling).")]
@@ -212,17 +216,23 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
     idle_since = time.monotonic()
     progress = Progress.on_terminal(
         lambda took: f"{count:,} records consumed ({count / took:,.0f}/s)")
+    out = sys.stdout.buffer
     try:
-        for r in _records(client, to, name, partitions, group, from_beginning, max_records):
+        for polled in _polls(client, to, name, partitions, group, from_beginning, max_records):
             if progress is not None:
                 progress.show()
-            if r is None:  # an empty poll
+            if not polled:  # an empty poll
                 if timeout_ms is not None and time.monotonic() - idle_since > timeout_ms / 1000:
                     break
                 continue
             idle_since = time.monotonic()
-            typer.echo(fmt.line(r))
-            count += 1
+            if max_records is not None and count + len(polled) > max_records:
+                keep = max_records - count
+                polled = polled[:keep] if isinstance(polled, list) else polled.slice(0, keep)
+            # One write per answer: the lines are made in bulk from the Arrow batch.
+            out.write(_lines(fmt, polled))
+            out.flush()
+            count += len(polled)
             if max_records is not None and count >= max_records:
                 break
     except LakelogClientError as exc:
@@ -237,9 +247,28 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
     typer.echo(f"{count:,} records consumed", err=True)
 
 
-def _records(client: AdminClient, to: Server, topic: str, partitions: int, group: str | None,
-             from_beginning: bool, limit: int | None) -> Iterator[ConsoleRecord | None]:
-    """The topic's records, with None after each empty poll; stops the group consumer
+def _lines(fmt: RecordFormat, polled: pa.RecordBatch | list[ConsoleRecord]) -> bytes:
+    """The lines of what one poll brought, in bulk where the keys and values are text."""
+    from lakelog.client.polled import decode
+    from lakelog.console import ConsoleRecord
+
+    if isinstance(polled, list):
+        return "".join(fmt.line(r) + "\n" for r in polled).encode()
+    bulk = fmt.lines(polled)
+    if bulk is not None:
+        return bulk
+    # Keys or values that are not UTF-8: each record as ``line`` prints it.
+    return _lines(fmt, [ConsoleRecord(r["partition"], r["offset"],
+                                      round(r["timestamp"].timestamp() * 1000),
+                                      decode(r["key"], "STRING"), decode(r["value"], "STRING"))
+                        for r in polled.to_pylist()])
+
+
+def _polls(client: AdminClient, to: Server, topic: str, partitions: int, group: str | None,
+           from_beginning: bool, limit: int | None
+           ) -> Iterator[pa.RecordBatch | list[ConsoleRecord]]:
+    """The topic's records, poll by poll (an empty one after each empty poll): a group
+    member's as Arrow batches, a direct read's as records. Stops the group consumer
     (commit + leave) when the caller stops. A group member polls no more than ``limit``
     records, so what it commits is what was printed."""
     from datetime import datetime
@@ -255,17 +284,14 @@ def _records(client: AdminClient, to: Server, topic: str, partitions: int, group
         try:
             while left is None or left > 0:
                 try:
-                    records = consumer.poll(timeout_s=0.5, max_records=min(500, left or 500))
+                    batch = consumer.poll_batch(
+                        timeout_s=0.5, max_records=min(POLL_RECORDS, left or POLL_RECORDS))
                 except CorruptRecordError as exc:  # commits what was printed, then says so
                     raise LakelogError(f"{exc.message} (once this consumer has stopped: "
                                        f"lakelog groups skip-corrupt {group})") from None
-                for r in records:
-                    yield ConsoleRecord(r.partition, r.offset,
-                                        round(r.timestamp.timestamp() * 1000), r.key, r.value)
                 if left is not None:
-                    left -= len(records)
-                if not records:
-                    yield None
+                    left -= batch.num_rows
+                yield batch
         finally:
             consumer.close()
         return
@@ -276,16 +302,18 @@ def _records(client: AdminClient, to: Server, topic: str, partitions: int, group
         for p in range(partitions):
             body = client.request("GET", f"/topics/{topic}/partitions/{p}/records?offset="
                                   f"{positions[p]}&format=STRING&max_records=1000")
-            for rec in body["records"]:
+            records = [ConsoleRecord(
+                p, rec["offset"],
+                round(datetime.fromisoformat(rec["timestamp"]).timestamp() * 1000),
+                (rec["key"] or {}).get("data"), (rec["value"] or {}).get("data"))
+                for rec in body["records"]]
+            if records:
                 got = True
-                yield ConsoleRecord(
-                    p, rec["offset"],
-                    round(datetime.fromisoformat(rec["timestamp"]).timestamp() * 1000),
-                    (rec["key"] or {}).get("data"), (rec["value"] or {}).get("data"))
+                yield records
             positions[p] = body["next_offset"]
         if not got:
             time.sleep(0.2)
-            yield None
+            yield []
 
 
 @app.command("delete-records")

@@ -366,6 +366,44 @@ def test_kafka_spellings_of_produce_and_consume(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_group_consume_prints_what_a_direct_read_prints(server: Any, tmp_path: Path) -> None:
+    """``consume --group`` formats each Arrow answer in bulk (issue 35): its lines are the
+    direct read's (the JSON path, record by record), nulls and empty values included;
+    a value that is not UTF-8 is printed as before, record by record."""
+    import base64
+
+    from tests.lakelog.helpers import make_topic
+
+    make_topic(server, "mixed", 2)
+    entries = [{"id": str(i), "partition_id": i % 2,
+                **({"key": {"type": "STRING", "data": f"k{i}"}} if i % 3 else {}),
+                "value": None if i % 5 == 4 else {"type": "STRING", "data": f"v {i}" * (i % 4)}}
+               for i in range(40)]
+    with server.client() as c:
+        r = c.post("/topics/mixed/records:batch", json={"entries": entries})
+        assert r.status_code == 207 and not r.json()["failures"], r.text
+    env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+    props = ["--property", "print.key=true", "--property", "print.partition=true",
+             "--property", "print.offset=true", "--property", "print.timestamp=true",
+             "--property", "key.separator=|"]
+    direct = _lakelog(env, "consume", "mixed", "--from-beginning", "--max-messages", "40",
+                      *props)
+    grouped = _lakelog(env, "consume", "mixed", "--group", "printer", "--from-beginning",
+                       "--max-messages", "40", *props)
+    assert direct.returncode == 0 and grouped.returncode == 0, (direct.stderr, grouped.stderr)
+    assert len(grouped.stdout.splitlines()) == 40
+    assert sorted(grouped.stdout.splitlines()) == sorted(direct.stdout.splitlines())
+    assert "|null|" in grouped.stdout and grouped.stdout.count("|null\n") == 8
+    with server.client() as c:
+        binary = base64.b64encode(b"\xff\x00").decode()
+        r = c.post("/topics/mixed/records", json={"partition_id": 0, "value": {
+            "type": "BINARY", "data": binary}})
+        assert r.status_code == 200, r.text
+    tail = _lakelog(env, "consume", "mixed", "--group", "printer", "--max-messages", "1",
+                    "--timeout-ms", "20000")
+    assert tail.stdout == "b'\\xff\\x00'\n", tail.stdout
+
+
 def test_consuming_a_topic_that_does_not_exist_is_an_error(server: Any, tmp_path: Path) -> None:
     env = _cli_env(tmp_path, LAKELOG_URL=server.url)
     for args in (["consume", "nope", "--timeout-ms", "1000"],
