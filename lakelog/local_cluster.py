@@ -4,11 +4,15 @@
 serve`` processes (sessions of their own: they outlive the command), each with its data
 directory ``DIR/broker-<i>``, one shared ``DIR/warehouse``, and records what it started in
 ``DIR/cluster.json``; ``down`` reads that file, stops the processes and removes it. Data
-stays, so the next ``up`` on DIR finds the topics again.
+stays, so the next ``up`` on DIR finds the topics again. ``up`` on a DIR whose cluster
+is up starts again those of its processes that are not running (a broker that died), on
+the ports they had, and leaves the others alone. Every port is checked before anything
+starts: one that is taken is said, with the process that holds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,11 +22,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
+from lakelog.endpoint import DEFAULT_SQL_PORT
 from lakelog.local import free_port
+from lakelog.ports import describe_taken, port_free
 from lakelog.zookeeper import ZooKeeperMissing, ZooKeeperServer
 from log_tables.errors import LakelogError
 
@@ -30,6 +36,7 @@ STATE_FILE = "cluster.json"
 MAX_BROKERS = 32
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
+HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,8 @@ class Broker:
     data_dir: str
     log: str
     process: Pid
+    sql_port: int = 0
+    """Its SQL endpoint's port; 0: none (one broker of the cluster runs one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +126,9 @@ class Cluster:
             zk = raw["zookeeper_process"]
             return cls(raw["directory"], raw["zookeeper"], zk and Pid(**zk),
                        raw["zookeeper_log"], raw["warehouse"], raw["auth"],
-                       tuple(Broker(**{**b, "process": Pid(**b["process"])})
-                             for b in raw["brokers"]))
+                       tuple(Broker(**{  # a file from before sql_port: broker 1's default
+                           "sql_port": DEFAULT_SQL_PORT if b["id"] == 1 else 0, **b,
+                           "process": Pid(**b["process"])}) for b in raw["brokers"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -126,33 +136,41 @@ class Cluster:
                                f"stop its processes by hand and remove it") from None
 
 
-def up(directory: Path, brokers: int, zookeeper: str | None = None, auth: str = "api-key",
-       timeout_s: float = START_TIMEOUT_S) -> Cluster:
-    """Start ZooKeeper (unless ``zookeeper`` names one) and brokers 1..``brokers``, wait
+def up(directory: Path, brokers: int | None = None, zookeeper: str | None = None,
+       auth: str | None = None, timeout_s: float = START_TIMEOUT_S,
+       sql_port: int | None = None) -> Cluster:
+    """Start ZooKeeper (unless ``zookeeper`` names one) and brokers 1..``brokers`` (3 by
+    default), broker 1 with a SQL endpoint on ``sql_port`` (0: none; None: as
+    ``LAKELOG_SQL_PORT`` says, else 15002, as for ``serve``); or, where
+    DIR/cluster.json names a cluster, those of its processes that are not running; wait
     until each answers /healthz, and write ``DIR/cluster.json``.
 
-    Steps: 1. refuse a DIR whose cluster.json names live processes; 2. start ZooKeeper in
-    DIR/zookeeper (or check the given one answers); 3. spawn every broker; 4. wait for
-    each /healthz; 5. write cluster.json. A failure at 2-4 stops what was started.
+    Steps: 1. read DIR/cluster.json: a cluster there keeps its brokers, ports, ZooKeeper
+    and auth (a different count or auth is refused), its running processes are left
+    alone; 2. check that every port to be listened on is free (else say which, and who
+    holds it); 3. start ZooKeeper in DIR/zookeeper (or check the given one answers);
+    4. spawn each broker not running; 5. wait for each /healthz; 6. write cluster.json.
+    A failure at 3-5 stops what this call started.
     """
-    if not 1 <= brokers <= MAX_BROKERS:
-        raise LakelogError(f"--brokers {brokers}: from 1 to {MAX_BROKERS}")
     directory = directory.absolute()
-    if (old := Cluster.load(directory)) is not None and (alive := old.alive()):
-        raise LakelogError(f"a cluster is up in {directory} ({', '.join(alive)}; see "
-                           f"{directory / STATE_FILE}): 'lakelog cluster down --dir "
-                           f"{directory}' stops it")
-    if zookeeper is not None:
-        _check_reachable(zookeeper)
+    old = Cluster.load(directory)
+    if sql_port is None:
+        sql_port = int(os.environ.get("LAKELOG_SQL_PORT") or DEFAULT_SQL_PORT)
+    plan = _plan(directory, old, brokers, zookeeper, auth, sql_port)
+    zk_port = None if plan.zookeeper is not None else _zookeeper_port(old)
+    _check_ports(plan, zk_port)
+    if plan.zookeeper is not None and plan.zookeeper_process is None:
+        _check_reachable(plan.zookeeper)
     directory.mkdir(parents=True, exist_ok=True)
     zk_server = None
-    if zookeeper is None:
-        zk_server = _start_zookeeper(directory / "zookeeper", timeout_s)
-        zookeeper = zk_server.connect
+    connect = plan.zookeeper
+    if connect is None:
+        zk_server = _start_zookeeper(directory / "zookeeper", timeout_s, zk_port)
+        connect = zk_server.connect
     started: list[tuple[Broker, subprocess.Popen[bytes]]] = []
     try:
-        for i in range(1, brokers + 1):
-            started.append(_spawn_broker(directory, i, zookeeper, auth))
+        for broker in plan.to_start:
+            started.append(_spawn_broker(directory, broker, connect, plan.auth))
         deadline = time.monotonic() + timeout_s
         for broker, proc in started:
             _wait_healthy(broker, proc, deadline, timeout_s)
@@ -161,13 +179,79 @@ def up(directory: Path, brokers: int, zookeeper: str | None = None, auth: str = 
         if zk_server is not None:
             zk_server.kill()
         raise
-    cluster = Cluster(
-        str(directory), zookeeper,
-        Pid.of(zk_server.proc.pid) if zk_server and zk_server.proc else None,
-        str(zk_server.log_path) if zk_server else None, str(directory / "warehouse"), auth,
-        tuple(broker for broker, _ in started))
+    fresh = {broker.id: broker for broker, _ in started}
+    zk_process = Pid.of(zk_server.proc.pid) if zk_server and zk_server.proc else \
+        plan.zookeeper_process
+    zk_log = str(zk_server.log_path) if zk_server else old.zookeeper_log if old else None
+    cluster = Cluster(str(directory), connect, zk_process, zk_log, str(directory / "warehouse"),
+                      plan.auth, tuple(fresh.get(b.id, b) for b in plan.brokers))
     cluster.save()
     return cluster
+
+
+class _Plan(NamedTuple):
+    """What ``up`` keeps and what it starts."""
+
+    brokers: tuple[Broker, ...]
+    """Every broker of the cluster, as recorded (the running) or to be (the others)."""
+    to_start: tuple[Broker, ...]
+    zookeeper: str | None
+    """The connect string of a ZooKeeper that runs (or is given); None: start one."""
+    zookeeper_process: Pid | None
+    """The running ZooKeeper ``up`` started earlier, kept."""
+    auth: str
+
+
+def _plan(directory: Path, old: Cluster | None, brokers: int | None, zookeeper: str | None,
+          auth: str | None, sql_port: int) -> _Plan:
+    if old is None:
+        count = 3 if brokers is None else brokers
+        if not 1 <= count <= MAX_BROKERS:
+            raise LakelogError(f"--brokers {count}: from 1 to {MAX_BROKERS}")
+        ports: list[int] = []
+        while len(ports) < count:  # distinct, and none the SQL endpoint's
+            if (port := free_port()) not in ports and port != sql_port:
+                ports.append(port)
+        made = tuple(Broker(i, port, f"http://{HOST}:{port}", str(directory / f"broker-{i}"),
+                            str(directory / f"broker-{i}.log"), Pid(0, -1),
+                            sql_port if i == 1 else 0)
+                     for i, port in enumerate(ports, 1))
+        return _Plan(made, made, zookeeper, None, auth or "api-key")
+    where = f"the cluster in {directory} ({directory / STATE_FILE})"
+    if brokers is not None and brokers != len(old.brokers):
+        raise LakelogError(f"{where} has {len(old.brokers)} broker(s), not {brokers}: 'up' "
+                           f"starts those not running; for another count, 'lakelog cluster "
+                           f"down --dir {directory}' first")
+    if auth is not None and auth != old.auth:
+        raise LakelogError(f"{where} runs with --auth {old.auth}, not {auth}")
+    if zookeeper is not None and zookeeper != old.zookeeper:
+        raise LakelogError(f"{where} uses the ZooKeeper at {old.zookeeper}, not {zookeeper}")
+    zk_running = old.zookeeper_process is not None and old.zookeeper_process.alive()
+    return _Plan(old.brokers, tuple(b for b in old.brokers if not b.process.alive()),
+                 old.zookeeper if old.zookeeper_process is None or zk_running else None,
+                 old.zookeeper_process if zk_running else None, old.auth)
+
+
+def _zookeeper_port(old: Cluster | None) -> int | None:
+    """The port of the ZooKeeper ``up`` started before (its brokers were told it)."""
+    if old is None:
+        return None
+    return int(old.zookeeper.split("/", 1)[0].rsplit(":", 1)[1])
+
+
+def _check_ports(plan: _Plan, zk_port: int | None) -> None:
+    """Step 2: every port the processes to start will listen on is free."""
+    wanted = [(zk_port, "ZooKeeper's")] if zk_port else []
+    for b in plan.to_start:
+        wanted.append((b.port, f"broker {b.id}'s HTTP"))
+        if b.sql_port:
+            wanted.append((b.sql_port, f"broker {b.id}'s SQL endpoint"))
+    taken = [describe_taken(HOST, port, what) for port, what in wanted
+             if not port_free(HOST, port)]
+    if taken:
+        hint = " (--sql-port N picks another; 0: no SQL endpoint)" \
+            if any("SQL" in t for t in taken) else ""
+        raise LakelogError(f"{'; '.join(taken)}: stop it{hint}; nothing was started")
 
 
 def down(directory: Path, timeout_s: float = STOP_TIMEOUT_S) -> tuple[Cluster, list[str]]:
@@ -188,8 +272,9 @@ def down(directory: Path, timeout_s: float = STOP_TIMEOUT_S) -> tuple[Cluster, l
     return cluster, killed
 
 
-def _start_zookeeper(directory: Path, timeout_s: float) -> ZooKeeperServer:
-    server = ZooKeeperServer(directory)
+def _start_zookeeper(directory: Path, timeout_s: float, port: int | None
+                     ) -> ZooKeeperServer:
+    server = ZooKeeperServer(directory, port)
     try:
         return server.start(timeout_s)
     except ZooKeeperMissing:
@@ -213,25 +298,20 @@ def _check_reachable(connect: str) -> None:
                            ) from None
 
 
-def _spawn_broker(directory: Path, i: int, zookeeper: str, auth: str
+def _spawn_broker(directory: Path, broker: Broker, zookeeper: str, auth: str
                   ) -> tuple[Broker, subprocess.Popen[bytes]]:
-    port = free_port()
-    data_dir = directory / f"broker-{i}"
-    log = directory / f"broker-{i}.log"
-    data_dir.mkdir(exist_ok=True)
+    Path(broker.data_dir).mkdir(exist_ok=True)
     lakelog = Path(sys.executable).parent / "lakelog"
-    with log.open("ab") as out:
+    with open(broker.log, "ab") as out:
         proc = subprocess.Popen(
-            [str(lakelog), "serve", "--broker-id", str(i), "--zookeeper", zookeeper,
-             "--data-dir", str(data_dir), "--port", str(port), "--host", "127.0.0.1",
+            [str(lakelog), "serve", "--broker-id", str(broker.id), "--zookeeper", zookeeper,
+             "--data-dir", broker.data_dir, "--port", str(broker.port), "--host", HOST,
              "--warehouse", str(directory / "warehouse"), "--auth", auth,
              # One SQL endpoint (a JVM) for the cluster on one machine: broker 1's.
-             *([] if i == 1 else ["--sql-port", "0"])],
+             "--sql-port", str(broker.sql_port)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
-    broker = Broker(i, port, f"http://127.0.0.1:{port}", str(data_dir), str(log),
-                    Pid.of(proc.pid))
-    return broker, proc
+    return dataclasses.replace(broker, process=Pid.of(proc.pid)), proc
 
 
 def _wait_healthy(broker: Broker, proc: subprocess.Popen[bytes], deadline: float,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from lakelog.cli.root import DEFAULT_URL, Url, admin, app
+from lakelog.endpoint import DEFAULT_SQL_PORT
 
 cluster_app = typer.Typer(help="A local cluster: ZooKeeper and N brokers on loopback.",
                           no_args_is_help=True)
@@ -20,28 +21,44 @@ DEFAULT_DIR = Path("lakelog-cluster")
 
 @cluster_app.command("up")
 def cluster_up(
-    brokers: Annotated[int, typer.Option(min=1, help="How many brokers (ids 1..N).")] = 3,
+    brokers: Annotated[int | None, typer.Option(
+        min=1, help="How many brokers (ids 1..N); default 3, or the count of the cluster "
+                    "already in DIR.")] = None,
     directory: Dir = DEFAULT_DIR,
     zookeeper: Annotated[str | None, typer.Option(
-        help="A running ZooKeeper HOST:PORT (or HOST:PORT/CHROOT); unset: start one in DIR/zookeeper "
-             "(Debian's zookeeper package).")] = None,
-    auth: Annotated[str, typer.Option(
-        help="api-key (the admin key is in the data directory of the broker that made it: "
-             "'up' prints where) or none.")
-    ] = "api-key",
+        help="A running ZooKeeper HOST:PORT (or HOST:PORT/CHROOT); unset: start one in "
+             "DIR/zookeeper (Debian's zookeeper package).")] = None,
+    auth: Annotated[str | None, typer.Option(
+        help="api-key (the default; the admin key is in the data directory of the broker "
+             "that made it: 'up' prints where) or none.")] = None,
+    sql_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help=f"Spark Connect port of broker 1's SQL endpoint; 0: none "
+                               f"(default {DEFAULT_SQL_PORT}) [LAKELOG_SQL_PORT].")] = None,
 ) -> None:
-    """Start ZooKeeper and the brokers as background processes; 'cluster down' stops them."""
-    from lakelog.local_cluster import STATE_FILE, up
+    """Start ZooKeeper and the brokers as background processes; 'cluster down' stops them.
+    On a DIR whose cluster is up, start those of its processes that are not running (on
+    their ports) and leave the others alone."""
+    from lakelog.local_cluster import STATE_FILE, Cluster, up
     from log_tables.errors import LakelogError
 
-    if auth not in ("api-key", "none"):
+    if auth not in (None, "api-key", "none"):
         raise LakelogError(f"--auth {auth!r}: api-key or none")
-    cluster = up(directory, brokers, zookeeper, auth)
-    zk_where = f"  log {cluster.zookeeper_log}" if cluster.zookeeper_log else " (given)"
-    lines = [f"lakelog cluster up in {cluster.directory}",
-             f"  zookeeper  {cluster.zookeeper}{zk_where}"]
-    lines += [f"  broker {b.id}   {b.url}  data {b.data_dir}  log {b.log}"
-              for b in cluster.brokers]
+    before = Cluster.load(directory.absolute())
+    running = {b.id for b in before.brokers if b.process.alive()} if before else set()
+    zk_running = before is not None and before.zookeeper_process is not None and \
+        before.zookeeper_process.alive()
+    cluster = up(directory, brokers, zookeeper, auth, sql_port=sql_port)
+    if cluster.zookeeper_process is None:
+        zk_line = f"{cluster.zookeeper} (given)"
+    else:
+        zk_line = f"{cluster.zookeeper}  pid {cluster.zookeeper_process.pid}  " \
+                  f"{'running' if zk_running else 'started'}  log {cluster.zookeeper_log}"
+    lines = [f"lakelog cluster up in {cluster.directory}", f"  zookeeper  {zk_line}"]
+    for b in cluster.brokers:
+        sql = f"  sql sc://127.0.0.1:{b.sql_port}" if b.sql_port else ""
+        lines.append(f"  broker {b.id}   pid {b.process.pid}  {b.url}  "
+                     f"{'running' if b.id in running else 'started'}{sql}  "
+                     f"data {b.data_dir}  log {b.log}")
     lines.append(f"  warehouse  {cluster.warehouse}")
     first = cluster.brokers[0].url
     if (key := cluster.admin_key) is not None:
@@ -52,6 +69,9 @@ def cluster_up(
     lines += [f"state: {Path(cluster.directory) / STATE_FILE}",
               f"stop: lakelog cluster down --dir {cluster.directory}"]
     typer.echo("\n".join(lines))
+    if running and len(running) == len(cluster.brokers) and (zk_running or
+                                                          cluster.zookeeper_process is None):
+        typer.echo("every process of the cluster was running: nothing started", err=True)
 
 
 @cluster_app.command("down")

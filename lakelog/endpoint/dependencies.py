@@ -4,8 +4,8 @@ The endpoint's front parses plans with PySpark's Spark Connect classes, and impo
 ``pyspark.sql.connect`` checks pandas, pyarrow, grpcio, grpcio-status,
 googleapis-common-protos and zstandard (all core dependencies of lakelog). One that is
 missing is not fixed by starting the endpoint again: it exits with
-``EXIT_MISSING_DEPENDENCY``, the server does not start it again, and the state file and
-the server's log name the command that installs it.
+``process.EXIT_NOT_RESTARTED``, the server does not start it again, and the state file
+and the server's log name the command that installs it.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-EXIT_MISSING_DEPENDENCY = 78
-"""The endpoint's exit status when a package it needs is missing (sysexits' EX_CONFIG)."""
 CONNECT_PACKAGE = "pyspark.sql.connect"
 DISTRIBUTIONS = {"grpc": "grpcio", "grpc_status": "grpcio-status",
                  "google": "googleapis-common-protos", "py4j": "py4j"}

@@ -33,14 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction_jobs.scheduler import STOP, Intervals, JobProcess, background_child
-from lakelog.endpoint.dependencies import (
-    EXIT_MISSING_DEPENDENCY,
-    check_connect,
-    missing_dependency,
-)
+from lakelog.endpoint.dependencies import check_connect, missing_dependency
 from lakelog.endpoint.jdbc_front import HTTP_PATH
 from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
+from lakelog.ports import describe_taken, port_free
+from log_tables.errors import LakelogError
 from log_tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -53,6 +51,10 @@ RESTART_DELAYS_S = (5.0, 15.0, 60.0)
 """Waits before starting a dead endpoint again: the first, then longer while it keeps
 dying within ``HEALTHY_S`` of its start."""
 HEALTHY_S = 600.0
+EXIT_NOT_RESTARTED = 78
+"""The endpoint's exit status when it cannot start until something outside it changes (a
+package installed, a port freed): the server does not start it again (sysexits'
+EX_CONFIG). Its state file says why."""
 TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 """Where Spark Connect's server finds the bearer token it wants, as it starts."""
 
@@ -75,9 +77,8 @@ class EndpointProcess(JobProcess):
     def start(self, manager: Any = None) -> None:
         """Start the endpoint, and a thread that starts it again whenever it dies (a
         query that exhausted its heap): after ``RESTART_DELAYS_S``, longer each time it
-        dies within ``HEALTHY_S`` of its start. One that left for a missing package
-        (``EXIT_MISSING_DEPENDENCY``) is not started again: the log says once what
-        installs it."""
+        dies within ``HEALTHY_S`` of its start. One that left with ``EXIT_NOT_RESTARTED``
+        (a package missing, its port taken) is not: the log says once why."""
         with self._lock:
             super().start(manager)
         threading.Thread(target=self._supervise, name="sql-endpoint", daemon=True).start()
@@ -94,10 +95,10 @@ class EndpointProcess(JobProcess):
             code = proc.wait()
             if self._stopping.is_set():
                 return
-            if code == EXIT_MISSING_DEPENDENCY:
+            if code == EXIT_NOT_RESTARTED:
                 why = (read_state(self.layout.data_dir) or {}).get("error")
                 log.error("%s (the SQL endpoint is not started again)",
-                          why or "the SQL endpoint is missing a package")
+                          why or "the SQL endpoint cannot start")
                 return
             quick_deaths = quick_deaths + 1 if time.monotonic() - started < HEALTHY_S else 1
             delay = RESTART_DELAYS_S[min(quick_deaths, len(RESTART_DELAYS_S)) - 1]
@@ -176,6 +177,18 @@ def _credentials(spec: dict[str, Any]) -> Any:
     return None
 
 
+class PortTaken(LakelogError):
+    """A port of the endpoint is another process's."""
+
+
+def _check_ports(spec: dict[str, Any]) -> None:
+    for host, port, what in ((spec["host"], spec["port"], "the SQL endpoint's Spark Connect"),
+                             ("127.0.0.1", spec["jdbc_port"], "the SQL endpoint's JDBC")):
+        if port and not port_free(host, port):
+            raise PortTaken(f"{describe_taken(host, port, what)}: stop it, or give "
+                            f"`lakelog serve` another (--sql-port N, --jdbc-port N; 0: none)")
+
+
 def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     """Spark with Spark Connect on a loopback port of its own, JDBC if asked, and the
     front on the public port; returns (spark, the front's server)."""
@@ -184,7 +197,9 @@ def start_endpoint(spec: dict[str, Any]) -> tuple[Any, Any]:
     from lakelog.endpoint.sessions import SessionViews
     from log_tables.spark.session import lakelog_session
 
-    check_connect()  # a missing package is said before a JVM starts for nothing
+    # What starting again would not fix is said before a JVM starts for nothing.
+    _check_ports(spec)
+    check_connect()
     layout = Layout(spec["data_dir"], spec["warehouse"])
     # The backends take calls from the fronts alone: Spark Connect wants a bearer token
     # and the Thrift server answers on a path that only this process knows (any local
@@ -252,11 +267,15 @@ def main(argv: list[str]) -> None:
     try:
         spark, server = start_endpoint(spec)
     except Exception as exc:
+        # Said once, by the server, from the state file.
+        if isinstance(exc, PortTaken):
+            write_state(data_dir, state="failed", error=exc.message)
+            sys.exit(EXIT_NOT_RESTARTED)
         missing = missing_dependency(exc)
-        if missing is not None:  # said once, by the server, from the state file
+        if missing is not None:
             write_state(data_dir, state="failed", error=missing.message(),
                         missing=missing.distribution, fix=missing.command)
-            sys.exit(EXIT_MISSING_DEPENDENCY)
+            sys.exit(EXIT_NOT_RESTARTED)
         log.exception("the SQL endpoint failed to start")
         write_state(data_dir, state="failed", error=f"{type(exc).__name__}: {exc}")
         sys.exit(1)

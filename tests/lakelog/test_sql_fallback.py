@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -118,26 +119,11 @@ def test_a_missing_package_is_said_once_with_its_fix_and_lakelog_sql_starts_spar
         "LAKELOG_SQL_PORT": str(free_port()), "LAKELOG_SQL_MASTER": "local[1]",
         "PYTHONPATH": path}).start()
     try:
-        deadline = time.monotonic() + 60
-        while (state := read_state(server.data_dir)) is None or state["state"] != "failed":
-            assert time.monotonic() < deadline, server.log()
-            time.sleep(0.1)
+        state, log = _failed_once(server, "the SQL endpoint needs pandas")
         assert state["missing"] == "pandas", state
         assert state["fix"].endswith("-m pip install pandas==2.3.3")
-        # Past the first restart's delay, nothing was started again.
-        until = time.monotonic() + RESTART_DELAYS_S[0] + 5
-        while time.monotonic() < until:
-            now = read_state(server.data_dir)
-            assert now is not None and now["pid"] == state["pid"], (now, server.log())
-            time.sleep(0.2)
-        log = server.log_path.read_text(errors="replace")
-        assert log.count("the SQL endpoint needs pandas") == 1, log
         assert "-m pip install pandas==2.3.3` installs it; then restart `lakelog serve` " \
             "(the SQL endpoint is not started again)" in log
-        assert "starting it again" not in log and "Traceback" not in log, log
-        row = next(r for r in httpx.get(f"{server.url}/ui/data", timeout=10).json()[
-            "broker"]["services"] if r["name"] == "sql")
-        assert row["state"] == "failed" and row["restarts"] == 0, row
         done = subprocess.run(
             [LAKELOG, "sql", "--data-dir", str(server.data_dir), "--json", "SELECT 6 * 7 AS n"],
             env={**server.env}, capture_output=True, text=True, timeout=240)
@@ -147,3 +133,41 @@ def test_a_missing_package_is_said_once_with_its_fix_and_lakelog_sql_starts_spar
         assert "; starting Spark in this process" in done.stderr
     finally:
         server.stop(timeout_s=60)
+
+
+def _failed_once(server: ServerProcess, said: str) -> tuple[dict[str, Any], str]:
+    """The endpoint's failed state and the server's log, once the endpoint failed and,
+    past the first restart's delay, was not started again, with ``said`` logged once."""
+    deadline = time.monotonic() + 60
+    while (state := read_state(server.data_dir)) is None or state["state"] != "failed":
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.1)
+    until = time.monotonic() + RESTART_DELAYS_S[0] + 5
+    while time.monotonic() < until:
+        now = read_state(server.data_dir)
+        assert now is not None and now["pid"] == state["pid"], (now, server.log())
+        time.sleep(0.2)
+    log = server.log_path.read_text(errors="replace")
+    assert log.count(said) == 1, log
+    assert "starting it again" not in log and "Traceback" not in log, log
+    row = next(r for r in httpx.get(f"{server.url}/ui/data", timeout=10).json()[
+        "broker"]["services"] if r["name"] == "sql")
+    assert row["state"] == "failed" and row["restarts"] == 0, row
+    return state, log
+
+
+@pytest.mark.slow
+def test_a_taken_port_is_said_once_naming_its_holder(tmp_path: Path) -> None:
+    """As a second ``lakelog serve`` (or a cluster's broker 1) beside one that holds the
+    SQL endpoint's port: the endpoint says so before its Spark starts, and stays down."""
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        server = ServerProcess(tmp_path / "data", env={"LAKELOG_SQL_PORT": str(port)}).start()
+        try:
+            state, _ = _failed_once(server, f"port {port} (the SQL endpoint's Spark Connect)")
+            assert state["error"].startswith(
+                f"port {port} (the SQL endpoint's Spark Connect) on 127.0.0.1 is taken by pid "
+                f"{os.getpid()} ("), state
+            assert "--sql-port N" in state["error"]
+        finally:
+            server.stop(timeout_s=60)
