@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import msgspec
 from starlette.requests import Request
 
 from ingest_api.errors import ApiError
+from ingest_api.models import ENVELOPE_TYPES
 
 T = TypeVar("T")
 
@@ -110,7 +112,7 @@ def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T],
         if str(exc).startswith("Invalid base64"):
             raise ApiError(400, f"invalid request body: {exc}: BINARY data and header values "
                                 "are base64 (RFC 4648)", name="invalid_base64") from None
-        raise ApiError(shape_status, f"invalid request body: {exc}",
+        raise ApiError(shape_status, f"invalid request body: {exc}{_envelope_hint(str(exc))}",
                        name="invalid_request") from None
     except msgspec.DecodeError as exc:
         if not bytes(memoryview(body)).strip():
@@ -121,6 +123,19 @@ def decode(body: bytes | msgspec.Raw, decoder: msgspec.json.Decoder[T],
         raise _not_utf8_body(body) from None
     except RecursionError:
         raise ApiError(400, TOO_DEEP, name="malformed_json") from None
+
+
+ENVELOPE_AT = re.compile(r"- at `\$[^`]*\.(key|value)(\.type)?`$")
+"""Where a key's or value's envelope (or its ``type``) is wrong, in msgspec's message."""
+
+
+def _envelope_hint(message: str) -> str:
+    """What a key or value looks like, for an error in one (an unknown ``type`` above all:
+    the valid ones are listed)."""
+    if ENVELOPE_AT.search(message) is None:
+        return ""
+    return (f"; a key or value is {{\"type\": T, \"data\": ...}} with T one of "
+            f"{', '.join(ENVELOPE_TYPES)}")
 
 
 async def decode_request(request: Request, decoder: msgspec.json.Decoder[T], limit: int,

@@ -52,6 +52,9 @@ class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fiel
 
 
 Envelope = BinaryData | StringData | JsonData
+ENVELOPE_TYPES: tuple[str, ...] = tuple(
+    str(t.__struct_config__.tag) for t in (BinaryData, StringData, JsonData))
+"""The ``type`` names a key or value may have, as a 422 lists them."""
 
 
 class HeaderIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):

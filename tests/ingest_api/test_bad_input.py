@@ -177,3 +177,28 @@ def test_over_the_concurrency_limit_is_a_json_503(
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     body = r.json()
     assert body["error_code"] == 503 and "LAKELOG_LIMIT_CONCURRENCY" in body["message"]
+
+
+def test_an_unknown_record_type_is_422_listing_the_valid_ones(server: ServerProcess) -> None:
+    """One record, a batch entry and a stream's record; a type in lower case, one
+    Confluent's Schema Registry has (AVRO) and a key with no type at all."""
+    valid = 'with T one of BINARY, STRING, JSON'
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "types", "partitions_count": 1})
+        for key, value in (({"type": "string", "data": "k"}, None),
+                           (None, {"type": "AVRO", "data": "v"}), ({"data": "k"}, None)):
+            record = {"key": key, "value": value}
+            where = "$.key" if key is not None else "$.value.type"
+            r = client.post("/topics/types/records", json=record)
+            assert r.status_code == 422 and valid in r.json()["message"], r.text
+            assert where in r.json()["message"]
+            r = client.post("/topics/types/records:batch",
+                            json={"entries": [{"id": "a", **record}]})
+            assert r.status_code == 207, r.text
+            [failure] = r.json()["failures"]
+            assert failure["error_code"] == 422 and valid in failure["message"], failure
+            stream = iter([json.dumps({"value": {"type": "STRING", "data": "ok"}}).encode(),
+                           json.dumps(record).encode()])  # chunked: a stream
+            r = client.post("/topics/types/records", content=stream,
+                            headers={"content-type": "application/json"})
+            assert valid in r.text, r.text
