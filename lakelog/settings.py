@@ -42,3 +42,9 @@ class Settings(ApiSettings, JobSettings, EndpointSettings):
     def describe(self) -> dict[str, str]:
         """The settings as printed at start (no secrets exist yet; they would be masked here)."""
         return {name: str(getattr(self, name)) for name in self.names()}
+
+    def changed(self) -> dict[str, str]:
+        """Those of ``describe()`` not at their default (set by a flag or a variable)."""
+        fields = type(self).model_fields
+        return {name: value for name, value in self.describe().items()
+                if value != str(fields[name].get_default(call_default_factory=True))}

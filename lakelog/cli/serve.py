@@ -11,6 +11,30 @@ from lakelog.cli.root import app
 from log_tables.errors import LakelogError
 
 
+def start_lines(settings: Any) -> list[str]:
+    """What ``serve`` prints as it starts: where its dashboard and SQL endpoint are, and
+    the settings not at their default (all of them at log level debug)."""
+    scheme = "https" if settings.tls_cert else "http"
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"{scheme}://{host}:{settings.port}"
+    if settings.sql_port or settings.jdbc_port:
+        where = ", ".join(w for w in (
+            settings.sql_port and f"sc://{settings.sql_host}:{settings.sql_port}",
+            settings.jdbc_port and f"JDBC on 127.0.0.1:{settings.jdbc_port}") if w)
+        sql = f"starting ({where}); its Spark takes 10-20 s, the log says when it is ready " \
+              "or why not, the dashboard shows its state"
+    else:
+        sql = "off (--sql-port 0); `lakelog sql` starts Spark itself"
+    debug = settings.log_level.lower() == "debug"
+    shown = settings.describe() if debug else settings.changed()
+    lines = [f"lakelog on {settings.data_dir.absolute()}: {url}",
+             f"  dashboard     {url}/ui", f"  SQL endpoint  {sql}",
+             f"  settings      {'all' if debug else 'not at their default'}"
+             f" ({len(settings.describe())} in all: --log-level debug prints them, the README's "
+             "Server settings has their defaults)"]
+    return lines + [f"    {name} = {value}" for name, value in shown.items()]
+
+
 @app.command()
 def serve(
     data_dir: Annotated[Path | None, typer.Option(help="Data directory [LAKELOG_DATA_DIR].")] = None,
@@ -76,9 +100,8 @@ def serve(
         check_warehouse(settings.layout.warehouse)
     except StorageError as exc:
         raise LakelogError(str(exc)) from None
-    typer.echo("lakelog settings:", err=True)
-    for name, value in settings.describe().items():
-        typer.echo(f"  {name} = {value}", err=True)
+    for line in start_lines(settings):
+        typer.echo(line, err=True)
     scheduler = JobProcess(settings.layout, Intervals(
         settings.tier_interval_ms, settings.retention_interval_ms, settings.compact_interval_ms,
         settings.upkeep_interval_ms, settings.vacuum_retention_hours), settings.spark_master,
