@@ -9,12 +9,8 @@ so that a key or ACL made through any broker works on every broker. It holds
   as a slow one here (nobody guesses 2^256) and keeps every request cheap; the
   secret itself is shown once, when the key is made, and never stored or logged.
 - ``acls``: ``{principal, resource_type, resource_name, pattern_type, operation}``,
-  Kafka's model without deny rules: ``topic``/``group`` resources by exact name
-  (``literal``) or ``prefixed``; operations ``produce``, ``consume``, ``describe``,
-  ``alter``, ``delete`` (topics), ``consume``, ``commit``, ``describe``, ``alter``,
-  ``delete`` (groups), and ``admin`` on the ``cluster``, which allows everything
-  (Kafka's super users): topic creation, ACL and key changes among it.
-  Any operation on a resource implies ``describe`` of it, as in Kafka.
+  Kafka's model without deny rules (``ingest_api.acls``: what an ACL allows, and the
+  principals' names).
 
 - ``serial``: bumped by every write, so a reader never goes back to an older copy.
 
@@ -32,13 +28,11 @@ in the ``Lakelog-Principal`` header, and the receiver checks that user's ACLs.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import threading
 import time
@@ -47,82 +41,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingest_api.acls import (
+    CLUSTER,
+    Acl,
+    SecurityError,
+    allows,
+    broker_principal,
+    is_broker_principal,
+    valid_principal,
+)
+from ingest_api.credentials import PRINCIPAL_HEADER, forward_headers, parse_credentials
 from log_tables.files import atomic_write
 
 if TYPE_CHECKING:  # a broker on its own never loads kazoo
     from cluster.znode import VersionedZnode
 
+__all__ = [  # the names of acls and credentials stay importable here, where callers found them
+    "CLUSTER", "KEY_PREFIX", "PRINCIPAL_HEADER", "RELOAD_CHECK_S", "ZNODE_PATH", "Acl",
+    "ApiKey", "SecurityError", "SecurityStore", "broker_principal", "forward_headers",
+    "is_broker_principal", "parse_credentials", "valid_principal",
+]
 log = logging.getLogger(__name__)
 
-RESOURCE_TYPES = ("topic", "group", "cluster")
-PATTERN_TYPES = ("literal", "prefixed")
-OPERATIONS = {
-    "topic": ("produce", "consume", "describe", "alter", "delete"),
-    "group": ("consume", "commit", "describe", "alter", "delete"),
-    "cluster": ("describe", "admin"),
-}
-CLUSTER = "lakelog"
 KEY_PREFIX = "llk_"
 RELOAD_CHECK_S = 1.0
 ZNODE_PATH = "/lakelog/security"
-PRINCIPAL_HEADER = "Lakelog-Principal"
-_BROKER_PRINCIPAL = re.compile(r"broker-[0-9]+")
-
-
-class SecurityError(ValueError):
-    """A bad key or ACL definition (the message says what to fix)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Acl:
-    principal: str
-    resource_type: str
-    resource_name: str
-    pattern_type: str
-    operation: str
-
-    def __post_init__(self) -> None:
-        if not _valid_principal(self.principal):
-            raise SecurityError("principal must be 1-200 characters of [A-Za-z0-9._@-]")
-        if self.resource_type not in RESOURCE_TYPES:
-            raise SecurityError(f"resource_type must be one of {', '.join(RESOURCE_TYPES)}")
-        if self.pattern_type not in PATTERN_TYPES:
-            raise SecurityError(f"pattern_type must be one of {', '.join(PATTERN_TYPES)}")
-        allowed = OPERATIONS[self.resource_type]
-        if self.operation not in allowed:
-            raise SecurityError(f"operation on a {self.resource_type} must be one of "
-                                f"{', '.join(allowed)}")
-        if self.resource_type == "cluster" and (self.resource_name, self.pattern_type) != (
-                CLUSTER, "literal"):
-            raise SecurityError(f"the cluster resource is named '{CLUSTER}' (literal)")
-        if not self.resource_name or len(self.resource_name) > 249:
-            raise SecurityError("resource_name must be 1-249 characters")
-
-    def covers(self, resource_type: str, name: str) -> bool:
-        if resource_type != self.resource_type:
-            return False
-        if self.pattern_type == "literal":
-            return name == self.resource_name
-        return name.startswith(self.resource_name)
-
-
-def _valid_principal(name: str) -> bool:
-    return 0 < len(name) <= 200 and all(c.isalnum() or c in "._@-" for c in name) and name.isascii()
-
-
-def valid_principal(name: str) -> bool:
-    """1-200 characters of ``[A-Za-z0-9._@-]``."""
-    return _valid_principal(name)
-
-
-def broker_principal(broker_id: int) -> str:
-    """The principal broker ``broker_id`` authenticates as: ``broker-N``."""
-    return f"broker-{int(broker_id)}"
-
-
-def is_broker_principal(name: str | None) -> bool:
-    """Whether ``name`` is a broker's own principal (``broker-<digits>``)."""
-    return name is not None and _BROKER_PRINCIPAL.fullmatch(name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,36 +83,6 @@ class ApiKey:
 
 def _digest(salt: str, secret: str) -> str:
     return hashlib.sha256(bytes.fromhex(salt) + secret.encode()).hexdigest()
-
-
-def parse_credentials(header: str | None) -> tuple[str, str] | None:
-    """(key id, secret) from ``Basic base64(id:secret)`` or ``Bearer id.secret``; None
-    when the header is missing or malformed."""
-    if not header:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    value = value.strip()
-    try:
-        if scheme.lower() == "basic":
-            key_id, sep, secret = base64.b64decode(value, validate=True).decode().partition(":")
-        elif scheme.lower() == "bearer":
-            key_id, sep, secret = value.partition(".")
-        else:
-            return None
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return (key_id, secret) if sep and key_id and secret else None
-
-
-def forward_headers(credentials: str, principal: str | None) -> dict[str, str]:
-    """Headers of a request one broker sends another: its own key (``key_id:secret``, as
-    ``broker_credentials`` gives it) and, when it acts for a user, that user's principal,
-    whose ACLs the receiver then checks."""
-    token = base64.b64encode(credentials.encode()).decode()
-    headers = {"Authorization": f"Basic {token}"}
-    if principal is not None:
-        headers[PRINCIPAL_HEADER] = principal
-    return headers
 
 
 @dataclass(slots=True)
@@ -319,7 +232,7 @@ class SecurityStore:
 
     def create_key(self, principal: str) -> tuple[ApiKey, str]:
         """A new key for ``principal``: (the stored key, the secret, shown only now)."""
-        if not _valid_principal(principal):
+        if not valid_principal(principal):
             raise SecurityError("principal must be 1-200 characters of [A-Za-z0-9._@-]")
         if is_broker_principal(principal):
             raise SecurityError(f"principal '{principal}' is reserved: broker-<id> names "
@@ -382,13 +295,7 @@ class SecurityStore:
         with self._lock:
             self._refresh()
             acls = [a for a in self._acls if a.principal == principal]
-        for a in acls:
-            if a.resource_type == "cluster" and a.operation == "admin":
-                return True
-            if a.covers(resource_type, name) and (
-                    a.operation == operation or operation == "describe"):
-                return True
-        return False
+        return allows(acls, resource_type, name, operation)
 
     # ---- the first admin and the brokers' own keys -------------------------------------
 
