@@ -7,8 +7,8 @@ table state, never a mix):
    jobs left in ``_stage/``, read each partition's tiered offset (its app
    transaction version) and list the sealed segments past it that are durable
    (below the hot log's checkpointed recovery point);
-2. stage: Spark tasks (segments spread over one task per core) read each
-   segment (CRC-checked), write its records as one Parquet file under
+2. stage: Spark tasks (segments spread over one task per core: ``tier_tasks``) read
+   each segment (CRC-checked), write its records as one Parquet file under
    ``<table>/_stage/<job>/`` and return the file's stats. A damaged batch ends
    its partition's run: the records before it are tiered, the partition's later
    segments wait (reported, not failing the other partitions), unless
@@ -42,15 +42,20 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
 from compaction_jobs.job import Job, Led, session_of, step
 from compaction_jobs.staging import Outputs, clean_orphans
+from compaction_jobs.tier_tasks import (
+    SegmentWork,
+    StagedFile,
+    balance,
+    final_name,
+    write_segments,
+)
 from log_tables.cold import job_runs
 from log_tables.cold.commit import (
     PartitionChange,
@@ -58,13 +63,11 @@ from log_tables.cold.commit import (
     open_topic_table,
     relative_path,
 )
-from log_tables.cold.rows import file_stats, to_table_rows, write_rows_at
 from log_tables.cold.table import open_table, snapshot, tier_app_id
-from log_tables.errors import CorruptRecordError, StaleTableError, StorageError
+from log_tables.errors import StaleTableError, StorageError
 from log_tables.hot.damage import Damage
 from log_tables.hot.high_watermark import read_high_watermark
-from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point, scan_segment
-from log_tables.hot.segment_reads import records_from
+from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 
@@ -72,40 +75,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-class SegmentWork(NamedTuple):
-    """One sealed segment (or its untiered rest) to write as one Parquet file."""
-
-    topic: str
-    partition: int
-    segment_path: str
-    base_offset: int
-    start: int
-    """First offset to tier (the partition's tiered offset, or the segment base)."""
-    end: int
-    """The next segment's base offset: the segment holds exactly ``start .. end-1``."""
-    staged_path: str
-    skip_damaged: bool = False
-    """Tier around damaged batches (their offsets become a hole) instead of stopping."""
-    store_env: tuple[tuple[str, str], ...] = ()
-    """Object-store warehouse: ``staged_path`` is the file's final URI in the table, written
-    straight there with these settings (no stage directory, no rename); (): a local one.
-    They travel in the task (in memory, never logged) because an executor's environment
-    need not hold them."""
-
-
-class StagedFile(NamedTuple):
-    """A Parquet file a task wrote, with what its add action needs."""
-
-    work: SegmentWork
-    size_bytes: int
-    """0: no record to tier (nothing was written)."""
-    stats: str
-    end: int
-    """The offset after what it covers: ``work.end``, or where a damaged batch starts."""
-    damage: tuple[Damage, ...] = ()
-    """Damaged runs met: the one it stopped at, or (``skip_damaged``) those it skipped."""
-
 
 class TieredRange(NamedTuple):
     """What one run committed for one partition."""
@@ -151,63 +120,6 @@ class TierReport(NamedTuple):
     @property
     def bytes(self) -> int:
         return sum(r.bytes for r in self.tiered)
-
-
-def write_segment(work: SegmentWork) -> StagedFile:
-    """Stage step (runs in a Spark task): one sealed segment as one Parquet file."""
-    segment = SegmentFile(work.base_offset, Path(work.segment_path))
-    items, stop = scan_segment(segment, work.start, work.end)
-    rows = []
-    damage: list[Damage] = []
-    position = work.start
-    for b in items:
-        if isinstance(b, Damage):
-            if b.next_offset <= position or b.first_offset >= work.end:
-                continue
-            damage.append(b)
-            if not work.skip_damaged:
-                break  # tier what is before it; the partition waits here
-            position = min(b.next_offset, work.end)
-            continue
-        if b.header.next_offset <= position or position >= work.end:
-            continue
-        body = records_from(b, work.segment_path, position, work.end - 1)
-        rows.append(to_table_rows(position, body, b.header.log_append_time))
-        position += body.num_rows
-    if position != work.end and not (damage and not work.skip_damaged):
-        why = stop.reason if stop is not None else "the segment ends early"
-        raise CorruptRecordError(
-            work.segment_path, stop.position if stop is not None else -1,
-            f"sealed segment readable only up to offset {position}, expected up to "
-            f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
-    if not rows:
-        return StagedFile(work, 0, "", position, tuple(damage))
-    size = write_rows_at(work.staged_path, rows, work.store_env)
-    return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)), position,
-                      tuple(damage))
-
-
-def final_name(partition: int, start: int, end: int, job_id: str) -> str:
-    """A tiered file's path in its table: unique per job, so two jobs never write one name."""
-    return f"partition={partition}/{start:020d}-{end:020d}-{job_id}.parquet"
-
-
-def write_segments(works: list[SegmentWork]) -> list[StagedFile]:
-    """One Spark task: several segments, one after the other."""
-    return [write_segment(w) for w in works]
-
-
-def balance(works: list[SegmentWork], slots: int) -> list[list[SegmentWork]]:
-    """Spread segments over at most ``slots`` tasks with similar record counts (largest
-    first onto the lightest task): a Spark task costs tens of milliseconds, so one per
-    core beats one per segment."""
-    groups: list[list[SegmentWork]] = [[] for _ in range(max(1, min(slots, len(works))))]
-    loads = [0] * len(groups)
-    for w in sorted(works, key=lambda w: w.end - w.start, reverse=True):
-        i = loads.index(min(loads))
-        groups[i].append(w)
-        loads[i] += w.end - w.start
-    return groups
 
 
 def untiered(layout: Layout, ends: dict[tuple[str, int], int]) -> list[str]:
