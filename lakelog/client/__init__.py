@@ -20,8 +20,8 @@ The client is split by role, as aiokafka's: value types in ``structs.py``, error
 ``max_in_flight_requests_per_connection`` requests in flight (one per partition),
 partitions keyed records with Kafka's murmur2 and is idempotent by default; after a
 refused record the records behind it go on. ``send_many`` counts many records' answers
-in a ``Tally`` instead of a Future each. The
-consumer (``consumer.py``, on ``membership.py``) is a member of a group (server-side
+in a ``Tally`` instead of a Future each. The consumer (``consumer.py``, on
+``commits.py`` and ``membership.py``) is a member of a group (server-side
 assignment, cooperative revocation). The admin client (``admin.py``) makes the calls of
 ``lakelog topics|groups|acls|keys``: topics, groups, ACLs, API keys, deleted records and
 segment rolls. All ride through a server restart with Kafka's retry settings

@@ -15,12 +15,12 @@ again: at least once). Only when the server has been unreachable for
 ``committed`` and ``seek`` retry within the same deadline.
 
 Joining, heartbeats, assignments and revocations are the consumer's base class,
-``membership.GroupMember``; this module reads and commits.
+``membership.GroupMember``, and commits ``commits.OffsetCommits`` on it; this module
+reads.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import ssl
@@ -34,10 +34,10 @@ import httpx
 import pyarrow as pa
 
 from lakelog.client.bootstrap import bootstrap_urls, describe_servers
+from lakelog.client.commits import OffsetCommits
 from lakelog.client.errors import LakelogClientError, error_from, raise_for
 from lakelog.client.fetcher import Answer, Fetcher, partitions_of
 from lakelog.client.http import api_client, default_api_key, find_coordinator, transport_of
-from lakelog.client.membership import GroupMember
 from lakelog.client.polled import KAFKA_SCHEMA, PolledRecords
 from lakelog.client.retry import (
     RetryPolicy,
@@ -49,7 +49,7 @@ from lakelog.client.structs import FetchSettings, TopicPartition
 log = logging.getLogger("lakelog.client")
 
 
-class Consumer(GroupMember):
+class Consumer(OffsetCommits):
     """A member of a consumer group: ``poll`` records of its partitions, ``commit``.
 
     Kafka's settings, in milliseconds: ``request_timeout_ms`` (one request beyond a
@@ -324,54 +324,6 @@ class Consumer(GroupMember):
     def position(self, tp: TopicPartition) -> int | None:
         with self._lock:
             return self._positions.get(tp)
-
-    # -- offsets -------------------------------------------------------------------------
-
-    def commit(self, offsets: dict[TopicPartition, int] | None = None,
-               asynchronous: bool = False) -> concurrent.futures.Future[None] | None:
-        """Commit ``offsets`` (default: the positions of what poll returned). Synchronous
-        unless ``asynchronous``, which returns a Future. Retried within
-        ``default_api_timeout_ms``."""
-        if asynchronous:
-            pool = concurrent.futures.ThreadPoolExecutor(1)
-            future = pool.submit(self.commit, offsets)
-            pool.shutdown(wait=False)
-            return future  # type: ignore[return-value]
-        self._commit_positions(offsets, self._positions)
-        return None
-
-    def _auto_commit(self) -> None:
-        self._commit_positions(None, self._processed)
-
-    def _commit_positions(self, offsets: dict[TopicPartition, int] | None,
-                          positions: dict[TopicPartition, int]) -> None:
-        with self._commit_lock:  # one at a time: an older snapshot never lands after a newer
-            with self._lock:
-                if offsets is None:
-                    # Only partitions still assigned: a revoked one was committed on release.
-                    offsets = {tp: off for tp, off in positions.items() if tp in self._assigned}
-            self._last_commit = time.monotonic()
-            if offsets:
-                self._commit(offsets)
-
-    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        body = [{"topic_name": tp.topic, "partition_id": tp.partition, "offset": off}
-                for tp, off in sorted(offsets.items())]
-        for _ in range(3):
-            with self._lock:
-                member, epoch = self.member_id, self.member_epoch
-            r = self._call(self._http, "POST", "/offsets", json={
-                "member_id": member, "member_epoch": epoch, "offsets": body})
-            if r.status_code == 409 and epoch != self.member_epoch:
-                continue  # a heartbeat moved the epoch meanwhile: commit under the new one
-            break
-        raise_for(r)
-
-    def committed(self) -> dict[TopicPartition, int]:
-        r = self._call(self._http, "GET", "/offsets")
-        raise_for(r)
-        return {TopicPartition(o["topic_name"], o["partition_id"]): o["offset"]
-                for o in r.json()["offsets"]}
 
     def _find_coordinator(self) -> None:
         home = find_coordinator(self.bootstrap_servers, self.group, *self._coordinator_lookup)
