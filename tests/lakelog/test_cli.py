@@ -465,8 +465,9 @@ def test_with_no_server_running_a_command_says_so_at_once(tmp_path: Path) -> Non
         assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
         assert "no server at http://127.0.0.1:" in out.stderr, out.stderr
         assert "connection was refused" in out.stderr and "lakelog serve" in out.stderr
-        # The CLI's own start (Python, imports) is part of the two seconds.
-        assert took < 2 + startup_s(env), (args, took)
+        # The CLI's own start (Python, imports) comes on top of its 1.2 s of trying; the
+        # margin is for a loaded machine. Before, it retried for 30 s.
+        assert took < 1.2 + startup_s(env) + 3, (args, took)
 
 
 def startup_s(env: dict[str, str]) -> float:
