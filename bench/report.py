@@ -13,7 +13,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """Print rows as an aligned Markdown table (so it pastes into the README as is)."""
+    """Print rows as an aligned Markdown table (so it pastes into docs/benchmarks.md as is)."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"

@@ -170,7 +170,7 @@ class ApiSettings(GroupSettings):
             raise ValueError(
                 f"warehouse {self.warehouse!r}: use a local or mounted path, or an object store "
                 f"({', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}; see 'Running beyond "
-                f"one machine' in the README)")
+                f"one machine' in docs/cluster.md)")
         if (self.broker_id is None) != (self.zookeeper is None):
             raise ValueError("broker_id and zookeeper go together: a broker of a cluster "
                              "needs both (neither: a cluster of one)")

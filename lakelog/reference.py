@@ -1,10 +1,11 @@
-"""The README's configuration reference, generated from the code so it cannot drift.
+"""The configuration reference (``docs/operations.md``), generated from the code so it cannot drift.
 
 The settings come from :class:`lakelog.settings.Settings`, which composes the packages'
 own (each field's default and description, grouped by owner), the topic configs from
 :data:`log_tables.config.CONFIG_DEFS`. ``python -m lakelog.reference`` rewrites the
 tables between the ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``
-markers of README.md; ``--check`` only says whether they are current (exit 1 if not),
+markers of ``docs/operations.md`` (it was the README's until the reference moved to
+the documentation site); ``--check`` only says whether they are current (exit 1 if not),
 and the test suite runs the same check.
 """
 
@@ -16,7 +17,8 @@ from pathlib import Path
 from lakelog.settings import Settings
 from log_tables.config import CONFIG_DEFS
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+README = PAGE  # its name when the reference was in the README
 
 _UNITS_MS = ((24 * 3600 * 1000, "day"), (3600 * 1000, "h"), (60 * 1000, "min"), (1000, "s"))
 _UNITS_BYTES = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
@@ -75,7 +77,7 @@ def render(text: str) -> str:
         begin, end = f"<!-- BEGIN generated: {name} -->\n", f"\n<!-- END generated: {name} -->"
         start, stop = text.find(begin), text.find(end)
         if start < 0 or stop < start:
-            raise ValueError(f"README.md has no {begin.strip()} ... {end.strip()} block")
+            raise ValueError(f"{PAGE.name} has no {begin.strip()} ... {end.strip()} block")
         text = text[:start + len(begin)] + table() + text[stop:]
     return text
 
@@ -85,13 +87,13 @@ def main(argv: list[str]) -> int:
     fresh = render(current)
     if "--check" in argv:
         if fresh != current:
-            print("README.md's configuration reference is stale: run "
+            print("docs/operations.md's configuration reference is stale: run "
                   "`python -m lakelog.reference`", file=sys.stderr)
             return 1
         return 0
     if fresh != current:
         README.write_text(fresh)
-        print("README.md: configuration reference updated")
+        print("docs/operations.md: configuration reference updated")
     return 0
 
 

@@ -4,7 +4,7 @@ Each package owns its settings class, all read from ``LAKELOG_*`` variables:
 ``ingest_api.settings.ApiSettings`` (HTTP, security, the data directory, warehouse and
 vacuum retention; it composes ``consumer_groups.settings.GroupSettings``, the groups the
 server hosts) and ``compaction_jobs.settings.JobSettings`` (the jobs' schedule and Spark
-master). ``lakelog serve`` reads them all; the README's reference is generated from
+master). ``lakelog serve`` reads them all; the reference in docs/operations.md is generated from
 ``Settings`` (``lakelog.reference``).
 """
 

@@ -30,8 +30,8 @@ def start_lines(settings: Any) -> list[str]:
     lines = [f"lakelog on {settings.data_dir.absolute()}: {url}",
              f"  dashboard     {url}/ui", f"  SQL endpoint  {sql}",
              f"  settings      {'all' if debug else 'not at their default'}"
-             f" ({len(settings.describe())} in all: --log-level debug prints them, the README's "
-             "Server settings has their defaults)"]
+             f" ({len(settings.describe())} in all: --log-level debug prints them; their defaults "
+             "are in docs/operations.md)"]
     return lines + [f"    {name} = {value}" for name, value in shown.items()]
 
 

@@ -1,5 +1,5 @@
 """The nemesis in the suite: two seeds of 20 s (``tests/cluster/nemesis``; the long run
-over many seeds is ``python -m tests.cluster.nemesis``, see the README).
+over many seeds is ``python -m tests.cluster.nemesis``, see docs/cluster.md).
 
 Each seed deals a random mix of faults on three real brokers, each in a network
 namespace of its own (SIGKILL and SIGSTOP past and short of the session of any broker,

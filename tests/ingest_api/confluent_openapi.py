@@ -5,7 +5,7 @@ Each operation answers the statuses Confluent's document gives it (200/201/204/2
 400, 401, 429, 5XX; 404 where it lists one; 413, 415 and 422 on produce), plus the 404
 Confluent's own server answers for an unknown group, broker or partition where the
 document forgets it. Request bodies are what lakelog takes: Confluent's, with the
-differences the README's Confluent section names (unknown fields refused, so objects are
+differences the Confluent section of docs/http-api.md names (unknown fields refused, so objects are
 closed; a replication factor up to the live brokers, one here; batch entry ids of 1 to
 256 characters). Values that only one topic config takes are pinned to
 ``compression.type`` by the test's configuration.

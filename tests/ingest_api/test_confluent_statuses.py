@@ -1,6 +1,6 @@
 """Status and error codes as Confluent's REST v3 document and examples give them, for the
 operations lakelog shares with it; and the differences lakelog keeps on purpose (the
-README's Confluent section lists them), pinned."""
+Confluent section of docs/http-api.md lists them), pinned."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_options_answers_what_the_405_allows(client: httpx.Client, topic: str) -
 
 
 def test_differences_kept_on_purpose(client: httpx.Client, topic: str) -> None:
-    """What the README's Confluent section says lakelog does differently, and why."""
+    """What the Confluent section of docs/http-api.md says lakelog does differently, and why."""
     # An unknown field is refused, naming it (Confluent ignores it): a misspelled
     # option must not be dropped without a word.
     assert "replication_factr" in error(client.post("/topics", json={

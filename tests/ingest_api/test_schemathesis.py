@@ -37,7 +37,7 @@ def test_no_server_errors(spawn_server: Callable[..., ServerProcess], tmp_path: 
     assert "Traceback" not in server.log()
 
 
-# What differs from Confluent's own answers on purpose (the README's Confluent section);
+# What differs from Confluent's own answers on purpose (the Confluent section of docs/http-api.md);
 # each is pinned by tests/ingest_api/test_confluent_statuses.py.
 CONFLUENT_CONFIG = """
 # Every check but those about credentials and deleted resources (no auth here; nothing is

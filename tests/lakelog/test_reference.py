@@ -1,4 +1,4 @@
-"""The README's configuration reference is generated from the code and must be current."""
+"""The configuration reference (docs/operations.md) is generated from the code and must be current."""
 
 from __future__ import annotations
 
