@@ -62,13 +62,16 @@ class ClusterBroker:
     def __init__(self, broker_id: int, session: ZkSession, info: BrokerInfo,
                  manager: LogManager, *, topic_defaults: Mapping[str, str] | None = None,
                  balance: BalanceOptions | None = None,
-                 offsets_topic_replication_factor: int = 3) -> None:
+                 offsets_topic_replication_factor: int = 3, tls_ca: str | None = None) -> None:
         """``session``: started already (the server reads its security from ZooKeeper
         before the logs are open). ``topic_defaults``: this broker's defaults of topic
         configs by Kafka name (``ApiSettings.topic_defaults``), for topics that do not
         set their own; ``balance``: the controller's preferred leader rebalancing;
-        ``offsets_topic_replication_factor``: the replicas of each coordinator slot."""
+        ``offsets_topic_replication_factor``: the replicas of each coordinator slot;
+        ``tls_ca``: the CA bundle brokers' certificates are checked against (cluster.json
+        tells the readers beside this broker)."""
         self.broker_id = broker_id
+        self.tls_ca = tls_ca
         self.topic_defaults = dict(topic_defaults or {})
         self.info = info
         self.manager = manager
@@ -124,8 +127,8 @@ class ClusterBroker:
             raise RuntimeError(
                 f"{data_dir} belongs to cluster {mine}, but ZooKeeper at "
                 f"{self.session.connect} holds cluster {cluster_id}: a wrong chroot?")
-        if mine is None:
-            write_cluster_id(data_dir, cluster_id, self.broker_id)
+        # Every start: where this broker answers now, for the readers beside it.
+        write_cluster_id(data_dir, cluster_id, self.broker_id, self.info.url, self.tls_ca)
         clear_leadership(data_dir)  # nothing is led until the metadata says so
         self.cluster_id = cluster_id
 

@@ -251,7 +251,8 @@ def _join_cluster(settings: ApiSettings, manager: LogManager, session: ZkSession
                      settings.leader_imbalance_check_interval_seconds,
                  "leader_imbalance_per_broker_percentage":
                      settings.leader_imbalance_per_broker_percentage},
-        offsets_topic_replication_factor=settings.offsets_topic_replication_factor)
+        offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
+        tls_ca=str(settings.tls_ca.absolute()) if settings.tls_ca is not None else None)
     broker.start()
     METADATA.attach(broker.view)
     log.info("broker %d joined cluster %s at %s (controller: broker %s)", settings.broker_id,

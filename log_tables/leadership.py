@@ -3,13 +3,17 @@
 ``leadership.json``: the partitions this broker leads, written by the broker whenever
 that changes and read by its job process, which tiers, compacts and expires only those.
 ``cluster.json``: the id of the cluster this data directory belongs to, so that a data
-directory is never joined to another cluster by mistake (a wrong chroot, say).
+directory is never joined to another cluster by mistake (a wrong chroot, say); and, as of
+the broker's latest start, where it answers (its URL, and the CA bundle it checks other
+brokers' certificates with), so that Spark reading this data directory can ask the
+partitions' leaders for the hot tails it lacks (``log_tables.spark.tails``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from log_tables.files import atomic_write
 
@@ -42,6 +46,30 @@ def read_cluster_id(data_dir: Path) -> str | None:
         return None
 
 
-def write_cluster_id(data_dir: Path, cluster_id: str, broker_id: int) -> None:
-    atomic_write(data_dir / CLUSTER_FILE,
-                 json.dumps({"cluster_id": cluster_id, "broker_id": broker_id}).encode())
+def write_cluster_id(data_dir: Path, cluster_id: str, broker_id: int, url: str | None = None,
+                     tls_ca: str | None = None) -> None:
+    doc: dict[str, object] = {"cluster_id": cluster_id, "broker_id": broker_id}
+    if url is not None:
+        doc.update(url=url, tls_ca=tls_ca)
+    atomic_write(data_dir / CLUSTER_FILE, json.dumps(doc).encode())
+
+
+class BrokerAddress(NamedTuple):
+    """Where the broker of a data directory answered when it last started."""
+
+    broker_id: int
+    url: str
+    tls_ca: str | None
+    """The CA bundle (PEM path) its certificates are checked against; None: the system's."""
+
+
+def read_broker_address(data_dir: Path) -> BrokerAddress | None:
+    """The address ``cluster.json`` holds; None for a cluster of one (no file) or a data
+    directory whose broker wrote none (it predates addresses: its next start writes one)."""
+    try:
+        doc = json.loads((data_dir / CLUSTER_FILE).read_bytes())
+    except FileNotFoundError:
+        return None
+    if not doc.get("url"):
+        return None
+    return BrokerAddress(int(doc["broker_id"]), str(doc["url"]), doc.get("tls_ca") or None)

@@ -9,7 +9,7 @@ Rows come out in the schema of Spark's Kafka source.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -103,6 +103,21 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int,
             yield with_topic(rb, topic, partition)
         position = stop
     raise OffsetOutOfRangeError(f"{topic}-{partition}", position, start, end)
+
+
+def read_tiered(layout: Layout, topic: str, partition: int, start: int, end: int
+                ) -> Generator[pa.RecordBatch, None, int]:
+    """Records ``start .. end-1`` from the Delta tier alone, never the hot tier; returns
+    where it stopped (``end``, or the tiered offset if that is lower). Raises
+    OffsetOutOfRangeError when the Delta tier does not hold ``start``."""
+    cold = _cold_state(layout, topic, partition)
+    if cold is None or not cold.start_offset <= start < cold.tiered_offset:
+        raise OffsetOutOfRangeError(f"{topic}-{partition}", start,
+                                    cold.start_offset if cold is not None else -1, end)
+    stop = min(end, cold.tiered_offset)
+    for rb in read_files(cold.files, start, stop).to_batches():
+        yield with_topic(rb, topic, partition)
+    return stop
 
 
 def _cold_state(layout: Layout, topic: str, partition: int) -> PartitionState | None:

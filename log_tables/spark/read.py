@@ -6,7 +6,9 @@ that snapshot's Parquet files (Spark's own Parquet reader, files picked by
 their offset stats); offsets T .. H-1 from the ``lakelog`` source (hot
 segments, or the Delta table if local retention removed them meanwhile). The
 two ranges meet at T, so there is no gap and no duplicate, whatever commits
-land while the query runs.
+land while the query runs. On a cluster broker's data directory, H is the
+partition's leader's high watermark, and the source fetches from the leader
+what the data directory lacks below it (``log_tables.spark.tails``).
 
 On an object-store warehouse Spark's Parquet reader is used where the session can
 reach the store itself (``hadoop-aws``'s ``s3a://`` on a cluster that has it: found
@@ -35,6 +37,14 @@ from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicErro
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.moved import moved
 from log_tables.spark.session import session_layout
+from log_tables.spark.tails import (
+    LeaderBound,
+    TailSource,
+    leader_bounds,
+    leader_offset_for_timestamp,
+    merged,
+    tail_source,
+)
 from log_tables.storage import S3_SCHEMES, scheme
 
 if TYPE_CHECKING:
@@ -89,8 +99,10 @@ def read_topic(spark: SparkSession, topic: str, *,
     _, cold = cold_states(layout, topic, meta.partitions, travel)
     if cold is not None and travel is None:
         _check_topic_id(layout, topic, meta.topic_id)
+    tails = tail_source(layout) if hot else None
+    leaders = (leader_bounds(tails, [topic]) or {}).get(topic, {}) if tails is not None else {}
     plan = _plan(layout, topic, meta.partitions, cold, hot, starting_offsets, ending_offsets,
-                 starting_timestamp, ending_timestamp)
+                 starting_timestamp, ending_timestamp, tails, leaders)
     parts: list[DataFrame] = []
     chosen = {p: [f for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
               for p, (s, e, t) in plan.items()} if cold is not None else {}
@@ -115,7 +127,10 @@ def read_topic(spark: SparkSession, topic: str, *,
                 conds.append(F.col("partition").isin(whole))
             df = df.where(functools.reduce(operator.or_, conds))
         parts.append(df.withColumn("topic", F.lit(topic)).select(*KAFKA_COLUMNS))
-    hot_ranges = [(topic, p, max(s, t), e) for p, (s, e, t) in plan.items() if max(s, t) < e]
+    hot_ranges: list[tuple[object, ...]] = [
+        (topic, p, max(s, t), e) if tails is None else
+        (topic, p, max(s, t), e, None, leaders[p].leader_url if p in leaders else None, t)
+        for p, (s, e, t) in plan.items() if max(s, t) < e]
     if hot_ranges:
         parts.append(_source(spark, layout, hot_ranges, fail_on_data_loss))
     if not parts:
@@ -188,23 +203,31 @@ def _ms(value: int | datetime) -> int:
 
 def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionState] | None,
           hot: bool, starting: OffsetSpec, ending: OffsetSpec,
-          starting_ts: int | datetime | None, ending_ts: int | datetime | None
+          starting_ts: int | datetime | None, ending_ts: int | datetime | None,
+          tails: TailSource | None = None, leaders: Mapping[int, LeaderBound] | None = None
           ) -> dict[int, tuple[int, int, int]]:
-    """Per partition: (start, end, tiered offset); ``end`` is at most the high watermark."""
+    """Per partition: (start, end, tiered offset); ``end`` is at most the high watermark
+    (in a cluster, the partition's leader's: ``leaders``)."""
     plan = {}
     for p in range(partitions):
         state = cold[p] if cold is not None else None
-        earliest, tiered, hw = partition_bounds(layout, topic, p, state)
+        leader = (leaders or {}).get(p)
+        earliest, tiered, hw = merged(partition_bounds(layout, topic, p, state), leader)
         if not hot:
             hw = tiered
         start = _pick(starting, p, earliest, hw, missing=earliest)
         end = _pick(ending, p, earliest, hw, missing=hw)
-        if starting_ts is not None:
-            found = offset_for_timestamp(layout, topic, p, _ms(starting_ts), state)
-            start = hw if found is None else max(found, start)
-        if ending_ts is not None:
-            found = offset_for_timestamp(layout, topic, p, _ms(ending_ts), state)
-            end = hw if found is None else min(found, end)
+        for ts, is_start in ((starting_ts, True), (ending_ts, False)):
+            if ts is None:
+                continue
+            found = offset_for_timestamp(layout, topic, p, _ms(ts), state)
+            if found is None and tails is not None and leader is not None and leader.leader >= 0:
+                # Not in what this data directory holds (a prefix of the log): the leader's.
+                found = leader_offset_for_timestamp(tails, leader, topic, p, _ms(ts))
+            if is_start:
+                start = hw if found is None else max(found, start)
+            else:
+                end = hw if found is None else min(found, end)
         plan[p] = (max(start, earliest), min(end, hw), tiered)
     return plan
 
@@ -248,15 +271,22 @@ PARTITIONS_DDL = ("topic STRING, partition INT, log_start_offset BIGINT, high_wa
 
 
 def partition_rows(layout: Layout) -> list[tuple[object, ...]]:
-    """One row per topic partition: bounds, tiered offset, bytes per tier, Delta version."""
+    """One row per topic partition: bounds, tiered offset, bytes per tier, Delta version
+    (in a cluster, the high watermark, log start and hot bytes of the partition's leader)."""
     rows: list[tuple[object, ...]] = []
-    for meta in layout.topics():
+    topics = layout.topics()
+    tails = tail_source(layout)
+    leaders = (leader_bounds(tails, [m.name for m in topics]) or {}) if tails is not None else {}
+    for meta in topics:
         version, cold = cold_states(layout, meta.name, meta.partitions)
         for p in range(meta.partitions):
             state = cold[p] if cold is not None else None
             hot_dir = layout.partition_dir(meta.name, p)
             hot_bytes = sum(f.stat().st_size for f in hot_dir.glob("*.log")) if hot_dir.exists() else 0
-            start, tiered, hw = partition_bounds(layout, meta.name, p, state)
+            leader = leaders.get(meta.name, {}).get(p)
+            if leader is not None and leader.leader >= 0:
+                hot_bytes = leader.size_bytes
+            start, tiered, hw = merged(partition_bounds(layout, meta.name, p, state), leader)
             rows.append((meta.name, p, start, hw, tiered, hot_bytes,
                          state.size_bytes if state else 0, version))
     return rows

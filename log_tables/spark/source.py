@@ -13,14 +13,16 @@ on an object store that Spark's own Parquet reader cannot reach (no ``hadoop-aws
 the rows of one file of a fixed Delta snapshot (a fifth element, the file's URI, in
 an entry of the ``ranges`` option) through pyarrow.
 An object store's settings travel in the reader (``storage.object_store_env``: in
-memory, never logged), since a Python worker's environment need not hold them.
+memory, never logged), since a Python worker's environment need not hold them. On a
+cluster broker's data directory, a partition's end is its leader's high watermark, and
+what the data directory lacks below it is fetched from the leader (``spark.tails``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -46,6 +48,7 @@ from log_tables.cold.topic_reader import (
 )
 from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.layout import Layout
+from log_tables.spark.tails import TailSource, leader_bounds, merged, read_tail, tail_source
 from log_tables.storage import adopt_env, object_store_env
 
 if TYPE_CHECKING:
@@ -60,13 +63,14 @@ MAX_TASK_RECORDS = 1_000_000
 
 class RangePartition(InputPartition):
     """One task: offsets ``start .. end-1`` of one topic partition; ``file`` (a Delta data
-    file's URI): read them from that file alone."""
+    file's URI): read them from that file alone. In a cluster, ``leader`` (its URL) has
+    what the data directory lacks, and offsets below ``tiered`` are in the Delta tier."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int,
-                 file: str | None = None) -> None:
-        super().__init__((topic, partition, start, end, file))
+                 file: str | None = None, leader: str | None = None, tiered: int = 0) -> None:
+        super().__init__((topic, partition, start, end, file, leader, tiered))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
-        self.file = file
+        self.file, self.leader, self.tiered = file, leader, tiered
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -96,18 +100,36 @@ def _topics(options: Mapping[str, str], layout: Layout) -> dict[str, int]:
     return out
 
 
-def log_bounds(layout: Layout, topics: Mapping[str, int]) -> tuple[Offsets, Offsets]:
-    """(log start, high watermark) of every partition, across both tiers."""
-    starts: Offsets = {}
-    ends: Offsets = {}
+Hints = dict[tuple[str, str], tuple[str | None, int]]
+"""``(topic, partition)``: (its leader's URL, its tiered offset) as last planned."""
+
+
+class Bounds(NamedTuple):
+    starts: Offsets
+    """The log start of every partition, across both tiers."""
+    ends: Offsets
+    """The high watermark of every partition (in a cluster, its leader's)."""
+    hints: Hints
+
+
+def log_bounds(layout: Layout, topics: Mapping[str, int], tails: TailSource | None = None
+               ) -> Bounds:
+    """(log start, high watermark) of every partition, across both tiers; ``tails``: those
+    of the partitions' leaders where they are further."""
+    leaders = leader_bounds(tails, topics) if tails is not None else None
+    out = Bounds({}, {}, {})
     for topic, count in topics.items():
         _, cold = cold_states(layout, topic, count)
-        starts[topic], ends[topic] = {}, {}
+        out.starts[topic], out.ends[topic] = {}, {}
         for p in range(count):
             bounds = partition_bounds(layout, topic, p, cold[p] if cold is not None else None)
-            starts[topic][str(p)] = bounds.log_start_offset
-            ends[topic][str(p)] = bounds.high_watermark
-    return starts, ends
+            leader = (leaders or {}).get(topic, {}).get(p)
+            bounds = merged(bounds, leader)
+            out.starts[topic][str(p)] = bounds.log_start_offset
+            out.ends[topic][str(p)] = bounds.high_watermark
+            out.hints[topic, str(p)] = (leader.leader_url if leader else None,
+                                        bounds.tiered_offset)
+    return out
 
 
 def resolve(spec: str | None, default: str, starts: Offsets, ends: Offsets, what: str) -> Offsets:
@@ -134,15 +156,16 @@ def resolve(spec: str | None, default: str, starts: Offsets, ends: Offsets, what
     return out
 
 
-def ranges(start: Offsets, end: Offsets, max_task_records: int = MAX_TASK_RECORDS
-           ) -> list[RangePartition]:
+def ranges(start: Offsets, end: Offsets, max_task_records: int = MAX_TASK_RECORDS,
+           hints: Hints | None = None) -> list[RangePartition]:
     out = []
     for topic, parts in end.items():
         for p, stop in parts.items():
             first = start.get(topic, {}).get(p, 0)
+            leader, tiered = (hints or {}).get((topic, p), (None, 0))
             while first < stop:
                 last = min(stop, first + max_task_records)
-                out.append(RangePartition(topic, int(p), first, last))
+                out.append(RangePartition(topic, int(p), first, last, None, leader, tiered))
                 first = last
     return out
 
@@ -156,7 +179,8 @@ def fail_on_data_loss(options: Mapping[str, str]) -> bool:
 
 
 def read_partition(layout: Layout, partition: InputPartition, fail: bool = True,
-                   env: tuple[tuple[str, str], ...] = ()) -> Iterator[pa.RecordBatch]:
+                   env: tuple[tuple[str, str], ...] = (), tails: TailSource | None = None
+                   ) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
     adopt_env(env)
     p = partition
@@ -164,6 +188,10 @@ def read_partition(layout: Layout, partition: InputPartition, fail: bool = True,
         cold = ColdFile(p.file, p.partition, p.start, p.end - 1, 0, 0, 0, 0)
         for rb in read_files([cold], p.start, p.end).to_batches():
             yield with_topic(rb, p.topic, p.partition)
+        return
+    if tails is not None:
+        yield from read_tail(layout, tails, p.leader, p.topic, p.partition, p.start, p.end,
+                             p.tiered, fail_on_data_loss=fail)
         return
     yield from read_range(layout, p.topic, p.partition, p.start, p.end, fail_on_data_loss=fail)
 
@@ -202,22 +230,23 @@ class _BatchReader(DataSourceReader):
         self.env = _env_for(self.layout, env)
         adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
+        self.tails = tail_source(self.layout)
         exact = options.get("ranges")
         if exact is not None:  # read_topic passes the exact ranges (and files) it planned
             self.parts = [RangePartition(t, int(p), int(s), int(e), *f)
                           for t, p, s, e, *f in json.loads(exact)]
             return
         topics = _topics(options, self.layout)
-        starts, ends = log_bounds(self.layout, topics)
+        starts, ends, hints = log_bounds(self.layout, topics, self.tails)
         first = resolve(options.get("startingoffsets"), "earliest", starts, ends, "startingOffsets")
         last = resolve(options.get("endingoffsets"), "latest", starts, ends, "endingOffsets")
-        self.parts = ranges(first, last)
+        self.parts = ranges(first, last, hints=hints)
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail, self.env)
+        return read_partition(self.layout, partition, self.fail, self.env, self.tails)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -228,6 +257,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.env = _env_for(self.layout, env)
         adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
+        self.tails = tail_source(self.layout)
+        self.hints: Hints = {}
         self.topics = _topics(options, self.layout)
         limit = options.get("maxoffsetspertrigger")
         self.max_offsets = int(limit) if limit else None
@@ -237,7 +268,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounds(self) -> tuple[Offsets, Offsets]:
         self.topics = _topics(self.options, self.layout)  # partitions may have been added
-        return log_bounds(self.layout, self.topics)
+        starts, ends, hints = log_bounds(self.layout, self.topics, self.tails)
+        self.hints.update(hints)
+        return starts, ends
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
         starts, ends = self._bounds()
@@ -265,10 +298,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._bounds()[1]
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
-        return ranges(start, end)
+        return ranges(start, end, hints=self.hints)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail, self.env)
+        return read_partition(self.layout, partition, self.fail, self.env, self.tails)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         pass  # nothing to release: the log keeps data by retention, not by consumers

@@ -1,0 +1,307 @@
+"""The hot tails a cluster broker's data directory lacks, read from the partitions' leaders.
+
+In a cluster, a broker's data directory holds the hot logs of the partitions it has a
+replica of, each readable up to the high watermark that replica published (a leader's
+own; a follower's, the one it learnt from its last fetch), and the shared warehouse holds
+every partition below its tiered offset. The rest (the tail of a partition with no
+replica here, and what a follower has not yet learnt is committed) is on the partitions'
+leaders. Readers of the data directory (``read_topic``, the SQL views, the ``lakelog``
+source) get it from there, through the brokers' own Arrow fetch:
+
+- the driver asks the data directory's broker (its URL is in ``cluster.json``) once per
+  topic for its partitions (``GET .../topics/{t}/partitions``: that broker gathers each
+  partition's leader and high watermark from the leaders), and once for the brokers'
+  addresses; each partition is read up to the larger of its local end and its leader's
+  high watermark;
+- a task reads what the data directory holds (its replica up to the high watermark it
+  published, then the Delta tier), and fetches the rest from the leader (``GET
+  .../records``, ``Accept: application/vnd.apache.arrow.stream``, paging by
+  ``Lakelog-Next-Offset``), keeping the offsets below the planned end. A leader that does
+  not answer: the data directory's broker, which forwards to whoever leads now.
+
+Credentials: ``LAKELOG_API_KEY`` when set, else the broker's own key
+(``security/broker.key``): a session attached to a data directory reads as the broker
+beside it does (it reads that broker's files already); none with authentication off.
+The key travels to the tasks inside the reader, never in options, plans or logs. When the
+broker does not answer the driver (stopped, say), a read holds what the data directory
+holds, as before, and says so in a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import quote, urlsplit
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from log_tables.cold.topic_reader import (
+    SPARK_SCHEMA,
+    PartitionBounds,
+    hot_end_offset,
+    read_range,
+    read_tiered,
+)
+from log_tables.errors import (
+    BrokerNotAvailableError,
+    CorruptRecordError,
+    LakelogError,
+    OffsetOutOfRangeError,
+)
+from log_tables.layout import Layout
+from log_tables.leadership import read_broker_address
+
+log = logging.getLogger(__name__)
+
+CLUSTER = "/v3/clusters/lakelog"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+NEXT_OFFSET = "Lakelog-Next-Offset"
+BROKER_KEY = Path("security") / "broker.key"
+"""A broker's own key in its data directory (``ingest_api.security``'s ``broker.key``)."""
+MAX_RECORDS = 10_000
+"""Records asked per fetch (a broker's ``max_fetch_records`` by default)."""
+MAX_BYTES = 8 * 1024 * 1024
+FETCH_WAIT_MS = 500
+"""A fetch at a leader's end waits this long for its high watermark to pass it (a new
+leader's starts where it was as a follower, and rises as its followers fetch)."""
+RETRY_S = 30.0
+"""How long a read keeps asking while leaders move or do not answer before it fails."""
+TIMEOUT_S = 10.0
+RETRIABLE_STATUSES = (421, 429, 502, 503, 504)
+
+
+@dataclass(frozen=True)
+class TailSource:
+    """Where the data directory's broker answers, and how readers authenticate to the
+    brokers (picklable: Spark ships it to the tasks inside the reader)."""
+
+    url: str
+    verify: str | bool = True
+    """A CA bundle's path, or True for the system's CAs."""
+    api_key: str | None = field(default=None, repr=False)
+    """``<key id>:<secret>``; None: send none."""
+
+    def client(self, timeout_s: float = TIMEOUT_S) -> httpx.Client:
+        key_id, sep, secret = (self.api_key or "").partition(":")
+        return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), verify=self.verify,
+                            auth=httpx.BasicAuth(key_id, secret) if sep else None)
+
+
+class LeaderBound(NamedTuple):
+    """A partition as its leader answered the data directory's broker."""
+
+    leader: int
+    """The leader's broker id; -1: offline (nothing to fetch)."""
+    leader_url: str | None
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+    """Bytes of the leader's hot log."""
+
+
+def tail_source(layout: Layout) -> TailSource | None:
+    """How to reach the brokers from ``layout``'s data directory; None when it is not a
+    cluster broker's (or its broker wrote no address yet)."""
+    address = read_broker_address(Path(layout.data_dir))
+    if address is None:
+        return None
+    key = os.environ.get("LAKELOG_API_KEY") or None
+    if key is None:
+        try:
+            key = (Path(layout.data_dir) / BROKER_KEY).read_text().strip() or None
+        except OSError:
+            key = None  # authentication off, or a file this user may not read
+    return TailSource(address.url, address.tls_ca or True, key)
+
+
+def leader_bounds(source: TailSource, topics: Iterable[str]
+                  ) -> dict[str, dict[int, LeaderBound]] | None:
+    """Per topic and partition, its leader and the leader's log start, high watermark and
+    hot bytes; None (with a warning) when the data directory's broker does not answer."""
+    deadline = time.monotonic() + RETRY_S / 6
+    while True:
+        try:
+            with source.client() as http:
+                urls = _broker_urls(http, source.url)
+                return {topic: _partitions(http, source.url, topic, urls) for topic in topics}
+        except (httpx.TransportError, _Retriable) as exc:
+            if time.monotonic() < deadline and isinstance(exc, _Retriable):
+                time.sleep(0.2)
+                continue
+            log.warning("the broker of this data directory (%s) did not answer (%s): reading "
+                        "only the partitions' tails held here and the Delta tier", source.url,
+                        exc)
+            return None
+
+
+def merged(bounds: PartitionBounds, leader: LeaderBound | None) -> PartitionBounds:
+    """A partition's bounds as this data directory holds them, with its leader's where
+    they are further: its high watermark, and its log start (retention there moves it)."""
+    if leader is None or leader.leader < 0:
+        return bounds
+    end = max(bounds.high_watermark, leader.high_watermark)
+    start = min(max(bounds.log_start_offset, leader.log_start_offset), end)
+    return bounds._replace(log_start_offset=start, high_watermark=end)
+
+
+class _Retriable(Exception):
+    pass
+
+
+def _get(http: httpx.Client, url: str, **kwargs: object) -> httpx.Response:
+    r = http.get(url, **kwargs)  # type: ignore[arg-type]
+    if r.status_code in (401, 403):
+        raise LakelogError(
+            f"{url} answered {r.status_code} ({_message(r)}): reading the tails of partitions "
+            f"led by other brokers needs a key that may read them; lakelog uses "
+            f"LAKELOG_API_KEY, else the broker's own key in the data directory's {BROKER_KEY}")
+    if r.status_code in RETRIABLE_STATUSES:
+        raise _Retriable(f"{r.status_code} {_message(r)}")
+    return r
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("message", r.text[:200]))
+    except ValueError:
+        return r.text[:200]
+
+
+def _broker_urls(http: httpx.Client, url: str) -> dict[int, str]:
+    r = _get(http, f"{url}{CLUSTER}/brokers")
+    if r.status_code != 200:
+        raise LakelogError(f"{url}: listing the brokers answered {r.status_code} ({_message(r)})")
+    scheme = urlsplit(url).scheme
+    return {int(b["broker_id"]): f"{scheme}://{b['host']}:{b['port']}" for b in r.json()["data"]}
+
+
+def _partitions(http: httpx.Client, url: str, topic: str, urls: dict[int, str]
+                ) -> dict[int, LeaderBound]:
+    r = _get(http, f"{url}{CLUSTER}/topics/{quote(topic, safe='')}/partitions")
+    if r.status_code == 404:  # deleted meanwhile: the local registry's view stands
+        return {}
+    if r.status_code != 200:
+        raise LakelogError(f"{url}: the partitions of {topic} answered {r.status_code} "
+                           f"({_message(r)})")
+    return {int(b["partition_id"]): LeaderBound(
+        int(b["leader_id"]), urls.get(int(b["leader_id"])), int(b["log_start_offset"]),
+        int(b["high_watermark"]), int(b["size_bytes"])) for b in r.json()["data"]}
+
+
+def leader_offset_for_timestamp(source: TailSource, leader: LeaderBound, topic: str,
+                                partition: int, timestamp_ms: int) -> int | None:
+    """Kafka's ListOffsets by time, as the partition's leader answers it (None: no record
+    that late)."""
+    path = f"{CLUSTER}/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
+    with source.client() as http:
+        r = _get(http, (leader.leader_url or source.url) + path,
+                 params={"spec": "timestamp", "timestamp": timestamp_ms})
+    if r.status_code != 200:
+        raise LakelogError(f"{topic}-{partition}: the offset for a timestamp answered "
+                           f"{r.status_code} ({_message(r)})")
+    found = r.json().get("offset")
+    return None if found is None else int(found)
+
+
+def read_tail(layout: Layout, source: TailSource, leader_url: str | None, topic: str,
+              partition: int, start: int, end: int, tiered: int = 0, *,
+              fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+    """Records ``start .. end-1``: the local replica's up to the high watermark it
+    published, the Delta tier's below ``tiered`` (an offset the planner saw tiered), the
+    rest from the leader."""
+    position = start
+    held = min(end, hot_end_offset(layout, topic, partition))
+    if position < held:
+        yield from read_range(layout, topic, partition, position, held,
+                              fail_on_data_loss=fail_on_data_loss)
+        position = held
+    if position < min(end, tiered):
+        position = yield from read_tiered(layout, topic, partition, position, min(end, tiered))
+    if position < end:
+        yield from fetch_range(source, leader_url, topic, partition, position, end,
+                               fail_on_data_loss=fail_on_data_loss)
+
+
+def fetch_range(source: TailSource, leader_url: str | None, topic: str, partition: int,
+                start: int, end: int, *, fail_on_data_loss: bool = True
+                ) -> Iterator[pa.RecordBatch]:
+    """Records ``start .. end-1`` fetched from the leader (else through the data
+    directory's broker), in SPARK_SCHEMA; ``end`` must be at most a high watermark the
+    leader answered."""
+    urls = list(dict.fromkeys(u for u in (leader_url, source.url) if u))
+    path = f"{CLUSTER}/topics/{quote(topic, safe='')}/partitions/{partition}/records"
+    position = start
+    deadline: float | None = None
+    with source.client(TIMEOUT_S + FETCH_WAIT_MS / 1000) as http:
+        while position < end:
+            got: tuple[list[pa.RecordBatch], int] | int | None = None
+            why = ""
+            for url in urls:
+                try:
+                    r = _get(http, url + path, headers={"Accept": ARROW_STREAM}, params={
+                        "offset": position, "max_records": min(MAX_RECORDS, end - position),
+                        "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS})
+                except (httpx.TransportError, _Retriable) as exc:
+                    why = f"{url}: {exc or type(exc).__name__}"
+                    continue
+                got = _answer(r, url, topic, partition, position, fail_on_data_loss)
+                break
+            if isinstance(got, int):  # a damaged batch skipped
+                position, deadline = got, None
+                continue
+            if got is not None:
+                rows, next_offset = got
+                yield from below(rows, end)
+                if next_offset > position:
+                    position, deadline = next_offset, None
+                    continue
+                why = f"nothing at offset {position} yet"  # the leader's high watermark is behind
+            deadline = deadline or time.monotonic() + RETRY_S
+            if time.monotonic() > deadline:
+                raise BrokerNotAvailableError(
+                    f"{topic}-{partition}: offsets {position}..{end - 1} could not be fetched "
+                    f"from its leader within {RETRY_S:g}s ({why}); try again")
+            time.sleep(0.1)
+
+
+def _answer(r: httpx.Response, url: str, topic: str, partition: int, position: int,
+            fail: bool) -> tuple[list[pa.RecordBatch], int] | int:
+    """A fetch's rows and next offset; or, for a damaged batch skipped, the offset after it."""
+    if r.status_code == 200:
+        return list(pa.ipc.open_stream(r.content)), int(r.headers[NEXT_OFFSET])
+    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    where = f"{topic}-{partition}"
+    if r.status_code == 416:
+        raise OffsetOutOfRangeError(where, position, int(body.get("log_start_offset", -1)),
+                                    int(body.get("high_watermark", -1)))
+    if r.status_code == 410 and "next_offset" in body:
+        exc = CorruptRecordError(f"{url}: {body.get('file')}", int(body.get("file_position", 0)),
+                                 str(body.get("message")), first_offset=int(body["first_offset"]),
+                                 next_offset=int(body["next_offset"]), topic=topic,
+                                 partition=partition)
+        if fail:
+            raise exc
+        log.warning("%s (failOnDataLoss is false: skipped)", exc.message)
+        return int(body["next_offset"])
+    raise LakelogError(f"{where}: {url} answered {r.status_code} ({_message(r)})")
+
+
+def below(rows: list[pa.RecordBatch], end: int) -> Iterator[pa.RecordBatch]:
+    """The rows with offsets below ``end``, in SPARK_SCHEMA exactly (as Spark wants)."""
+    for rb in rows:
+        if not rb.num_rows:
+            continue
+        offsets = rb.column(4).to_numpy()
+        keep = int(np.searchsorted(offsets, end))
+        if keep:
+            part = rb.slice(0, keep)
+            yield pa.RecordBatch.from_arrays(part.columns, schema=SPARK_SCHEMA)
+        if keep < rb.num_rows:
+            return

@@ -1,0 +1,87 @@
+"""``log_tables.spark.tails``: where a data directory's readers find its broker and key,
+and the leader fetch that reads what the data directory lacks, against a real server
+(the three-broker case is ``tests/cluster/test_spark_tails.py``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from lakelog.client import Producer
+from log_tables.cold.topic_reader import SPARK_SCHEMA, PartitionBounds, read_range
+from log_tables.layout import Layout
+from log_tables.leadership import write_cluster_id
+from log_tables.spark.tails import (
+    BROKER_KEY,
+    LeaderBound,
+    TailSource,
+    fetch_range,
+    leader_bounds,
+    merged,
+    tail_source,
+)
+from tests.server import ServerProcess
+
+
+def test_a_broker_s_data_directory_names_its_url_and_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LAKELOG_API_KEY", raising=False)
+    layout = Layout.of(tmp_path)
+    assert tail_source(layout) is None  # a cluster of one: no cluster.json
+    write_cluster_id(tmp_path, "c1", 2)
+    assert tail_source(layout) is None  # written before brokers gave their address
+    write_cluster_id(tmp_path, "c1", 2, "https://b2:8443", "/etc/ca.pem")
+    assert tail_source(layout) == TailSource("https://b2:8443", "/etc/ca.pem", None)
+    (tmp_path / BROKER_KEY).parent.mkdir()
+    (tmp_path / BROKER_KEY).write_text("llk_b2:s3cret\n")
+    source = tail_source(layout)
+    assert source is not None and source.api_key == "llk_b2:s3cret"
+    assert "s3cret" not in repr(source)
+    monkeypatch.setenv("LAKELOG_API_KEY", "llk_me:mine")
+    source = tail_source(layout)
+    assert source is not None and source.api_key == "llk_me:mine"
+
+
+def test_a_leader_s_bounds_count_where_they_are_further() -> None:
+    here = PartitionBounds(log_start_offset=5, tiered_offset=40, high_watermark=60)
+    assert merged(here, None) == here
+    assert merged(here, LeaderBound(-1, None, 0, 900, 0)) == here  # offline: nothing to fetch
+    assert merged(here, LeaderBound(2, "u", 7, 90, 0)) == PartitionBounds(7, 40, 90)
+    assert merged(here, LeaderBound(2, "u", 0, 50, 0)) == PartitionBounds(5, 40, 60)
+
+
+def test_a_broker_that_does_not_answer_leaves_the_read_local(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert leader_bounds(TailSource("http://127.0.0.1:1"), ["t"]) is None
+    assert "did not answer" in caplog.text
+
+
+@pytest.mark.slow
+def test_fetched_records_equal_the_local_ones_cut_at_the_end(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        r = httpx.post(f"{server.url}/v3/clusters/lakelog/topics",
+                       json={"topic_name": "t", "partitions_count": 1}, timeout=30)
+        assert r.status_code == 201, r.text
+        with Producer(server.url, linger_ms=1) as producer:
+            for n in range(2500):
+                producer.send("t", f"v{n}", key=f"k{n}", partition=0,
+                              headers=[("h", b"x")] if n % 7 == 0 else ())
+                if n % 400 == 0:
+                    producer.flush(30)  # several stored batches
+            producer.flush(30)
+        source = TailSource(server.url)
+        bounds = leader_bounds(source, ["t"])
+        assert bounds is not None and bounds["t"][0].high_watermark == 2500
+        got = list(fetch_range(source, None, "t", 0, 10, 2345))
+        assert all(rb.schema == SPARK_SCHEMA for rb in got)
+        local = list(read_range(Layout.of(tmp_path / "data"), "t", 0, 10, 2345))
+        assert pa.Table.from_batches(got).equals(pa.Table.from_batches(local))
+        assert pa.Table.from_batches(got).column("offset").to_pylist() == list(range(10, 2345))
+    finally:
+        server.stop()
