@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_no_server_errors(spawn_server: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    server = spawn_server()
+    # A long poll may last max_fetch_wait_ms (30 s by default): bounded here well inside
+    # the run's 20 s request timeout, so that only a real hang times out.
+    server = spawn_server(max_fetch_wait_ms="5000")
     with server.client() as client:
         assert client.post("/topics", json={"topic_name": "st", "partitions_count": 2}).status_code == 201
         client.post("/topics/st/records", json={"value": {"type": "STRING", "data": "seed"}})
@@ -72,7 +74,7 @@ def test_confluent_operations_answer_as_confluents_document(
     REST v3, against a document built from schemas written from Confluent's
     (``confluent_openapi.py``): statuses, content types, answer schemas, refused invalid
     and accepted valid requests, 405s and their ``Allow``."""
-    server = spawn_server()
+    server = spawn_server(max_fetch_wait_ms="5000")
     with server.client() as client:
         assert client.post("/topics", json={"topic_name": "st", "partitions_count": 2}
                            ).status_code == 201
