@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -90,7 +91,10 @@ class TailSource:
 
     def client(self, timeout_s: float = TIMEOUT_S) -> httpx.Client:
         key_id, sep, secret = (self.api_key or "").partition(":")
-        return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), verify=self.verify,
+        # A context is made here, in the task: it does not pickle (and httpx deprecates paths).
+        verify = ssl.create_default_context(cafile=self.verify) \
+            if isinstance(self.verify, str) else self.verify
+        return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), verify=verify,
                             auth=httpx.BasicAuth(key_id, secret) if sep else None)
 
 

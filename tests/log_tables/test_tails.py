@@ -5,6 +5,7 @@ and the leader fetch that reads what the data directory lacks, against a real se
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
 
 import httpx
@@ -63,19 +64,33 @@ def test_a_broker_that_does_not_answer_leaves_the_read_local(
 
 @pytest.mark.slow
 def test_fetched_records_equal_the_local_ones_cut_at_the_end(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data").start()
+    """Over HTTPS, the certificate checked against the CA bundle the broker names."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path, ca_path = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    ca.cert_pem.write_to_path(str(ca_path))
+    server = ServerProcess(tmp_path / "data", env={"LAKELOG_TLS_CERT": str(cert_path),
+                                                   "LAKELOG_TLS_KEY": str(key_path)})
+    server.scheme = "https"
+    server.verify = ssl.create_default_context(cafile=str(ca_path))
+    server.start()
     try:
-        r = httpx.post(f"{server.url}/v3/clusters/lakelog/topics",
+        r = httpx.post(f"{server.url}/v3/clusters/lakelog/topics", verify=server.verify,
                        json={"topic_name": "t", "partitions_count": 1}, timeout=30)
         assert r.status_code == 201, r.text
-        with Producer(server.url, linger_ms=1) as producer:
+        with Producer(server.url, linger_ms=1, verify=str(ca_path)) as producer:
             for n in range(2500):
                 producer.send("t", f"v{n}", key=f"k{n}", partition=0,
                               headers=[("h", b"x")] if n % 7 == 0 else ())
                 if n % 400 == 0:
                     producer.flush(30)  # several stored batches
             producer.flush(30)
-        source = TailSource(server.url)
+        assert leader_bounds(TailSource(server.url), ["t"]) is None  # the CA is not trusted
+        source = TailSource(server.url, str(ca_path))
         bounds = leader_bounds(source, ["t"])
         assert bounds is not None and bounds["t"][0].high_watermark == 2500
         got = list(fetch_range(source, None, "t", 0, 10, 2345))
