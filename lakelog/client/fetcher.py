@@ -34,7 +34,7 @@ import concurrent.futures
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -123,6 +123,36 @@ def partitions_of(chunks: Iterable[Chunk]) -> dict[TopicPartition, tuple[int, in
     return out
 
 
+class _Requests:
+    """Runs each request in a daemon thread of its own (at most two at once: one in
+    flight, one chained). Unlike a ThreadPoolExecutor's workers, which the interpreter
+    joins at exit, a long poll still in flight when the program ends is not waited for
+    (its records were never handed out; the consumer committed what it had)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Answer], *args: object) -> concurrent.futures.Future[Answer]:
+        if self._closed:
+            raise RuntimeError("closed")
+        future: concurrent.futures.Future[Answer] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # the caller's wait raises it
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name=self.name, daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+        self._closed = True
+
+
 class Fetcher:
     """One consumer's requests and buffer (see the module docstring). Used from the
     consumer's ``poll`` (the caller's thread); requests run in one worker thread."""
@@ -132,8 +162,8 @@ class Fetcher:
         self._http = http
         self.settings = settings
         self._request_timeout_s = request_timeout_ms / 1000
-        # Two workers: a request chained from a worker runs while that worker decodes.
-        self._pool = concurrent.futures.ThreadPoolExecutor(2, "lakelog-fetch")
+        # A thread per request: a request chained from one runs while that one decodes.
+        self._pool = _Requests("lakelog-fetch")
         self._inflight: concurrent.futures.Future[Answer] | None = None
         self._next: concurrent.futures.Future[Answer] | None = None
         """A request a worker chained (see the module docstring): in flight after

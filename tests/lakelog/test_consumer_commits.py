@@ -62,3 +62,33 @@ def test_a_quiet_partitions_position_is_committed_and_a_latest_restart_reads_it(
                   session_timeout_ms=6_000) as consumer:
         got = _poll_until(consumer, lambda got: len(got) >= 4, "what came meanwhile")
     assert got == [(1, f"meanwhile{i}") for i in range(4)]
+
+
+EXITING = """
+import sys, time
+from lakelog.client import Consumer
+consumer = Consumer(sys.argv[1], "exiting", ["quiet-exit"], auto_offset_reset="earliest",
+                    fetch_max_wait_ms=20_000, session_timeout_ms=30_000)
+deadline = time.monotonic() + 60
+while not consumer.assignment() and time.monotonic() < deadline:
+    consumer.poll(timeout_s=0.5)
+consumer.poll(timeout_s=0.5)  # a long poll of up to 20 s is now in flight
+print(time.monotonic(), flush=True)  # and the program ends without closing it
+"""
+
+
+def test_a_program_ends_without_waiting_for_a_long_poll_in_flight(
+        server: ServerProcess) -> None:
+    """A program ends with a consumer's long poll in flight (fetch_max_wait_ms 20 s,
+    nothing to read): it ends at once, not when the poll would (issue 35: ``lakelog
+    consume`` spent half a second of every run waiting for one at exit)."""
+    import subprocess
+    import sys
+
+    make_topic(server, "quiet-exit", 1)
+    out = subprocess.run([sys.executable, "-c", EXITING, server.url], capture_output=True,
+                         text=True, timeout=120)
+    ended = time.monotonic()
+    assert out.returncode == 0, out.stderr
+    closed = float(out.stdout.strip())
+    assert ended - closed < 5, f"the program took {ended - closed:.1f} s to end after its last poll"
