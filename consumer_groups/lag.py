@@ -73,6 +73,14 @@ def read_topics(coordinator: GroupCoordinator, group_id: str) -> set[str]:
     return _read_topics(coordinator, group_id, coordinator.committed(group_id))
 
 
+def all_read_topics(coordinator: GroupCoordinator) -> set[str]:
+    """The topics any known group reads (what the metrics and the dashboard need bounds of)."""
+    committed = {key.topic for key in list(coordinator.store.latest)}
+    subscribed = {t for group_id in list(coordinator.groups)
+                  for m in _members(coordinator, group_id) for t in m.topics}
+    return committed | subscribed
+
+
 def group_lag(coordinator: GroupCoordinator, group_id: str, bounds_of: BoundsOf
               ) -> list[PartitionLag]:
     """Every partition of every topic the group reads, sorted by topic and partition."""

@@ -33,6 +33,7 @@ from ingest_api.dashboard.overview import Dashboard
 from ingest_api.fetch import FetchService
 from ingest_api.group_poll import GroupPoll
 from ingest_api.group_slots import GroupSlots
+from ingest_api.leader_bounds import LeaderBounds
 from ingest_api.metadata import METADATA
 from ingest_api.metrics import LatencyMiddleware, Metrics, Sources
 from ingest_api.models import REQUEST_MODELS
@@ -124,8 +125,11 @@ def create_app(settings: ApiSettings | None = None,
             settings, manager, produce,
             fetch, metrics, InFlightBytes(settings.max_in_flight_bytes), tiered, groups,
             GroupPoll(groups, fetch, manager, link), link)
-        metrics.attach(Sources(manager, tiered, groups))
-        app.state.dashboard = dashboard = Dashboard(app.state.lakelog, app.version, ui_services)
+        # Group lag counts to each partition's leader's bounds (in a cluster: its leader's).
+        app.state.leader_bounds = bounds = LeaderBounds(manager, tiered, link)
+        metrics.attach(Sources(manager, tiered, groups, bounds.latest))
+        app.state.dashboard = dashboard = Dashboard(app.state.lakelog, app.version, ui_services,
+                                                    bounds)
         metrics.attach_job_runs(dashboard.job_runs)
         sampler = asyncio.create_task(dashboard.sampler.run())
         upkeep = asyncio.create_task(_upkeep(manager, tiered, settings))

@@ -1,7 +1,9 @@
 """Prometheus metrics: records and bytes in and out per topic, request latency, partition
-offsets and tiering backlog, the lag of consumer groups on every partition they read
-(and per group), and what the jobs did (from ``_job_runs``, through the dashboard's
-cached view: a scrape never reads the table more than once in its ``CACHE_S``)."""
+offsets and tiering backlog (this broker's replicas), the lag of consumer groups on every
+partition they read (and per group; in a cluster counted to each partition's leader's
+high watermark, ``ingest_api.leader_bounds``), and what the jobs did (from
+``_job_runs``, through the dashboard's cached view: a scrape never reads the table more
+than once in its ``CACHE_S``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups.coordinator import GroupCoordinator
-from consumer_groups.lag import all_group_lag, log_bounds
+from consumer_groups.lag import BoundsOf, all_group_lag, log_bounds
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
 from log_tables.hot.log_manager import LogManager
@@ -38,6 +40,9 @@ class Sources(NamedTuple):
     manager: LogManager
     tiered: TieredStorage
     groups: GroupCoordinator
+    group_bounds: BoundsOf
+    """The bounds group lag counts to: in a cluster, each partition's leader's
+    (``ingest_api.leader_bounds``), refreshed before the scrape."""
 
 
 class Metrics:
@@ -201,7 +206,7 @@ class _PartitionCollector(Collector):
             backlog.add_metric([topic, partition], tiering_backlog(
                 bounds.high_watermark, tiered_offset, bounds.log_start_offset))
         totals: dict[str, int] = {}
-        for group, row in all_group_lag(src.groups, bounds_of):
+        for group, row in all_group_lag(src.groups, src.group_bounds):
             labels = [group, row.topic, str(row.partition)]
             if row.lag is not None:
                 lag.add_metric(labels, row.lag)

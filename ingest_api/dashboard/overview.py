@@ -13,10 +13,11 @@ import threading
 import time
 from typing import Any
 
-from consumer_groups.lag import PartitionLag, all_group_lag, log_bounds
+from consumer_groups.lag import PartitionLag, all_group_lag
 from ingest_api.dashboard.health import Services, broker_health
 from ingest_api.dashboard.job_runs_view import JobRunsView
 from ingest_api.dashboard.sampler import Sampler
+from ingest_api.leader_bounds import LeaderBounds
 from ingest_api.metadata import METADATA
 from ingest_api.metrics import tiering_backlog
 from ingest_api.state import AppState
@@ -33,18 +34,23 @@ class Dashboard:
     """The page's sources, made at startup: the sampler (run as a task), the job-runs
     view (shared with ``/metrics``), the service rows (``app.state.services``)."""
 
-    def __init__(self, st: AppState, version: str, services: Services) -> None:
+    def __init__(self, st: AppState, version: str, services: Services,
+                 bounds: LeaderBounds) -> None:
         self.st = st
+        self.bounds = bounds
         self.version = version
         self.services = services
         self.started_s = time.time()
-        self.sampler = Sampler(st.metrics, st.groups, log_bounds(st.manager, st.tiered),
-                               st.settings.ui_sample_interval_ms)
+        self.sampler = Sampler(
+            st.metrics, st.groups, bounds.latest, st.settings.ui_sample_interval_ms,
+            refresh=lambda: bounds.refresh_groups(st.groups, max_age_s=CACHE_S))
         self.job_runs = JobRunsView(st.settings.layout.warehouse)
         self._lock = threading.Lock()
         self._built: tuple[float, dict[str, Any]] | None = None
 
     async def overview(self) -> dict[str, Any]:
+        # Group lag counts to the leaders' bounds (in a cluster), asked first.
+        await self.bounds.refresh_groups(self.st.groups, max_age_s=CACHE_S)
         return await asyncio.to_thread(self._cached)
 
     def _cached(self) -> dict[str, Any]:
@@ -100,7 +106,7 @@ class Dashboard:
     def _groups(self, history: dict[str, Any]) -> dict[str, Any]:
         coordinator = self.st.groups
         rows: dict[str, list[PartitionLag]] = {}
-        for group, row in all_group_lag(coordinator, log_bounds(self.st.manager, self.st.tiered)):
+        for group, row in all_group_lag(coordinator, self.bounds.latest):
             rows.setdefault(group, []).append(row)
         shown = []
         for group, lags in rows.items():

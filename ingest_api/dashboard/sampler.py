@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from prometheus_client import Counter
@@ -83,10 +83,14 @@ class Sampler:
     in any (one lock between them)."""
 
     def __init__(self, metrics: Metrics, groups: GroupCoordinator, bounds_of: BoundsOf,
-                 interval_ms: int, clock: Callable[[], float] = time.time) -> None:
+                 interval_ms: int, clock: Callable[[], float] = time.time,
+                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
         self.metrics = metrics
         self.groups = groups
         self.bounds_of = bounds_of
+        self.refresh = refresh
+        """Called before each sample: brings ``bounds_of`` up to date (in a cluster, asks
+        the partitions' leaders)."""
         self.interval_ms = interval_ms
         self.clock = clock
         self.capacity = max(2, min(MAX_SAMPLES, HISTORY_MS // interval_ms))
@@ -102,6 +106,8 @@ class Sampler:
         """Sample every interval until cancelled (a failed sample is logged and skipped)."""
         while True:
             try:
+                if self.refresh is not None:
+                    await self.refresh()
                 await asyncio.to_thread(self.sample)
             except Exception:
                 log.exception("sampling rates and lag for the dashboard failed")

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ingest_api.auth import may
 from ingest_api.errors import ApiError
+from ingest_api.leader_bounds import leader_bounds
 from ingest_api.metadata import (
     CLUSTER,
     METADATA,
@@ -141,6 +142,9 @@ async def healthz(request: Request) -> Response:
 @router.get("/metrics", tags=["ops"])
 async def metrics(request: Request) -> Response:
     """Prometheus text format."""
+    # Group lag counts to the leaders' bounds: asked first (shared with the dashboard's
+    # sampler when it asked within the last second).
+    await leader_bounds(request).refresh_groups(state(request).groups, max_age_s=1.0)
     # Off the event loop: with many groups the lag gauges take tens of milliseconds to
     # collect and render (the collectors read snapshots, see ingest_api.metrics).
     body = await asyncio.to_thread(generate_latest, state(request).metrics.registry)

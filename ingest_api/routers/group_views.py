@@ -6,6 +6,11 @@ it (``consumer_groups.lag``): every partition the group reads is listed, and one
 committed offset counts from the log start offset; there ``current_offset`` is the log
 start offset and ``committed_offset`` (lakelog's addition) is null. Confluent lists only
 committed partitions, which hides exactly the ones a group has not reached.
+
+In a cluster a partition's log end offset is its leader's (``ingest_api.leader_bounds``);
+where the leader does not answer, the lag cannot be given: the request is answered 503
+``leader_not_available`` (retriable, naming the partitions), as Kafka's ListOffsets fails
+for a partition without a leader, rather than with a lag that leaves them out.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator, Member
-from consumer_groups.lag import PartitionLag, group_lag, log_bounds
+from consumer_groups.lag import PartitionLag, group_lag, read_topics
 from ingest_api.errors import ApiError
+from ingest_api.leader_bounds import leader_bounds
 from ingest_api.metadata import collection, partition_url, related, resource
 from ingest_api.routers.cluster import check_cluster
 from ingest_api.routers.groups import BASE, GroupId, MemberId, group_url, to_coordinator
 from ingest_api.state import CLUSTER_ID, AppState, json_response, state
+from log_tables.errors import LeaderNotAvailableError
 
 router = APIRouter(tags=["consumer groups"])
 TopicName = Annotated[str, Path(min_length=1, max_length=249)]
@@ -38,11 +45,24 @@ def _members(groups: GroupCoordinator, group_id: str) -> dict[str, Member]:
     return dict(group.members) if group is not None else {}
 
 
-def _lags(st: AppState, group_id: str) -> list[PartitionLag]:
-    """The partitions the group reads whose topic still exists."""
+async def _lags(request: Request, group_id: str) -> list[PartitionLag]:
+    """The partitions the group reads that still exist (bounds None: their leader, in a
+    cluster, did not answer)."""
+    st = state(request)
     _require_group(st.groups, group_id)
-    return [r for r in group_lag(st.groups, group_id, log_bounds(st.manager, st.tiered))
-            if r.bounds is not None]
+    bounds_of = await leader_bounds(request).ask(read_topics(st.groups, group_id))
+    return [r for r in group_lag(st.groups, group_id, bounds_of)
+            if r.bounds is not None or r.partition < (st.groups.partitions_of(r.topic) or 0)]
+
+
+def _known(rows: list[PartitionLag]) -> list[PartitionLag]:
+    """``rows``, unless a partition's bounds are unknown: then 503 (retriable)."""
+    unknown = [f"{r.topic}/{r.partition}" for r in rows if r.bounds is None]
+    if unknown:
+        raise LeaderNotAvailableError(
+            f"the leaders of {', '.join(unknown[:10])}{' and more' if len(unknown) > 10 else ''}"
+            f" did not give their log end offsets; try again")
+    return rows
 
 
 def _lag_body(group_id: str, row: PartitionLag, members: dict[str, Member]) -> dict[str, Any]:
@@ -67,11 +87,11 @@ async def list_lags(cluster_id: str, group_id: GroupId, request: Request) -> Res
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
-    st = state(request)
-    members = _members(st.groups, group_id)
+    rows = _known(await _lags(request, group_id))
+    members = _members(state(request).groups, group_id)
     return json_response(collection(
         "KafkaConsumerLagList", f"{group_url(group_id)}/lags",
-        [_lag_body(group_id, row, members) for row in _lags(st, group_id)]))
+        [_lag_body(group_id, row, members) for row in rows]))
 
 
 @router.get(BASE + "/{group_id}/lags/{topic_name}/partitions/{partition_id}")
@@ -81,10 +101,10 @@ async def get_lag(cluster_id: str, group_id: GroupId, topic_name: TopicName,
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
-    st = state(request)
-    for row in _lags(st, group_id):
+    for row in await _lags(request, group_id):
         if (row.topic, row.partition) == (topic_name, partition_id):
-            return json_response(_lag_body(group_id, row, _members(st.groups, group_id)))
+            return json_response(_lag_body(group_id, _known([row])[0],
+                                           _members(state(request).groups, group_id)))
     raise ApiError(404, f"consumer group {group_id!r} does not read {topic_name}/"
                         f"{partition_id}", error_code=40403, name="unknown_topic_or_partition")
 
@@ -97,7 +117,7 @@ async def lag_summary(cluster_id: str, group_id: GroupId, request: Request) -> R
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
-    rows = _lags(st, group_id)
+    rows = _known(await _lags(request, group_id))
     if not rows:
         raise ApiError(404, f"consumer group {group_id!r} reads no partition: it has no lag "
                             "to summarize", name="no_offsets")

@@ -15,12 +15,13 @@ from fastapi.responses import Response
 
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
-from consumer_groups.lag import group_lag, log_bounds
+from consumer_groups.lag import group_lag, read_topics
 from consumer_groups.offsets import Change, Committed, OffsetKey
 from ingest_api.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.auth import may, require
 from ingest_api.body import decode, read_body
 from ingest_api.cluster_link import forwarded, principal_of
+from ingest_api.leader_bounds import leader_bounds
 from ingest_api.metadata import CLUSTER, collection, related, resource
 from ingest_api.models import (
     CommitRequest,
@@ -140,7 +141,8 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
     """State, members with their assignments, and every partition the group reads (its
     members' subscriptions and its committed topics): the committed offset (null where
     none), the log start and end offsets, the lag (from the log start where nothing is
-    committed) and the owner."""
+    committed) and the owner; in a cluster the offsets of a partition led elsewhere are
+    its leader's (``ingest_api.leader_bounds``)."""
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
@@ -154,13 +156,14 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
                 "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
                 "session_timeout_ms": m.session_timeout_ms, "left": m.left}
                for m in (group.members.values() if group is not None else ())]
+    bounds_of = await leader_bounds(request).ask(read_topics(groups, group_id))
     rows = [{"topic_name": r.topic, "partition_id": r.partition,
              "committed_offset": r.committed.offset if r.committed else None,
              "metadata": r.committed.metadata if r.committed else None,
              "log_start_offset": r.bounds.log_start_offset if r.bounds else None,
              "log_end_offset": r.bounds.high_watermark if r.bounds else None,
              "lag": r.lag, "member_id": r.member_id}
-            for r in group_lag(groups, group_id, log_bounds(st.manager, st.tiered))]
+            for r in group_lag(groups, group_id, bounds_of)]
     return json_response({**_summary(st, group_id), "members": members, "offsets": rows})
 
 
