@@ -6,6 +6,11 @@ googleapis-common-protos and zstandard (all core dependencies of lakelog). One t
 missing is not fixed by starting the endpoint again: it exits with
 ``process.EXIT_NOT_RESTARTED``, the server does not start it again, and the state file
 and the server's log name the command that installs it.
+
+Only a package lakelog pins (or the one PySpark's own error names) counts as missing: any
+other ModuleNotFoundError (a module of lakelog's, a library's optional import) is an
+ordinary failure, restarted as any other, and never turned into ``pip install`` advice for
+a name that may not even be its distribution's on PyPI.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from typing import NamedTuple
 
 CONNECT_PACKAGE = "pyspark.sql.connect"
 DISTRIBUTIONS = {"grpc": "grpcio", "grpc_status": "grpcio-status",
-                 "google": "googleapis-common-protos", "py4j": "py4j"}
-"""Distribution of a top-level module, where the two names differ."""
+                 "google": "googleapis-common-protos", "google.protobuf": "protobuf",
+                 "google._upb": "protobuf"}
+"""Distribution of a module, where the two names differ (the longest prefix wins)."""
 
 
 class MissingDependency(NamedTuple):
@@ -46,19 +52,33 @@ def check_connect() -> None:
 
 
 def missing_dependency(exc: BaseException) -> MissingDependency | None:
-    """The package whose absence ``exc`` (or an exception it came from) reports."""
+    """The pinned package whose absence ``exc`` (or an exception raised ``from`` it) reports.
+
+    Only ``__cause__`` is followed: an ImportError a library handled on its way to ``exc``
+    (its ``__context__``) says nothing about why ``exc`` happened."""
     seen: BaseException | None = exc
     for _ in range(8):  # a bounded walk down the chain of causes
         if seen is None:
             return None
-        if isinstance(seen, ModuleNotFoundError) and seen.name:
-            top = seen.name.split(".")[0]
-            return _missing(DISTRIBUTIONS.get(top, top))
         package = _pyspark_package(seen)
         if package is not None:
             return _missing(package)
-        seen = seen.__cause__ or seen.__context__
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            distribution = _distribution(seen.name)
+            if pinned(distribution) is not None:
+                return _missing(distribution)
+        seen = seen.__cause__
     return None
+
+
+def _distribution(module: str) -> str:
+    """The distribution that would hold ``module``, by its longest known prefix."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        known = DISTRIBUTIONS.get(".".join(parts[:end]))
+        if known is not None:
+            return known
+    return parts[0]
 
 
 def _pyspark_package(exc: BaseException) -> str | None:

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -58,6 +59,47 @@ def test_the_missing_package_and_its_pinned_fix_are_found_behind_pysparks_error(
     grpc_status = missing_dependency(ModuleNotFoundError("x", name="grpc_status.rpc"))
     assert grpc_status is not None and grpc_status.distribution == "grpcio-status"
     assert missing_dependency(ValueError("no")) is None
+
+
+def test_only_a_package_lakelog_pins_or_pyspark_names_counts_as_missing() -> None:
+    """A module of lakelog's own, or one lakelog does not pin, is an ordinary failure:
+    no ``pip install`` of a name that may be anyone's on PyPI, and the endpoint restarts."""
+    for name in ("log_tables.spark_views", "yaml", "lakelog_gone"):
+        assert missing_dependency(ModuleNotFoundError("x", name=name)) is None, name
+    protobuf = missing_dependency(ModuleNotFoundError("x", name="google.protobuf.message"))
+    assert protobuf is not None and protobuf.command.endswith("pip install protobuf==7.36.2")
+    # An ImportError a library handled on its way to another failure is its context, not
+    # its cause: the failure is not made permanent by it.
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+        except ImportError:
+            raise RuntimeError("the JVM did not start")  # noqa: B904
+    except RuntimeError as exc:
+        assert isinstance(exc.__context__, ModuleNotFoundError)
+        assert missing_dependency(exc) is None
+
+
+def test_an_endpoint_failing_on_an_unpinned_module_exits_to_be_restarted(
+        tmp_path: Path) -> None:
+    """The endpoint's own process, with ``start_endpoint`` replaced (a stale lakelog
+    module cannot be made missing in this checkout) by a real import of a module that
+    does not exist: it exits 1, which the server restarts, not ``EXIT_NOT_RESTARTED``."""
+    spec = {"data_dir": str(tmp_path), "host": "127.0.0.1", "port": 0, "jdbc_port": 0,
+            "auth": "none", "log_level": "INFO", "parent_pid": None}
+    code = ("import sys\n"
+            "from lakelog.endpoint import process\n"
+            "def start_endpoint(spec):\n"
+            "    import log_tables.spark_views_gone\n"
+            "process.start_endpoint = start_endpoint\n"
+            "process.main(sys.argv[1:])\n")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(spec)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    state = read_state(tmp_path)
+    assert state is not None and state["state"] == "failed" and "missing" not in state, state
+    assert "ModuleNotFoundError: No module named 'log_tables.spark_views_gone'" in \
+        state["error"]
 
 
 def test_a_starting_endpoint_that_fails_is_not_waited_for(
