@@ -8,7 +8,7 @@ segments, or the Delta table if local retention removed them meanwhile). The
 two ranges meet at T, so there is no gap and no duplicate, whatever commits
 land while the query runs. On a cluster broker's data directory, H is the
 partition's leader's high watermark, and the source fetches from the leader
-what the data directory lacks below it (``log_tables.spark.tails``).
+what the data directory lacks below it (``log_tables.spark.leaders``, ``.tails``).
 
 On an object-store warehouse Spark's Parquet reader is used where the session can
 reach the store itself (``hadoop-aws``'s ``s3a://`` on a cluster that has it: found
@@ -36,15 +36,14 @@ from log_tables.cold.topic_reader import (
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.moved import moved
-from log_tables.spark.session import session_layout
-from log_tables.spark.tails import (
+from log_tables.spark.leaders import (
     LeaderBound,
-    TailSource,
     leader_bounds,
     leader_offset_for_timestamp,
     merged,
-    tail_source,
 )
+from log_tables.spark.session import session_layout
+from log_tables.spark.tails import TailSource, tail_source
 from log_tables.storage import S3_SCHEMES, scheme
 
 if TYPE_CHECKING:

@@ -48,7 +48,8 @@ from log_tables.cold.topic_reader import (
 )
 from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.layout import Layout
-from log_tables.spark.tails import TailSource, leader_bounds, merged, read_tail, tail_source
+from log_tables.spark.leaders import leader_bounds, merged
+from log_tables.spark.tails import TailSource, read_tail, tail_source
 from log_tables.storage import adopt_env, object_store_env
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ source) get it from there, through the brokers' own Arrow fetch:
 - the driver asks the data directory's broker (its URL is in ``cluster.json``) once per
   topic for its partitions (``GET .../topics/{t}/partitions``: that broker gathers each
   partition's leader and high watermark from the leaders), and once for the brokers'
-  addresses; each partition is read up to the larger of its local end and its leader's
-  high watermark;
+  addresses (``log_tables.spark.leaders``); each partition is read up to the larger of
+  its local end and its leader's high watermark;
 - a task reads what the data directory holds (its replica up to the high watermark it
   published, then the Delta tier), and fetches the rest from the leader (``GET
   .../records``, ``Accept: application/vnd.apache.arrow.stream``, paging by
@@ -33,11 +33,10 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -45,7 +44,6 @@ import pyarrow as pa
 
 from log_tables.cold.topic_reader import (
     SPARK_SCHEMA,
-    PartitionBounds,
     hot_end_offset,
     read_range,
     read_tiered,
@@ -98,18 +96,6 @@ class TailSource:
                             auth=httpx.BasicAuth(key_id, secret) if sep else None)
 
 
-class LeaderBound(NamedTuple):
-    """A partition as its leader answered the data directory's broker."""
-
-    leader: int
-    """The leader's broker id; -1: offline (nothing to fetch)."""
-    leader_url: str | None
-    log_start_offset: int
-    high_watermark: int
-    size_bytes: int
-    """Bytes of the leader's hot log."""
-
-
 def tail_source(layout: Layout) -> TailSource | None:
     """How to reach the brokers from ``layout``'s data directory; None when it is not a
     cluster broker's (or its broker wrote no address yet)."""
@@ -125,93 +111,29 @@ def tail_source(layout: Layout) -> TailSource | None:
     return TailSource(address.url, address.tls_ca or True, key)
 
 
-def leader_bounds(source: TailSource, topics: Iterable[str]
-                  ) -> dict[str, dict[int, LeaderBound]] | None:
-    """Per topic and partition, its leader and the leader's log start, high watermark and
-    hot bytes; None (with a warning) when the data directory's broker does not answer."""
-    deadline = time.monotonic() + RETRY_S / 6
-    while True:
-        try:
-            with source.client() as http:
-                urls = _broker_urls(http, source.url)
-                return {topic: _partitions(http, source.url, topic, urls) for topic in topics}
-        except (httpx.TransportError, _Retriable) as exc:
-            if time.monotonic() < deadline and isinstance(exc, _Retriable):
-                time.sleep(0.2)
-                continue
-            log.warning("the broker of this data directory (%s) did not answer (%s): reading "
-                        "only the partitions' tails held here and the Delta tier", source.url,
-                        exc)
-            return None
+class RetriableStatus(Exception):
+    """A status worth asking again (or another broker) for; caught wherever it is raised."""
 
 
-def merged(bounds: PartitionBounds, leader: LeaderBound | None) -> PartitionBounds:
-    """A partition's bounds as this data directory holds them, with its leader's where
-    they are further: its high watermark, and its log start (retention there moves it)."""
-    if leader is None or leader.leader < 0:
-        return bounds
-    end = max(bounds.high_watermark, leader.high_watermark)
-    start = min(max(bounds.log_start_offset, leader.log_start_offset), end)
-    return bounds._replace(log_start_offset=start, high_watermark=end)
-
-
-class _Retriable(Exception):
-    pass
-
-
-def _get(http: httpx.Client, url: str, **kwargs: object) -> httpx.Response:
+def checked_get(http: httpx.Client, url: str, **kwargs: object) -> httpx.Response:
+    """``GET url``: a LakelogError on 401/403, RetriableStatus on a retriable status."""
     r = http.get(url, **kwargs)  # type: ignore[arg-type]
     if r.status_code in (401, 403):
         raise LakelogError(
-            f"{url} answered {r.status_code} ({_message(r)}): reading the tails of partitions "
+            f"{url} answered {r.status_code} ({message_of(r)}): reading the tails of partitions "
             f"led by other brokers needs a key that may read them; lakelog uses "
             f"LAKELOG_API_KEY, else the broker's own key in the data directory's {BROKER_KEY}")
     if r.status_code in RETRIABLE_STATUSES:
-        raise _Retriable(f"{r.status_code} {_message(r)}")
+        raise RetriableStatus(f"{r.status_code} {message_of(r)}")
     return r
 
 
-def _message(r: httpx.Response) -> str:
+def message_of(r: httpx.Response) -> str:
+    """The ``message`` of an error body, else the start of its text."""
     try:
         return str(r.json().get("message", r.text[:200]))
     except ValueError:
         return r.text[:200]
-
-
-def _broker_urls(http: httpx.Client, url: str) -> dict[int, str]:
-    r = _get(http, f"{url}{CLUSTER}/brokers")
-    if r.status_code != 200:
-        raise LakelogError(f"{url}: listing the brokers answered {r.status_code} ({_message(r)})")
-    scheme = urlsplit(url).scheme
-    return {int(b["broker_id"]): f"{scheme}://{b['host']}:{b['port']}" for b in r.json()["data"]}
-
-
-def _partitions(http: httpx.Client, url: str, topic: str, urls: dict[int, str]
-                ) -> dict[int, LeaderBound]:
-    r = _get(http, f"{url}{CLUSTER}/topics/{quote(topic, safe='')}/partitions")
-    if r.status_code == 404:  # deleted meanwhile: the local registry's view stands
-        return {}
-    if r.status_code != 200:
-        raise LakelogError(f"{url}: the partitions of {topic} answered {r.status_code} "
-                           f"({_message(r)})")
-    return {int(b["partition_id"]): LeaderBound(
-        int(b["leader_id"]), urls.get(int(b["leader_id"])), int(b["log_start_offset"]),
-        int(b["high_watermark"]), int(b["size_bytes"])) for b in r.json()["data"]}
-
-
-def leader_offset_for_timestamp(source: TailSource, leader: LeaderBound, topic: str,
-                                partition: int, timestamp_ms: int) -> int | None:
-    """Kafka's ListOffsets by time, as the partition's leader answers it (None: no record
-    that late)."""
-    path = f"{CLUSTER}/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
-    with source.client() as http:
-        r = _get(http, (leader.leader_url or source.url) + path,
-                 params={"spec": "timestamp", "timestamp": timestamp_ms})
-    if r.status_code != 200:
-        raise LakelogError(f"{topic}-{partition}: the offset for a timestamp answered "
-                           f"{r.status_code} ({_message(r)})")
-    found = r.json().get("offset")
-    return None if found is None else int(found)
 
 
 def read_tail(layout: Layout, source: TailSource, leader_url: str | None, topic: str,
@@ -249,10 +171,10 @@ def fetch_range(source: TailSource, leader_url: str | None, topic: str, partitio
             why = ""
             for url in urls:
                 try:
-                    r = _get(http, url + path, headers={"Accept": ARROW_STREAM}, params={
+                    r = checked_get(http, url + path, headers={"Accept": ARROW_STREAM}, params={
                         "offset": position, "max_records": min(MAX_RECORDS, end - position),
                         "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS})
-                except (httpx.TransportError, _Retriable) as exc:
+                except (httpx.TransportError, RetriableStatus) as exc:
                     why = f"{url}: {exc or type(exc).__name__}"
                     continue
                 got = _answer(r, url, topic, partition, position, fail_on_data_loss)
@@ -294,7 +216,7 @@ def _answer(r: httpx.Response, url: str, topic: str, partition: int, position: i
             raise exc
         log.warning("%s (failOnDataLoss is false: skipped)", exc.message)
         return int(body["next_offset"])
-    raise LakelogError(f"{where}: {url} answered {r.status_code} ({_message(r)})")
+    raise LakelogError(f"{where}: {url} answered {r.status_code} ({message_of(r)})")
 
 
 def below(rows: list[pa.RecordBatch], end: int) -> Iterator[pa.RecordBatch]:

@@ -1,4 +1,4 @@
-"""``log_tables.spark.tails``: where a data directory's readers find its broker and key,
+"""``log_tables.spark.tails`` and ``.leaders``: where a data directory's readers find its broker and key,
 and the leader fetch that reads what the data directory lacks, against a real server
 (the three-broker case is ``tests/cluster/test_spark_tails.py``)."""
 
@@ -16,15 +16,8 @@ from lakelog.client import Producer
 from log_tables.cold.topic_reader import SPARK_SCHEMA, PartitionBounds, read_range
 from log_tables.layout import Layout
 from log_tables.leadership import write_cluster_id
-from log_tables.spark.tails import (
-    BROKER_KEY,
-    LeaderBound,
-    TailSource,
-    fetch_range,
-    leader_bounds,
-    merged,
-    tail_source,
-)
+from log_tables.spark.leaders import LeaderBound, leader_bounds, merged
+from log_tables.spark.tails import BROKER_KEY, TailSource, fetch_range, tail_source
 from tests.server import ServerProcess
 
 

@@ -1,0 +1,108 @@
+"""What the driver asks the brokers before a read of a cluster broker's data directory
+plans: each partition's leader with the leader's log start, high watermark and hot bytes
+(``leader_bounds``: the data directory's broker answers them), and an offset by time from
+a partition's leader (``leader_offset_for_timestamp``). The tasks' fetch is
+``log_tables.spark.tails``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import NamedTuple
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from log_tables.cold.topic_reader import PartitionBounds
+from log_tables.errors import LakelogError
+from log_tables.spark.tails import (
+    CLUSTER,
+    RETRY_S,
+    RetriableStatus,
+    TailSource,
+    checked_get,
+    message_of,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LeaderBound(NamedTuple):
+    """A partition as its leader answered the data directory's broker."""
+
+    leader: int
+    """The leader's broker id; -1: offline (nothing to fetch)."""
+    leader_url: str | None
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+    """Bytes of the leader's hot log."""
+
+
+def leader_bounds(source: TailSource, topics: Iterable[str]
+                  ) -> dict[str, dict[int, LeaderBound]] | None:
+    """Per topic and partition, its leader and the leader's log start, high watermark and
+    hot bytes; None (with a warning) when the data directory's broker does not answer."""
+    deadline = time.monotonic() + RETRY_S / 6
+    while True:
+        try:
+            with source.client() as http:
+                urls = _broker_urls(http, source.url)
+                return {topic: _partitions(http, source.url, topic, urls) for topic in topics}
+        except (httpx.TransportError, RetriableStatus) as exc:
+            if time.monotonic() < deadline and isinstance(exc, RetriableStatus):
+                time.sleep(0.2)
+                continue
+            log.warning("the broker of this data directory (%s) did not answer (%s): reading "
+                        "only the partitions' tails held here and the Delta tier", source.url,
+                        exc)
+            return None
+
+
+def merged(bounds: PartitionBounds, leader: LeaderBound | None) -> PartitionBounds:
+    """A partition's bounds as this data directory holds them, with its leader's where
+    they are further: its high watermark, and its log start (retention there moves it)."""
+    if leader is None or leader.leader < 0:
+        return bounds
+    end = max(bounds.high_watermark, leader.high_watermark)
+    start = min(max(bounds.log_start_offset, leader.log_start_offset), end)
+    return bounds._replace(log_start_offset=start, high_watermark=end)
+
+
+def _broker_urls(http: httpx.Client, url: str) -> dict[int, str]:
+    r = checked_get(http, f"{url}{CLUSTER}/brokers")
+    if r.status_code != 200:
+        raise LakelogError(f"{url}: listing the brokers answered {r.status_code} "
+                           f"({message_of(r)})")
+    scheme = urlsplit(url).scheme
+    return {int(b["broker_id"]): f"{scheme}://{b['host']}:{b['port']}" for b in r.json()["data"]}
+
+
+def _partitions(http: httpx.Client, url: str, topic: str, urls: dict[int, str]
+                ) -> dict[int, LeaderBound]:
+    r = checked_get(http, f"{url}{CLUSTER}/topics/{quote(topic, safe='')}/partitions")
+    if r.status_code == 404:  # deleted meanwhile: the local registry's view stands
+        return {}
+    if r.status_code != 200:
+        raise LakelogError(f"{url}: the partitions of {topic} answered {r.status_code} "
+                           f"({message_of(r)})")
+    return {int(b["partition_id"]): LeaderBound(
+        int(b["leader_id"]), urls.get(int(b["leader_id"])), int(b["log_start_offset"]),
+        int(b["high_watermark"]), int(b["size_bytes"])) for b in r.json()["data"]}
+
+
+def leader_offset_for_timestamp(source: TailSource, leader: LeaderBound, topic: str,
+                                partition: int, timestamp_ms: int) -> int | None:
+    """Kafka's ListOffsets by time, as the partition's leader answers it (None: no record
+    that late)."""
+    path = f"{CLUSTER}/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
+    with source.client() as http:
+        r = checked_get(http, (leader.leader_url or source.url) + path,
+                        params={"spec": "timestamp", "timestamp": timestamp_ms})
+    if r.status_code != 200:
+        raise LakelogError(f"{topic}-{partition}: the offset for a timestamp answered "
+                           f"{r.status_code} ({message_of(r)})")
+    found = r.json().get("offset")
+    return None if found is None else int(found)
