@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from consumer_groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, TopicPartition
 from consumer_groups.errors import (
@@ -49,6 +49,7 @@ from log_tables.errors import (
     QueueFullError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnknownTopicIdError,
 )
 
 __all__ = [  # Member, Group and their types stay importable here, where callers found them
@@ -80,10 +81,12 @@ class GroupCoordinator:
                  offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  clock: Callable[[], float] = time.monotonic,
                  epoch_of: Callable[[str], int | None] = lambda _group: 0,
-                 created_ms_of: Callable[[str], int | None] = lambda _topic: None) -> None:
+                 created_ms_of: Callable[[str], int | None] = lambda _topic: None,
+                 topic_id_of: Callable[[str], str | None] = lambda _topic: None) -> None:
         self.store = store
         self.partitions_of = partitions_of
         self.created_ms_of = created_ms_of
+        self.topic_id_of = topic_id_of
         self.epoch_of = epoch_of
         self.max_groups = max_groups
         self.max_members = max_members
@@ -238,8 +241,11 @@ class GroupCoordinator:
     # -- offsets -------------------------------------------------------------------------
 
     def check_commit(self, group_id: str, member_id: str | None, epoch: int,
-                     offsets: list[tuple[str, int, int, str | None]]) -> list[Change]:
-        """Fence the committer and check the partitions; the changes to write."""
+                     offsets: list[tuple[str, int, int, str | None]],
+                     topic_ids: Mapping[str, str] | None = None) -> list[Change]:
+        """Fence the committer and check the partitions; the changes to write. An offset
+        given with its topic's id is refused if the topic of the name has another id now
+        (deleted and made again: a position in the old one means nothing in the new)."""
         group = self.groups.get(group_id)
         if member_id is None:
             # A commit outside the group protocol (Kafka's simple consumer, admin tools):
@@ -256,6 +262,9 @@ class GroupCoordinator:
             count = self.partitions_of(topic)
             if count is None:
                 raise UnknownTopicError(topic)
+            given = (topic_ids or {}).get(topic)
+            if given is not None and self.topic_id_of(topic) not in (None, given):
+                raise UnknownTopicIdError(topic, given)
             if partition >= count:
                 raise UnknownPartitionError(topic, partition, count)
             changes.append((OffsetKey(group_id, topic, partition),
@@ -263,8 +272,9 @@ class GroupCoordinator:
         return changes
 
     async def commit(self, group_id: str, member_id: str | None, epoch: int,
-                     offsets: list[tuple[str, int, int, str | None]]) -> None:
-        changes = self.check_commit(group_id, member_id, epoch, offsets)
+                     offsets: list[tuple[str, int, int, str | None]],
+                     topic_ids: Mapping[str, str] | None = None) -> None:
+        changes = self.check_commit(group_id, member_id, epoch, offsets, topic_ids)
         await self._write(group_id, changes)
         # The member may have been fenced while the append ran: its offsets are in Delta
         # (they were valid when checked), exactly as Kafka's log has them.
@@ -298,6 +308,11 @@ class GroupCoordinator:
         return {(t, p): c for (t, p), c in self.store.group_offsets(group_id).items()
                 if not self._before_topic(t, c)}
 
+    def committed_offset(self, group_id: str, tp: tuple[str, int]) -> Committed | None:
+        """``committed``'s offset of one partition (what a member starts from)."""
+        c = self.store.latest.get(OffsetKey(group_id, *tp))
+        return None if c is None or self._before_topic(tp[0], c) else c
+
     def _before_topic(self, topic: str, committed: Committed) -> bool:
         created = self.created_ms_of(topic)
         return created is not None and committed.commit_ms < created - CLOCK_SKEW_MS
@@ -307,6 +322,13 @@ class GroupCoordinator:
         the groups coordinated here, and out of memory for every group. If a topic of the
         name was made again meanwhile, only offsets committed before it go. Returns how
         many offsets went."""
+        # Members' positions in it go too: a member still assigned a partition of a topic
+        # made again under the name starts it from the new topic's committed offset (or
+        # its reset policy), not from where it was in the old one.
+        for group in self.groups.values():
+            for member in group.members.values():
+                for tp in [tp for tp in member.positions if tp.topic == topic]:
+                    del member.positions[tp]
         stale: dict[str, list[Change]] = {}
         for key, c in list(self.store.latest.items()):
             if key.topic == topic and (self.created_ms_of(topic) is None

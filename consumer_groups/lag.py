@@ -93,7 +93,8 @@ def all_group_lag(coordinator: GroupCoordinator, bounds_of: BoundsOf
     metrics scrape: per-group lookups would scan every offset once per group)."""
     by_group: dict[str, dict[tuple[str, int], Committed]] = {}
     for key, c in list(coordinator.store.latest.items()):
-        by_group.setdefault(key.group, {})[(key.topic, key.partition)] = c
+        if coordinator.committed_offset(key.group, (key.topic, key.partition)) is not None:
+            by_group.setdefault(key.group, {})[(key.topic, key.partition)] = c
     for group_id in sorted(set(by_group) | set(coordinator.groups)):
         for row in _rows(coordinator, group_id, by_group.get(group_id, {}), bounds_of):
             yield group_id, row

@@ -98,6 +98,7 @@ def create_app(settings: ApiSettings | None = None,
         offsets.start()
         groups = GroupCoordinator(offsets, _partitions_of(manager),
                                   created_ms_of=_created_ms_of(manager),
+                                  topic_id_of=_topic_id_of(manager),
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
@@ -296,6 +297,15 @@ def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
         except UnknownTopicError:
             return None
     return partitions_of
+
+
+def _topic_id_of(manager: LogManager) -> Callable[[str], str | None]:
+    def topic_id_of(topic: str) -> str | None:
+        try:
+            return manager.topic(topic).topic_id
+        except UnknownTopicError:
+            return None
+    return topic_id_of
 
 
 def _created_ms_of(manager: LogManager) -> Callable[[str], int | None]:

@@ -11,6 +11,7 @@ nothing to return the poll waits (up to ``timeout_ms``) for any of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -21,7 +22,6 @@ from cluster.model import BrokerInfo
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
-from consumer_groups.offsets import OffsetKey
 from ingest_api.arrow_answer import (
     ARROW_STREAM,
     MEMBER_EPOCH,
@@ -122,7 +122,7 @@ class GroupPoll:
             return self.position(group, member, tp)
         pos = member.positions.get(tp)
         if pos is None:
-            committed = self.coordinator.store.latest.get(OffsetKey(group, *tp))
+            committed = self.coordinator.committed_offset(group, tp)
             pos = committed.offset if committed is not None else \
                 await self._remote_reset(member, tp, leader, None)
             member.positions[tp] = pos
@@ -144,7 +144,7 @@ class GroupPoll:
         """The member's position in ``tp``, resolved (and remembered) when it has none."""
         pos = member.positions.get(tp)
         if pos is None:
-            committed = self.coordinator.store.latest.get(OffsetKey(group, *tp))
+            committed = self.coordinator.committed_offset(group, tp)
             pos = committed.offset if committed is not None else self._reset(member, tp, None)
             member.positions[tp] = pos
         return pos
@@ -171,8 +171,10 @@ class GroupPoll:
         member, records = await self._poll(group, member_id, max_records, max_bytes,
                                            timeout_ms, fmt, False, max_partition_bytes)
         return _encoder.encode({"records": records, "member_epoch": member.epoch,
-                                "positions": [{"topic_name": t, "partition_id": p, "offset": o}
-                                              for t, p, o in _positions(member)]})
+                                "positions": [{"topic_name": t, "partition_id": p, "offset": o,
+                                               "topic_id": i}
+                                              for t, p, o, i in _positions(
+                                                  member, self.coordinator.topic_id_of)]})
 
     async def poll_arrow(self, group: str, member_id: str, max_records: int, max_bytes: int,
                          timeout_ms: int, max_partition_bytes: int | None = None
@@ -181,7 +183,7 @@ class GroupPoll:
         member, batches = await self._poll(group, member_id, max_records, max_bytes,
                                            timeout_ms, "BINARY", True, max_partition_bytes)
         count = sum(b.num_rows for b in batches)
-        positions = {POSITIONS: _encoder.encode(_positions(member))}
+        positions = {POSITIONS: _encoder.encode(_positions(member, self.coordinator.topic_id_of))}
         return ArrowAnswer(stream(batches, positions), {MEMBER_EPOCH: str(member.epoch),
                                                         RECORD_COUNT: str(count)})
 
@@ -341,11 +343,13 @@ class GroupPoll:
         return batches, int(r.headers[NEXT_OFFSET])
 
 
-def _positions(member: Member) -> list[tuple[str, int, int]]:
-    """The member's position in each assigned partition that has one: the client commits
-    them all, a partition that returned nothing too (as Kafka's consumer does)."""
-    return [(tp.topic, tp.partition, pos) for tp in sorted(member.assigned)
-            if (pos := member.positions.get(tp)) is not None]
+def _positions(member: Member, topic_id_of: Callable[[str], str | None]
+               ) -> list[tuple[str, int, int, str | None]]:
+    """The member's position in each assigned partition that has one, with the topic's
+    id: the client commits them all, a partition that returned nothing too (as Kafka's
+    consumer does), and learns from a new id that a topic was made again."""
+    return [(tp.topic, tp.partition, pos, topic_id_of(tp.topic))
+            for tp in sorted(member.assigned) if (pos := member.positions.get(tp)) is not None]
 
 
 def _size(r: FetchedRecord) -> int:

@@ -192,6 +192,9 @@ class OffsetEntry(msgspec.Struct, forbid_unknown_fields=True):
     partition_id: NonNegative
     offset: NonNegative
     metadata: Annotated[str, Meta(max_length=4096)] | None = None
+    topic_id: Annotated[str, Meta(max_length=64)] | None = None
+    """The id of the topic the offset is in (as a group poll's ``positions`` give it):
+    refused (``unknown_topic_id``) if the topic of that name has another id now."""
 
 
 class CommitRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -56,6 +56,21 @@ class UnknownTopicError(LakelogError):
         self.topic = topic
 
 
+class UnknownTopicIdError(LakelogError):
+    """A request named a topic by an id it no longer has: the topic was deleted (and
+    maybe made again under its name, with a new id)."""
+
+    kafka_name = "UNKNOWN_TOPIC_ID"
+    code = "unknown_topic_id"
+    status = 404
+    error_code = 40403
+
+    def __init__(self, topic: str, topic_id: str) -> None:
+        super().__init__(f"topic {topic!r} has no id {topic_id!r}: it was deleted (and made "
+                         "again under its name); positions in the old one do not carry over")
+        self.topic = topic
+
+
 class UnknownPartitionError(LakelogError):
     kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
     code = "unknown_topic_or_partition"

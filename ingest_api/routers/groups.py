@@ -295,7 +295,8 @@ async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Respon
         return answer
     body = decode(await read_body(request, MAX_BODY), _commit)
     await state(request).groups.commit(group_id, body.member_id, body.member_epoch, [
-        (o.topic_name, o.partition_id, o.offset, o.metadata) for o in body.offsets])
+        (o.topic_name, o.partition_id, o.offset, o.metadata) for o in body.offsets],
+        topic_ids={o.topic_name: o.topic_id for o in body.offsets if o.topic_id is not None})
     return json_response({"offsets": [
         {"topic_name": o.topic_name, "partition_id": o.partition_id, "offset": o.offset}
         for o in body.offsets]})

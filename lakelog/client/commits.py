@@ -26,6 +26,8 @@ class OffsetCommits(GroupMember):
 
     # Set by the Consumer, with its other state:
     _commit_lock: threading.Lock
+    _topic_ids: dict[str, str]
+    """Each topic's id as the latest poll gave it."""
     _last_commit: float
     """When the latest commit started (auto-commit waits ``auto_commit_interval_ms``)."""
 
@@ -57,7 +59,12 @@ class OffsetCommits(GroupMember):
                 self._commit(offsets)
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        body = [{"topic_name": tp.topic, "partition_id": tp.partition, "offset": off}
+        with self._lock:
+            ids = dict(self._topic_ids)
+        # With the topic's id as the polls gave it: the server refuses an offset in a topic
+        # deleted (and made again) since (``unknown_topic_id``).
+        body = [{"topic_name": tp.topic, "partition_id": tp.partition, "offset": off,
+                 **({"topic_id": ids[tp.topic]} if tp.topic in ids else {})}
                 for tp, off in sorted(offsets.items())]
         for _ in range(3):
             with self._lock:

@@ -112,6 +112,7 @@ class Consumer(OffsetCommits):
         self.on_assign = on_assign
         self.on_revoke = on_revoke
         self._commit_lock = threading.Lock()
+        self._topic_ids: dict[str, str] = {}
         self._last_commit = time.monotonic()
         self.polled_member_id: str | None = None
         """The member id the latest request read as."""
@@ -249,6 +250,14 @@ class Consumer(OffsetCommits):
         not skip what came to it meanwhile."""
         busy = {c.tp for c in answer.chunks} | set(partitions_of(self._fetcher.buffered()))
         with self._lock:
+            for topic, topic_id in answer.topic_ids.items():
+                if self._topic_ids.get(topic, topic_id) != topic_id:
+                    # Deleted and made again: where this client was in the old topic means
+                    # nothing in the new one, and must not be committed to it.
+                    for known in (self._positions, self._processed):
+                        for tp in [tp for tp in known if tp.topic == topic and tp not in busy]:
+                            del known[tp]
+                self._topic_ids[topic] = topic_id
             for tp, offset in answer.positions.items():
                 if tp in assigned and tp not in busy and offset > self._positions.get(tp, -1):
                     self._positions[tp] = offset

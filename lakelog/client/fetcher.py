@@ -67,6 +67,8 @@ class Answer:
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     """The server's position in each assigned partition after the answer (the last
     follow-up's): what ``commit`` commits for a partition that returned nothing."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """The id of each topic of ``positions`` (a new one: deleted and made again)."""
 
 
 @dataclass(slots=True)
@@ -82,11 +84,17 @@ class Chunk:
     data_bytes: int
 
 
-def positions_of(schema: pa.Schema) -> dict[TopicPartition, int]:
-    """The positions a group poll's answer carries in its schema's metadata (none from a
-    server before they did)."""
+def positions_of(schema: pa.Schema) -> tuple[dict[TopicPartition, int], dict[str, str]]:
+    """The positions a group poll's answer carries in its schema's metadata, and their
+    topics' ids (none from a server before they did)."""
     raw = (schema.metadata or {}).get(POSITIONS)
-    return {TopicPartition(t, p): o for t, p, o in json.loads(raw)} if raw else {}
+    positions: dict[TopicPartition, int] = {}
+    ids: dict[str, str] = {}
+    for t, p, o, *topic_id in json.loads(raw) if raw else ():
+        positions[TopicPartition(t, p)] = o
+        if topic_id and topic_id[0] is not None:
+            ids[t] = topic_id[0]
+    return positions, ids
 
 
 def chunks_of(batches: Iterable[pa.RecordBatch]) -> list[Chunk]:
@@ -231,7 +239,7 @@ class Fetcher:
             if s.fetch_min_bytes <= 1:  # this is the whole answer: chain before decoding it
                 self._chain(member_id, number)
             reader = pa.ipc.open_stream(pa.py_buffer(r.content))
-            answer.positions = positions_of(reader.schema)
+            answer.positions, answer.topic_ids = positions_of(reader.schema)
             chunks = chunks_of(reader)
             answer.chunks += chunks
             answer.records += sum(c.batch.num_rows for c in chunks)

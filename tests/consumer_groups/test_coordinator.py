@@ -18,6 +18,7 @@ from consumer_groups.errors import (
     StaleMemberEpochError,
     UnknownMemberError,
 )
+from consumer_groups.lag import all_group_lag
 from consumer_groups.offsets import OffsetStore
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
 
@@ -232,6 +233,9 @@ def test_offsets_committed_before_their_topic_was_made_are_not_the_new_topics(
         assert c.committed("g") != {}
         created["t"] = committed.commit_ms + 60_000
         assert c.committed("g") == {}
+        # Where a member starts and what lag counts from read it the same way.
+        assert c.committed_offset("g", ("t", 0)) is None
+        assert list(all_group_lag(c, lambda _t, _p: None)) == []
         # A commit to the new topic is the group's.
         created["t"] = committed.commit_ms - 5
         assert list(c.committed("g")) == [("t", 0)]

@@ -55,8 +55,10 @@ def test_a_quiet_partitions_position_is_committed_and_a_latest_restart_reads_it(
         r = c.post(f"/consumer-groups/{group}-json/members", json={"topics": [topic]})
         member = r.json()["member_id"]
         r = c.get(f"/consumer-groups/{group}-json/members/{member}/records")
+        topic_id = c.get(f"/topics/{topic}").json()["topic_id"]
         assert r.json()["positions"] == [
-            {"topic_name": topic, "partition_id": p, "offset": o} for p, o in ((0, 3), (1, 0))]
+            {"topic_name": topic, "partition_id": p, "offset": o, "topic_id": topic_id}
+            for p, o in ((0, 3), (1, 0))]
     _produce(server, topic, 1, 4, "meanwhile")  # to the quiet partition, no member there
     with Consumer(server.url, group, [topic], auto_offset_reset="latest", format="STRING",
                   session_timeout_ms=6_000) as consumer:
@@ -92,3 +94,37 @@ def test_a_program_ends_without_waiting_for_a_long_poll_in_flight(
     assert out.returncode == 0, out.stderr
     closed = float(out.stdout.strip())
     assert ended - closed < 5, f"the program took {ended - closed:.1f} s to end after its last poll"
+
+
+def test_a_member_of_a_topic_deleted_and_made_again_reads_the_new_one_from_its_start(
+        server: ServerProcess) -> None:
+    """A live consumer read 5 records of a topic and committed; the topic is deleted and
+    made again under its name while the consumer stays (its assignment looks the same)
+    and 8 records come. It reads all 8 and commits 8, and nothing of the old topic's
+    positions reaches the new one (found by review: it got the last 3 and committed 8
+    on top of the old position)."""
+    make_topic(server, "remade", 1)
+    _produce(server, "remade", 0, 5, "old")
+    with Consumer(server.url, "stays", ["remade"], auto_offset_reset="earliest",
+                  format="STRING", session_timeout_ms=30_000, enable_auto_commit=True,
+                  auto_commit_interval_ms=100) as consumer:
+        got = _poll_until(consumer, lambda got: len(got) == 5, "the old topic")
+        consumer.commit()
+        with server.client() as c:
+            old_id = c.get("/topics/remade").json()["topic_id"]
+            assert c.delete("/topics/remade").status_code == 204
+            assert c.post("/topics", json={"topic_name": "remade"}).status_code == 201
+            assert c.get("/consumer-groups/stays/offsets").json()["offsets"] == []
+        _produce(server, "remade", 0, 8, "new")
+        got = _poll_until(consumer, lambda got: len(got) >= 8, "the new topic")
+        assert got == [(0, f"new{i}") for i in range(8)]
+        consumer.commit()
+        with server.client() as c:
+            offsets = c.get("/consumer-groups/stays/offsets").json()["offsets"]
+            assert [o["offset"] for o in offsets] == [8]
+            # An offset given with the old topic's id is refused.
+            r = c.post("/consumer-groups/stays/offsets", json={
+                "member_id": consumer.member_id, "member_epoch": consumer.member_epoch,
+                "offsets": [{"topic_name": "remade", "partition_id": 0, "offset": 5,
+                             "topic_id": old_id}]})
+            assert r.status_code == 404 and r.json()["error"] == "unknown_topic_id", r.text
