@@ -16,6 +16,8 @@ from log_tables.errors import LakelogError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import httpx
+
     from lakelog.client import AdminClient
     from lakelog.profile import ApiKey
 
@@ -127,6 +129,8 @@ def refused_everywhere(url: str, for_s: float = REFUSED_FOR_S) -> None:
     addresses = []
     for u in urls:
         parsed = httpx.URL(u)
+        if _proxied(parsed):
+            return  # a proxy carries the requests: a refused direct connection says nothing
         addresses.append((parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)))
     deadline = time.monotonic() + for_s
     while True:
@@ -146,6 +150,13 @@ def refused_everywhere(url: str, for_s: float = REFUSED_FOR_S) -> None:
         f"no server at {where}: every connection was refused for {for_s:g} s. Start one "
         "with `lakelog serve` (a cluster: `lakelog cluster up`), or name the server with "
         "--url or LAKELOG_URL")
+
+
+def _proxied(url: httpx.URL) -> bool:
+    import urllib.request
+
+    proxies = urllib.request.getproxies()
+    return url.scheme in proxies and not urllib.request.proxy_bypass(url.host)
 
 
 def retry_setting() -> str:

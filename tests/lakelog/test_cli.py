@@ -574,3 +574,22 @@ def test_help_shows_what_a_user_types() -> None:
                                                                    consume)
     reset = runner.invoke(app, ["groups", "reset-offsets", "--help"], terminal_width=200).output
     assert re.search(r"reset-offsets \[OPTIONS\] GROUP", reset), reset
+
+
+def test_the_no_server_check_stands_aside_where_a_proxy_carries_the_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a proxy a refused direct connection says nothing about the server: the
+    client's own retries (through the proxy) decide."""
+    from lakelog.cli.root import refused_everywhere
+    from log_tables.errors import LakelogError
+    from tests.ports import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
+    refused_everywhere(url, for_s=0.3)  # no error: the proxy's business
+    monkeypatch.delenv("http_proxy")
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    with pytest.raises(LakelogError, match="no server at"):
+        refused_everywhere(url, for_s=0.3)
