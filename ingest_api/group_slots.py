@@ -55,7 +55,7 @@ class GroupSlots:
 
         def changed(kind: str, name: str) -> None:  # on the view's thread
             if kind == "topic-deleted":
-                loop.call_soon_threadsafe(self._deleted_topics.append, name)
+                loop.call_soon_threadsafe(self._topic_deleted, name)
             loop.call_soon_threadsafe(self._wake.set)
 
         self.link.broker.view.listeners.append(changed)
@@ -81,13 +81,22 @@ class GroupSlots:
             except Exception:
                 log.exception("loading or unloading coordinator slots failed; trying again")
 
+    def _topic_deleted(self, name: str) -> None:  # on the loop: the list of the moment
+        self._deleted_topics.append(name)
+
     async def forget_deleted_topics(self) -> None:
         """Delete the committed offsets of topics deleted in the cluster, of the groups
         coordinated here (every broker hears of a deletion and does its own groups)."""
-        while self._deleted_topics:
-            topic = self._deleted_topics[0]
-            gone = await self.groups.forget_topic(topic)
-            self._deleted_topics.pop(0)
+        pending, self._deleted_topics = self._deleted_topics, []
+        for i, topic in enumerate(pending):
+            try:
+                gone = await self.groups.forget_topic(topic)
+            except Exception:
+                # Tried again at the next pass, behind any deleted meanwhile; the others
+                # of this pass go on (one failing topic holds up none of them).
+                log.exception("deleting the offsets of deleted topic %s failed", topic)
+                self._deleted_topics.extend(pending[i:i + 1])
+                continue
             if gone:
                 log.info("topic %s was deleted: %d committed offset(s) of it deleted", topic, gone)
 
