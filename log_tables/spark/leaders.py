@@ -16,13 +16,14 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from log_tables.cold.topic_reader import PartitionBounds
-from log_tables.errors import LakelogError
+from log_tables.errors import BrokerNotAvailableError, LakelogError
 from log_tables.spark.tails import (
     CLUSTER,
     RETRY_S,
     RetriableStatus,
     TailSource,
     checked_get,
+    first_answer,
     message_of,
 )
 
@@ -94,13 +95,24 @@ def _partitions(http: httpx.Client, url: str, topic: str, urls: dict[int, str]
 
 
 def leader_offset_for_timestamp(source: TailSource, leader: LeaderBound, topic: str,
-                                partition: int, timestamp_ms: int) -> int | None:
+                                partition: int, timestamp_ms: int, retry_s: float = RETRY_S
+                                ) -> int | None:
     """Kafka's ListOffsets by time, as the partition's leader answers it (None: no record
-    that late)."""
+    that late). A leader that does not answer (or answers a retriable status): the data
+    directory's broker, which forwards; both asked again for ``retry_s``, then
+    BrokerNotAvailableError, as a task's fetch."""
+    urls = list(dict.fromkeys(u for u in (leader.leader_url, source.url) if u))
     path = f"{CLUSTER}/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
+    deadline = time.monotonic() + retry_s
     with source.client() as http:
-        r = checked_get(http, (leader.leader_url or source.url) + path,
-                        params={"spec": "timestamp", "timestamp": timestamp_ms})
+        while isinstance(answer := first_answer(
+                http, urls, path, params={"spec": "timestamp", "timestamp": timestamp_ms}), str):
+            if time.monotonic() > deadline:
+                raise BrokerNotAvailableError(
+                    f"{topic}-{partition}: the offset for timestamp {timestamp_ms} could not "
+                    f"be asked of its leader within {retry_s:g}s ({answer}); try again")
+            time.sleep(0.1)
+    r = answer[1]
     if r.status_code != 200:
         raise LakelogError(f"{topic}-{partition}: the offset for a timestamp answered "
                            f"{r.status_code} ({message_of(r)})")

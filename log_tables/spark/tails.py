@@ -128,6 +128,19 @@ def checked_get(http: httpx.Client, url: str, **kwargs: object) -> httpx.Respons
     return r
 
 
+def first_answer(http: httpx.Client, urls: list[str], path: str, **kwargs: object
+                 ) -> tuple[str, httpx.Response] | str:
+    """(url, answer) of the first of ``urls`` to answer ``GET path`` with neither a
+    connection failure nor a retriable status; else why none did."""
+    why = "no broker to ask"
+    for url in urls:
+        try:
+            return url, checked_get(http, url + path, **kwargs)
+        except (httpx.TransportError, RetriableStatus) as exc:
+            why = f"{url}: {exc or type(exc).__name__}"
+    return why
+
+
 def message_of(r: httpx.Response) -> str:
     """The ``message`` of an error body, else the start of its text."""
     try:
@@ -168,17 +181,13 @@ def fetch_range(source: TailSource, leader_url: str | None, topic: str, partitio
     with source.client(TIMEOUT_S + FETCH_WAIT_MS / 1000) as http:
         while position < end:
             got: tuple[list[pa.RecordBatch], int] | int | None = None
-            why = ""
-            for url in urls:
-                try:
-                    r = checked_get(http, url + path, headers={"Accept": ARROW_STREAM}, params={
-                        "offset": position, "max_records": min(MAX_RECORDS, end - position),
-                        "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS})
-                except (httpx.TransportError, RetriableStatus) as exc:
-                    why = f"{url}: {exc or type(exc).__name__}"
-                    continue
-                got = _answer(r, url, topic, partition, position, fail_on_data_loss)
-                break
+            answer = first_answer(http, urls, path, headers={"Accept": ARROW_STREAM}, params={
+                "offset": position, "max_records": min(MAX_RECORDS, end - position),
+                "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS})
+            why = answer if isinstance(answer, str) else ""
+            if not isinstance(answer, str):
+                got = _answer(answer[1], answer[0], topic, partition, position,
+                              fail_on_data_loss)
             if isinstance(got, int):  # a damaged batch skipped
                 position, deadline = got, None
                 continue

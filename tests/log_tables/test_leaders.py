@@ -1,0 +1,92 @@
+"""``log_tables.spark.leaders``: what the driver asks the brokers before a read plans,
+and every way that asking can fail. The brokers here are stand-ins on real sockets
+(``Stub``): the statuses they answer (a 503 on demand, a 403 for one topic) cannot be
+had from a real broker at will; the real cluster is ``tests/cluster/test_spark_tails.py``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from log_tables.errors import BrokerNotAvailableError
+from log_tables.spark.leaders import LeaderBound, leader_offset_for_timestamp
+from log_tables.spark.tails import CLUSTER, TailSource
+
+DEAD = "http://127.0.0.1:1"
+"""Where nothing listens: every connection is refused."""
+OFFSETS = f"{CLUSTER}/topics/t/partitions/0/offsets"
+
+
+class Stub:
+    """A broker stand-in: each path answers its queued (status, body) in turn, the last
+    one again (404 for a path without answers); every request's path and headers kept."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                stub.requests.append((path, dict(self.headers)))
+                queue = stub.answers.get(path) or [(404, {"message": "no such path"})]
+                status, body = queue.pop(0) if len(queue) > 1 else queue[0]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.requests]
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    s = Stub()
+    s.thread.start()
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+    s.thread.join(5)
+
+
+def test_an_offset_for_a_timestamp_is_asked_again_through_retriable_answers(
+        stub: Stub) -> None:
+    stub.answers[OFFSETS] = [(503, {"message": "loading"}), (429, {"message": "slow down"}),
+                             (421, {"message": "not the leader"}), (200, {"offset": 42})]
+    leader = LeaderBound(2, stub.url, 0, 100, 0)
+    assert leader_offset_for_timestamp(TailSource(stub.url), leader, "t", 0, 1000) == 42
+    assert stub.paths() == [OFFSETS] * 4
+
+
+def test_a_leader_that_does_not_answer_is_asked_through_the_data_directory_s_broker(
+        stub: Stub) -> None:
+    stub.answers[OFFSETS] = [(200, {"offset": 7})]
+    leader = LeaderBound(2, DEAD, 0, 100, 0)
+    assert leader_offset_for_timestamp(TailSource(stub.url), leader, "t", 0, 1000) == 7
+
+
+def test_an_offset_no_broker_answers_for_is_lakelog_s_broker_not_available(
+        stub: Stub) -> None:
+    stub.answers[OFFSETS] = [(503, {"message": "loading"})]
+    for source in (TailSource(DEAD), TailSource(stub.url)):
+        with pytest.raises(BrokerNotAvailableError,
+                           match=r"could not be asked of its leader within 0\.3s") as caught:
+            leader_offset_for_timestamp(source, LeaderBound(2, DEAD, 0, 100, 0), "t", 0, 1000,
+                                        retry_s=0.3)
+        assert caught.value.retriable
