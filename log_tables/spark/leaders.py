@@ -19,6 +19,7 @@ from log_tables.cold.topic_reader import PartitionBounds
 from log_tables.errors import BrokerNotAvailableError, LakelogError
 from log_tables.spark.tails import (
     CLUSTER,
+    LOCAL_ONLY,
     RETRY_S,
     RetriableStatus,
     TailSource,
@@ -46,20 +47,24 @@ def leader_bounds(source: TailSource, topics: Iterable[str]
                   ) -> dict[str, dict[int, LeaderBound]] | None:
     """Per topic and partition, its leader and the leader's log start, high watermark and
     hot bytes; None (with a warning) when the data directory's broker does not answer."""
+    try:
+        client = source.client()
+    except LakelogError as exc:  # a CA bundle that is not one
+        log.warning("%s: %s", exc.message, LOCAL_ONLY)
+        return None
     deadline = time.monotonic() + RETRY_S / 6
-    while True:
-        try:
-            with source.client() as http:
+    with client as http:
+        while True:
+            try:
                 urls = _broker_urls(http, source.url)
                 return {topic: _partitions(http, source.url, topic, urls) for topic in topics}
-        except (httpx.TransportError, RetriableStatus) as exc:
-            if time.monotonic() < deadline and isinstance(exc, RetriableStatus):
-                time.sleep(0.2)
-                continue
-            log.warning("the broker of this data directory (%s) did not answer (%s): reading "
-                        "only the partitions' tails held here and the Delta tier", source.url,
-                        exc)
-            return None
+            except (httpx.TransportError, RetriableStatus) as exc:
+                if time.monotonic() < deadline and isinstance(exc, RetriableStatus):
+                    time.sleep(0.2)
+                    continue
+                log.warning("the broker of this data directory (%s) did not answer (%s): %s",
+                            source.url, exc, LOCAL_ONLY)
+                return None
 
 
 def merged(bounds: PartitionBounds, leader: LeaderBound | None) -> PartitionBounds:

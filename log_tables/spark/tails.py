@@ -55,7 +55,7 @@ from log_tables.errors import (
     OffsetOutOfRangeError,
 )
 from log_tables.layout import Layout
-from log_tables.leadership import read_broker_address
+from log_tables.leadership import CLUSTER_FILE, read_broker_address
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,9 @@ leader's starts where it was as a follower, and rises as its followers fetch).""
 RETRY_S = 30.0
 """How long a read keeps asking while leaders move or do not answer before it fails."""
 TIMEOUT_S = 10.0
+MAX_CA_BYTES = 1024 * 1024
+"""A CA bundle larger than this is refused (it travels to every task)."""
+LOCAL_ONLY = "reading only the partitions' tails held here and the Delta tier"
 RETRIABLE_STATUSES = (421, 429, 502, 503, 504)
 
 
@@ -82,33 +85,53 @@ class TailSource:
     brokers (picklable: Spark ships it to the tasks inside the reader)."""
 
     url: str
-    verify: str | bool = True
-    """A CA bundle's path, or True for the system's CAs."""
+    ca_pem: str | None = field(default=None, repr=False)
+    """The brokers' CA bundle itself (PEM), read where the read is planned: a task on
+    another machine needs no file at the path ``cluster.json`` names; None: the system's
+    CAs."""
     api_key: str | None = field(default=None, repr=False)
     """``<key id>:<secret>``; None: send none."""
 
     def client(self, timeout_s: float = TIMEOUT_S) -> httpx.Client:
+        """A client for the brokers; a LakelogError when the CA bundle is not one."""
         key_id, sep, secret = (self.api_key or "").partition(":")
         # A context is made here, in the task: it does not pickle (and httpx deprecates paths).
-        verify = ssl.create_default_context(cafile=self.verify) \
-            if isinstance(self.verify, str) else self.verify
+        try:
+            verify: ssl.SSLContext | bool = True if self.ca_pem is None else \
+                ssl.create_default_context(cadata=self.ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            raise LakelogError(f"the CA bundle for {self.url} holds no usable certificate "
+                               f"({exc})") from exc
         return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), verify=verify,
                             auth=httpx.BasicAuth(key_id, secret) if sep else None)
 
 
 def tail_source(layout: Layout) -> TailSource | None:
     """How to reach the brokers from ``layout``'s data directory; None when it is not a
-    cluster broker's (or its broker wrote no address yet)."""
+    cluster broker's (or its broker wrote no address yet), or (with a warning) when the
+    CA bundle it names cannot be read here."""
     address = read_broker_address(Path(layout.data_dir))
     if address is None:
         return None
+    ca_pem = None
+    if address.tls_ca is not None:
+        try:
+            with open(address.tls_ca, "rb") as f:
+                data = f.read(MAX_CA_BYTES + 1)
+            if len(data) > MAX_CA_BYTES or not data.strip():
+                raise ValueError(f"empty, or over {MAX_CA_BYTES} bytes")
+            ca_pem = data.decode("ascii")
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            log.warning("the brokers' CA bundle %s (named in %s) cannot be read here (%s): "
+                        "%s", address.tls_ca, CLUSTER_FILE, exc, LOCAL_ONLY)
+            return None
     key = os.environ.get("LAKELOG_API_KEY") or None
     if key is None:
         try:
             key = (Path(layout.data_dir) / BROKER_KEY).read_text().strip() or None
         except OSError:
             key = None  # authentication off, or a file this user may not read
-    return TailSource(address.url, address.tls_ca or True, key)
+    return TailSource(address.url, ca_pem, key)
 
 
 class RetriableStatus(Exception):

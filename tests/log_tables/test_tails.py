@@ -14,11 +14,14 @@ import pytest
 
 from lakelog.client import Producer
 from log_tables.cold.topic_reader import SPARK_SCHEMA, PartitionBounds, read_range
+from log_tables.errors import LakelogError
 from log_tables.layout import Layout
 from log_tables.leadership import write_cluster_id
 from log_tables.spark.leaders import LeaderBound, leader_bounds, merged
 from log_tables.spark.tails import BROKER_KEY, TailSource, fetch_range, tail_source
 from tests.server import ServerProcess
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
 def test_a_broker_s_data_directory_names_its_url_and_key(
@@ -28,8 +31,10 @@ def test_a_broker_s_data_directory_names_its_url_and_key(
     assert tail_source(layout) is None  # a cluster of one: no cluster.json
     write_cluster_id(tmp_path, "c1", 2)
     assert tail_source(layout) is None  # written before brokers gave their address
-    write_cluster_id(tmp_path, "c1", 2, "https://b2:8443", "/etc/ca.pem")
-    assert tail_source(layout) == TailSource("https://b2:8443", "/etc/ca.pem", None)
+    (tmp_path / "ca.pem").write_text(CA_PEM)
+    write_cluster_id(tmp_path, "c1", 2, "https://b2:8443", str(tmp_path / "ca.pem"))
+    # the bundle itself travels to the tasks, not its path (none there on another machine)
+    assert tail_source(layout) == TailSource("https://b2:8443", CA_PEM, None)
     (tmp_path / BROKER_KEY).parent.mkdir()
     (tmp_path / BROKER_KEY).write_text("llk_b2:s3cret\n")
     source = tail_source(layout)
@@ -53,6 +58,33 @@ def test_a_broker_that_does_not_answer_leaves_the_read_local(
     with caplog.at_level(logging.WARNING):
         assert leader_bounds(TailSource("http://127.0.0.1:1"), ["t"]) is None
     assert "did not answer" in caplog.text
+
+
+def test_a_ca_bundle_that_cannot_be_used_here_leaves_the_read_local(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """cluster.json names a CA bundle at a path the reading machine lacks, or a file that
+    holds no certificate: the read holds what the data directory holds, with a warning."""
+    layout = Layout.of(tmp_path)
+
+    def leaders() -> object:
+        source = tail_source(layout)
+        return None if source is None else leader_bounds(source, ["t"])
+
+    write_cluster_id(tmp_path, "c1", 2, "https://127.0.0.1:1", str(tmp_path / "gone.pem"))
+    with caplog.at_level(logging.WARNING):
+        assert leaders() is None
+    assert "gone.pem (named in cluster.json) cannot be read here" in caplog.text
+    assert "reading only the partitions' tails held here" in caplog.text
+    caplog.clear()
+    (tmp_path / "not-a-ca.pem").write_text("not a certificate\n")
+    write_cluster_id(tmp_path, "c1", 2, "https://127.0.0.1:1", str(tmp_path / "not-a-ca.pem"))
+    with caplog.at_level(logging.WARNING):
+        assert leaders() is None
+    assert "holds no usable certificate" in caplog.text
+    # a task given such a bundle says so in lakelog's terms, not as an ssl.SSLError
+    with pytest.raises(LakelogError, match="holds no usable certificate"):
+        list(fetch_range(TailSource("https://127.0.0.1:1", "not a certificate"), None,
+                         "t", 0, 0, 10))
 
 
 @pytest.mark.slow
@@ -83,9 +115,10 @@ def test_fetched_records_equal_the_local_ones_cut_at_the_end(tmp_path: Path) -> 
                     producer.flush(30)  # several stored batches
             producer.flush(30)
         assert leader_bounds(TailSource(server.url), ["t"]) is None  # the CA is not trusted
-        source = TailSource(server.url, str(ca_path))
+        source = TailSource(server.url, ca_path.read_text())
         bounds = leader_bounds(source, ["t"])
         assert bounds is not None and bounds["t"][0].high_watermark == 2500
+        ca_path.unlink()  # as on an executor without the file: the source carries the bundle
         got = list(fetch_range(source, None, "t", 0, 10, 2345))
         assert all(rb.schema == SPARK_SCHEMA for rb in got)
         local = list(read_range(Layout.of(tmp_path / "data"), "t", 0, 10, 2345))
