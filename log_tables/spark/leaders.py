@@ -46,7 +46,11 @@ class LeaderBound(NamedTuple):
 def leader_bounds(source: TailSource, topics: Iterable[str]
                   ) -> dict[str, dict[int, LeaderBound]] | None:
     """Per topic and partition, its leader and the leader's log start, high watermark and
-    hot bytes; None (with a warning) when the data directory's broker does not answer."""
+    hot bytes; None (with a warning) when the data directory's broker does not answer.
+
+    A topic whose partitions it does not answer (401/403: a ``LAKELOG_API_KEY`` that may
+    not describe it, which outranks the broker's key) is left out, with a warning: its
+    leaders are unknown, and it is read from what this data directory holds."""
     try:
         client = source.client()
     except LakelogError as exc:  # a CA bundle that is not one
@@ -57,7 +61,16 @@ def leader_bounds(source: TailSource, topics: Iterable[str]
         while True:
             try:
                 urls = _broker_urls(http, source.url)
-                return {topic: _partitions(http, source.url, topic, urls) for topic in topics}
+                found: dict[str, dict[int, LeaderBound]] = {}
+                for topic in topics:
+                    try:
+                        found[topic] = _partitions(http, source.url, topic, urls)
+                    except LakelogError as exc:
+                        log.warning("%s: %s, for topic %s", exc.message, LOCAL_ONLY, topic)
+                return found
+            except LakelogError as exc:  # the brokers' list refused: a key it does not know
+                log.warning("%s: %s", exc.message, LOCAL_ONLY)
+                return None
             except (httpx.TransportError, RetriableStatus) as exc:
                 if time.monotonic() < deadline and isinstance(exc, RetriableStatus):
                     time.sleep(0.2)

@@ -9,6 +9,7 @@ Each test prints what it measured (``measured: ...``; run with ``-s`` to see the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from lakelog.views import register_views
 from lakelog.zookeeper import ZooKeeperServer
 from log_tables.cold.topic_reader import hot_end_offset
 from log_tables.layout import Layout
-from log_tables.spark.read import read_topic
+from log_tables.spark.read import partition_rows, read_topic
 from log_tables.spark.session import attach
 from tests.cluster.harness import Cluster, three_brokers, wait_for
 
@@ -181,3 +182,33 @@ def test_a_record_is_in_every_broker_s_read_as_soon_as_it_is_acknowledged(
             assert value in values, f"broker {i}, partition {p} (led by {replicas[p]})"
     measured("from an acknowledgement to a read_topic on a broker without a replica that "
              "holds it (the read's own time; max)", max(lags))
+
+
+def test_a_key_that_may_not_describe_a_topic_leaves_only_that_topic_local(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """LAKELOG_API_KEY outranks the broker's key: with alice's, who may describe and consume
+    one topic of two, the ``partitions`` rows on broker 1's data directory (what
+    register_views shows) hold hers at her partitions' leaders' high watermarks and the
+    other as broker 1 holds it, with a warning. Before, the 403 failed them all."""
+    replicas = {t: _create(cluster, t, 1) for t in ("tails-hers", "tails-not-hers")}
+    for topic in replicas:
+        _produce(cluster, topic, 5, topic)
+    with cluster.http(1) as admin:
+        alice = admin.post("/api-keys", json={"principal": "alice"}).json()
+        for operation in ("describe", "consume"):
+            r = admin.post("/acls", json={"principal": "alice", "operation": operation,
+                                          "resource_type": "topic", "resource_name": "tails-hers"})
+            assert r.status_code == 201, r.text
+    auth = (alice["key_id"], alice["secret"])
+    wait_for(lambda: cluster.get(1, "/topics/tails-hers/partitions", auth=auth).status_code
+             == 200, "broker 1 knowing alice's key and ACLs")
+    monkeypatch.setenv("LAKELOG_API_KEY", ":".join(auth))
+    layout = Layout.of(cluster.brokers.servers[1].data_dir, cluster.brokers.warehouse)
+    with caplog.at_level(logging.WARNING):
+        rows = partition_rows(layout)
+    ends = {(r[0], r[1]): r[3] for r in rows}
+    assert [ends["tails-hers", p] for p in range(PARTITIONS)] == [5] * PARTITIONS
+    assert [ends["tails-not-hers", p] for p in range(PARTITIONS)] == [
+        5 if 1 in held_by else 0 for held_by in replicas["tails-not-hers"]]
+    assert "answered 403" in caplog.text and "for topic tails-not-hers" in caplog.text

@@ -6,6 +6,7 @@ had from a real broker at will; the real cluster is ``tests/cluster/test_spark_t
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,12 +15,24 @@ from typing import Any
 import pytest
 
 from log_tables.errors import BrokerNotAvailableError
-from log_tables.spark.leaders import LeaderBound, leader_offset_for_timestamp
+from log_tables.spark.leaders import LeaderBound, leader_bounds, leader_offset_for_timestamp
 from log_tables.spark.tails import CLUSTER, TailSource
 
 DEAD = "http://127.0.0.1:1"
 """Where nothing listens: every connection is refused."""
 OFFSETS = f"{CLUSTER}/topics/t/partitions/0/offsets"
+BROKERS = f"{CLUSTER}/brokers"
+BROKER_2 = {"broker_id": 2, "host": "127.0.0.1", "port": 9002}
+
+
+def partitions(topic: str) -> str:
+    return f"{CLUSTER}/topics/{topic}/partitions"
+
+
+def led_by_2(high_watermark: int) -> dict[str, Any]:
+    """A partitions answer: partition 0, led by broker 2."""
+    return {"data": [{"partition_id": 0, "leader_id": 2, "log_start_offset": 0,
+                      "high_watermark": high_watermark, "size_bytes": 10 * high_watermark}]}
 
 
 class Stub:
@@ -90,3 +103,30 @@ def test_an_offset_no_broker_answers_for_is_lakelog_s_broker_not_available(
             leader_offset_for_timestamp(source, LeaderBound(2, DEAD, 0, 100, 0), "t", 0, 1000,
                                         retry_s=0.3)
         assert caught.value.retriable
+
+
+def test_a_topic_the_key_may_not_describe_is_read_locally_and_the_others_from_leaders(
+        stub: Stub, caplog: pytest.LogCaptureFixture) -> None:
+    """A LAKELOG_API_KEY (which outranks the broker's key) that may describe one topic of
+    two: the other's leaders are unknown (read locally, with a warning), not a failure of
+    every topic's read; a key the broker does not know at all leaves the whole read local."""
+    stub.answers[BROKERS] = [(200, {"data": [BROKER_2]})]
+    stub.answers[partitions("hers")] = [(200, led_by_2(9))]
+    stub.answers[partitions("not-hers")] = [
+        (403, {"message": "principal 'alice' may not describe topic 'not-hers'"})]
+    stub.answers[partitions("gone-wrong")] = [(500, {"message": "boom"})]
+    source = TailSource(stub.url, api_key="alice:pw")
+    with caplog.at_level(logging.WARNING):
+        found = leader_bounds(source, ["hers", "not-hers", "gone-wrong"])
+    assert found == {"hers": {0: LeaderBound(2, "http://127.0.0.1:9002", 0, 9, 90)}}
+    assert "answered 403 (principal 'alice' may not describe topic 'not-hers'): reading the " \
+        "tails of partitions led by other brokers needs a key that may read them; lakelog " \
+        "uses LAKELOG_API_KEY, else the broker's own key" in caplog.text
+    assert "held here and the Delta tier, for topic not-hers" in caplog.text
+    assert "answered 500 (boom): reading only the partitions' tails held here and the Delta " \
+        "tier, for topic gone-wrong" in caplog.text
+    caplog.clear()
+    stub.answers[BROKERS] = [(401, {"message": "unknown API key"})]
+    with caplog.at_level(logging.WARNING):
+        assert leader_bounds(source, ["hers"]) is None
+    assert "answered 401 (unknown API key)" in caplog.text
