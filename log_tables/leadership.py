@@ -61,6 +61,8 @@ class BrokerAddress(NamedTuple):
     url: str
     tls_ca: str | None
     """The CA bundle (PEM path) its certificates are checked against; None: the system's."""
+    cluster_id: str
+    """The cluster it belongs to: a broker answering at ``url`` must be of it."""
 
 
 def read_broker_address(data_dir: Path) -> BrokerAddress | None:
@@ -72,4 +74,5 @@ def read_broker_address(data_dir: Path) -> BrokerAddress | None:
         return None
     if not doc.get("url"):
         return None
-    return BrokerAddress(int(doc["broker_id"]), str(doc["url"]), doc.get("tls_ca") or None)
+    return BrokerAddress(int(doc["broker_id"]), str(doc["url"]), doc.get("tls_ca") or None,
+                         str(doc["cluster_id"]))

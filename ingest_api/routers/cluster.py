@@ -120,7 +120,8 @@ async def list_broker_replicas(cluster_id: str, broker_id: BrokerId,
 
 @router.get("/healthz", tags=["ops"])
 async def healthz(request: Request) -> Response:
-    """Liveness and a summary: topics and partitions served. A broker of a cluster
+    """Liveness and a summary: topics and partitions served; a broker of a cluster adds
+    its id and its cluster's (readers beside it check they reach their own). It
     answers 503 (``"status": "starting"``) until it is first ready: registered, with a
     controller elected and its metadata loaded, so that a topic or a group asked for the
     moment every broker answers 200 is placed over all of them."""
@@ -130,7 +131,8 @@ async def healthz(request: Request) -> Response:
     if st.cluster is not None:  # a broker of a cluster: its id and its ZooKeeper lease
         broker = st.cluster.broker
         ready = broker.ready()
-        body.update(broker_id=broker.broker_id, controller=broker.controller.active,
+        body.update(broker_id=broker.broker_id, cluster_id=getattr(broker, "cluster_id", None),
+                    controller=broker.controller.active,
                     zookeeper_lease=broker.session.has_lease, ready=ready,
                     leads=sum(len(ps) for ps in broker.led_partitions().values()))
         if not ready:

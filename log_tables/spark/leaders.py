@@ -48,6 +48,10 @@ def leader_bounds(source: TailSource, topics: Iterable[str]
     """Per topic and partition, its leader and the leader's log start, high watermark and
     hot bytes; None (with a warning) when the data directory's broker does not answer.
 
+    The broker must be of the data directory's cluster (``/healthz``, asked without the
+    key, names it), else the read is local, with a warning: another cluster's broker (or
+    a server on its own) may have the address since.
+
     A topic whose partitions it does not answer (401/403: a ``LAKELOG_API_KEY`` that may
     not describe it, which outranks the broker's key) is left out, with a warning: its
     leaders are unknown, and it is read from what this data directory holds."""
@@ -60,6 +64,10 @@ def leader_bounds(source: TailSource, topics: Iterable[str]
     with client as http:
         while True:
             try:
+                other = _other_cluster(http, source)
+                if other is not None:
+                    log.warning("%s: %s", other, LOCAL_ONLY)
+                    return None
                 urls = _broker_urls(http, source.url)
                 found: dict[str, dict[int, LeaderBound]] = {}
                 for topic in topics:
@@ -88,6 +96,23 @@ def merged(bounds: PartitionBounds, leader: LeaderBound | None) -> PartitionBoun
     end = max(bounds.high_watermark, leader.high_watermark)
     start = min(max(bounds.log_start_offset, leader.log_start_offset), end)
     return bounds._replace(log_start_offset=start, high_watermark=end)
+
+
+def _other_cluster(http: httpx.Client, source: TailSource) -> str | None:
+    """Why the broker at ``source.url`` is not of the data directory's cluster (its
+    ``/healthz``, asked without the key, names another cluster or none); None when it is."""
+    if source.cluster_id is None:
+        return None
+    r = http.get(f"{source.url}/healthz", auth=None)  # the key goes to this cluster alone
+    try:
+        found = r.json().get("cluster_id")
+    except (ValueError, AttributeError):
+        found = None
+    if found == source.cluster_id:
+        return None
+    return (f"{source.url} answers for {f'cluster {found}' if found else 'no cluster'} "
+            f"(/healthz: {r.status_code}), not for this data directory's cluster "
+            f"{source.cluster_id} (cluster.json): another server now has its address?")
 
 
 def _broker_urls(http: httpx.Client, url: str) -> dict[int, str]:

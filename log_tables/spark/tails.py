@@ -91,6 +91,9 @@ class TailSource:
     CAs."""
     api_key: str | None = field(default=None, repr=False)
     """``<key id>:<secret>``; None: send none."""
+    cluster_id: str | None = None
+    """The cluster the broker at ``url`` must belong to (``cluster.json``'s); None: not
+    checked."""
 
     def client(self, timeout_s: float = TIMEOUT_S) -> httpx.Client:
         """A client for the brokers; a LakelogError when the CA bundle is not one."""
@@ -131,7 +134,7 @@ def tail_source(layout: Layout) -> TailSource | None:
             key = (Path(layout.data_dir) / BROKER_KEY).read_text().strip() or None
         except OSError:
             key = None  # authentication off, or a file this user may not read
-    return TailSource(address.url, ca_pem, key)
+    return TailSource(address.url, ca_pem, key, address.cluster_id)
 
 
 class RetriableStatus(Exception):

@@ -26,8 +26,11 @@ from lakelog.views import register_views
 from lakelog.zookeeper import ZooKeeperServer
 from log_tables.cold.topic_reader import hot_end_offset
 from log_tables.layout import Layout
+from log_tables.leadership import read_cluster_id, write_cluster_id
+from log_tables.spark.leaders import leader_bounds
 from log_tables.spark.read import partition_rows, read_topic
 from log_tables.spark.session import attach
+from log_tables.spark.tails import tail_source
 from tests.cluster.harness import Cluster, three_brokers, wait_for
 
 pytestmark = pytest.mark.slow
@@ -212,3 +215,29 @@ def test_a_key_that_may_not_describe_a_topic_leaves_only_that_topic_local(
     assert [ends["tails-not-hers", p] for p in range(PARTITIONS)] == [
         5 if 1 in held_by else 0 for held_by in replicas["tails-not-hers"]]
     assert "answered 403" in caplog.text and "for topic tails-not-hers" in caplog.text
+
+
+def test_a_broker_of_another_cluster_at_the_address_leaves_the_read_local(
+        cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A data directory whose cluster.json names broker 1's address under another cluster's
+    id (as when another cluster's broker took over the address): its reads stay local;
+    under this cluster's id, they ask broker 1."""
+    _create(cluster, "tails-whose", 1)
+    url = cluster.brokers.url(1)
+    mine = read_cluster_id(cluster.brokers.servers[1].data_dir)
+    assert mine is not None
+    (tmp_path / "security").mkdir()  # a key broker 1 takes: only the cluster id differs
+    (tmp_path / "security" / "broker.key").write_text(
+        (cluster.brokers.servers[1].data_dir / "security" / "broker.key").read_text())
+    write_cluster_id(tmp_path, "another-cluster", 1, url)
+    source = tail_source(Layout.of(tmp_path))
+    assert source is not None
+    with caplog.at_level(logging.WARNING):
+        assert leader_bounds(source, ["tails-whose"]) is None
+    assert f"{url} answers for cluster {mine} (/healthz: 200), not for this data " \
+        "directory's cluster another-cluster" in caplog.text
+    write_cluster_id(tmp_path, mine, 1, url)
+    source = tail_source(Layout.of(tmp_path))
+    assert source is not None
+    found = leader_bounds(source, ["tails-whose"])
+    assert found is not None and len(found["tails-whose"]) == PARTITIONS

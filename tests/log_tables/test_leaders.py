@@ -130,3 +130,25 @@ def test_a_topic_the_key_may_not_describe_is_read_locally_and_the_others_from_le
     with caplog.at_level(logging.WARNING):
         assert leader_bounds(source, ["hers"]) is None
     assert "answered 401 (unknown API key)" in caplog.text
+
+
+def test_a_broker_of_another_cluster_gets_no_key_and_leaves_the_read_local(
+        stub: Stub, caplog: pytest.LogCaptureFixture) -> None:
+    """cluster.json's address answered by a broker of another cluster, or by a server on
+    its own (no cluster): asked its /healthz without the key, and nothing more."""
+    stub.answers[BROKERS] = [(200, {"data": [BROKER_2]})]
+    stub.answers[partitions("t")] = [(200, led_by_2(9))]
+    source = TailSource(stub.url, api_key="alice:pw", cluster_id="c1")
+    for health in ({"status": "ok", "cluster_id": "c2"}, {"status": "ok"}):
+        stub.answers["/healthz"] = [(200, health)]
+        stub.requests.clear()
+        with caplog.at_level(logging.WARNING):
+            assert leader_bounds(source, ["t"]) is None
+        assert stub.paths() == ["/healthz"]
+        assert "authorization" not in {h.lower() for h in stub.requests[0][1]}
+    assert f"{stub.url} answers for cluster c2 (/healthz: 200), not for this data " \
+        "directory's cluster c1 (cluster.json)" in caplog.text
+    assert f"{stub.url} answers for no cluster" in caplog.text
+    stub.answers["/healthz"] = [(200, {"status": "ok", "cluster_id": "c1"})]
+    assert leader_bounds(source, ["t"]) == {
+        "t": {0: LeaderBound(2, "http://127.0.0.1:9002", 0, 9, 90)}}

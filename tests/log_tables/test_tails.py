@@ -34,7 +34,7 @@ def test_a_broker_s_data_directory_names_its_url_and_key(
     (tmp_path / "ca.pem").write_text(CA_PEM)
     write_cluster_id(tmp_path, "c1", 2, "https://b2:8443", str(tmp_path / "ca.pem"))
     # the bundle itself travels to the tasks, not its path (none there on another machine)
-    assert tail_source(layout) == TailSource("https://b2:8443", CA_PEM, None)
+    assert tail_source(layout) == TailSource("https://b2:8443", CA_PEM, None, "c1")
     (tmp_path / BROKER_KEY).parent.mkdir()
     (tmp_path / BROKER_KEY).write_text("llk_b2:s3cret\n")
     source = tail_source(layout)
