@@ -269,6 +269,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounds(self) -> tuple[Offsets, Offsets]:
         self.topics = _topics(self.options, self.layout)  # partitions may have been added
+        # cluster.json again at every plan: its broker rewrites it at every start (on
+        # another address, maybe), and a stream outlives the broker it started beside.
+        self.tails = tail_source(self.layout)
         starts, ends, hints = log_bounds(self.layout, self.topics, self.tails)
         self.hints.update(hints)
         return starts, ends

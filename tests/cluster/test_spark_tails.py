@@ -30,6 +30,7 @@ from log_tables.leadership import read_cluster_id, write_cluster_id
 from log_tables.spark.leaders import leader_bounds
 from log_tables.spark.read import partition_rows, read_topic
 from log_tables.spark.session import attach
+from log_tables.spark.source import _StreamReader
 from log_tables.spark.tails import tail_source
 from tests.cluster.harness import Cluster, three_brokers, wait_for
 
@@ -241,3 +242,27 @@ def test_a_broker_of_another_cluster_at_the_address_leaves_the_read_local(
     assert source is not None
     found = leader_bounds(source, ["tails-whose"])
     assert found is not None and len(found["tails-whose"]) == PARTITIONS
+
+
+def test_a_stream_follows_its_broker_to_a_new_address(cluster: Cluster) -> None:
+    """A stream's planner reads cluster.json again at every plan. Broker 1 restarted on
+    another address is stood in for by rewriting its cluster.json as that start would (a
+    test's broker restarts on its own port): one plan while the file names an address
+    where nothing answers (only what broker 1 holds), the next at the file's new address
+    (every partition to its leader's high watermark). Before, the stream kept the first."""
+    replicas = _create(cluster, "tails-moved", 1)
+    _produce(cluster, "tails-moved", 5, "m")
+    data_dir = cluster.brokers.servers[1].data_dir
+    written = (data_dir / "cluster.json").read_bytes()
+    mine = read_cluster_id(data_dir)
+    assert mine is not None
+    try:
+        write_cluster_id(data_dir, mine, 1, "http://127.0.0.1:1")
+        reader = _StreamReader({"subscribe": "tails-moved"},
+                               (str(data_dir), str(cluster.brokers.warehouse)))
+        held = {str(p): 5 if 1 in held_by else 0 for p, held_by in enumerate(replicas)}
+        assert reader._bounds()[1] == {"tails-moved": held}
+        (data_dir / "cluster.json").write_bytes(written)
+        assert reader._bounds()[1] == {"tails-moved": {str(p): 5 for p in range(PARTITIONS)}}
+    finally:
+        (data_dir / "cluster.json").write_bytes(written)
