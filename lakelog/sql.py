@@ -25,6 +25,8 @@ from log_tables.errors import LakelogError
 ENDPOINT_PROBE_S = 0.5
 ENDPOINT_START_WAIT_S = 180.0
 STARTING_HERE = "starting Spark in this process, which takes 30 s or more..."
+NOT_HERE = ("it was named (--connect, LAKELOG_SQL_CONNECT), so the query is not run on "
+            "--data-dir's data instead (--local does that)")
 
 
 def _plain(value: Any) -> Any:
@@ -85,9 +87,11 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
     The query goes to a SQL endpoint: ``connect`` (else ``LAKELOG_SQL_CONNECT``), else
     the one the server of ``data_dir`` runs (its address is in the endpoint's state file;
     one still starting is waited for). Without one (or with ``local``) Spark starts in
-    this process, as it does when the endpoint failed, fails to start or stops answering
-    (gRPC's UNAVAILABLE or CANCELLED: a query cut off is run again here). Both say so on
-    stderr.
+    this process, as it does when the server's endpoint failed, fails to start or stops
+    answering (gRPC's UNAVAILABLE or CANCELLED: a query cut off is run again here). Both
+    say so on stderr. An endpoint named by ``connect`` or ``LAKELOG_SQL_CONNECT`` (not the
+    server's own) that does not answer is a LakelogError: its data is not ``data_dir``'s,
+    so the query is not run here instead.
     """
     from lakelog.endpoint.client import EndpointUnavailable
     from lakelog.endpoint.state import read_state
@@ -107,6 +111,9 @@ def run_sql(query: str, data_dir: str | os.PathLike[str], warehouse: str | None,
                 try:
                     lines = list(_run_remote(remote, query, as_json, max_rows))
                 except EndpointUnavailable as exc:
+                    if target != own:
+                        raise LakelogError(f"the SQL endpoint at {target} does not answer "
+                                           f"({exc}); {NOT_HERE}") from None
                     _say(f"the SQL endpoint at {target} does not answer ({exc}); "
                          f"{STARTING_HERE}")
                 else:
@@ -145,7 +152,9 @@ def _endpoint(target: str, state: dict[str, Any] | None, data_dir: str | os.Path
     host, port = url.hostname or "127.0.0.1", url.port or DEFAULT_SQL_PORT
     own = state is not None
     if not _reachable(host, port):
-        if state is None or state.get("state") != "starting":
+        if state is None:
+            raise LakelogError(f"no SQL endpoint answers at {target}; {NOT_HERE}")
+        if state.get("state") != "starting":
             _say(f"no SQL endpoint answers at {target}; {STARTING_HERE}")
             return None
         _say(f"the SQL endpoint (pid {state['pid']}) is starting Spark; waiting for it...")

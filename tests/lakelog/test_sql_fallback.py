@@ -24,6 +24,7 @@ from lakelog.endpoint.dependencies import missing_dependency, pinned
 from lakelog.endpoint.process import RESTART_DELAYS_S
 from lakelog.endpoint.state import read_state, write_state
 from lakelog.local import free_port
+from log_tables.errors import LakelogError
 from tests.server import LAKELOG, ServerProcess
 
 NO_PANDAS = 'raise ModuleNotFoundError("No module named \'pandas\'", name="pandas")\n'
@@ -119,11 +120,11 @@ def test_a_starting_endpoint_that_fails_is_not_waited_for(
         "; starting Spark in this process" in err
 
 
-def test_an_endpoint_that_stops_answering_is_replaced_by_a_local_spark(
-        tmp_path: Path, local_lines: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """Its port takes connections, but every call ends UNAVAILABLE (a front going down)."""
+@contextlib.contextmanager
+def _hanging_up() -> Iterator[int]:
+    """A port that takes connections and closes each at once (a front going down): every
+    Spark Connect call to it ends UNAVAILABLE."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     stop = threading.Event()
 
     def hang_up() -> None:
@@ -135,16 +136,62 @@ def test_an_endpoint_that_stops_answering_is_replaced_by_a_local_spark(
     thread = threading.Thread(target=hang_up, daemon=True)
     thread.start()
     try:
-        write_state(str(tmp_path), state="ready", auth="none",
-                    connect=f"sc://127.0.0.1:{port}")
-        lines = list(sql.run_sql("SELECT 2", tmp_path, None, None, False, 10))
+        yield listener.getsockname()[1]
     finally:
         stop.set()
         thread.join(5)
         listener.close()
+
+
+def test_an_endpoint_that_stops_answering_is_replaced_by_a_local_spark(
+        tmp_path: Path, local_lines: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The server's own endpoint (its address from the data directory) stops answering."""
+    with _hanging_up() as port:
+        write_state(str(tmp_path), state="ready", auth="none",
+                    connect=f"sc://127.0.0.1:{port}")
+        lines = list(sql.run_sql("SELECT 2", tmp_path, None, None, False, 10))
     assert lines == ["local: SELECT 2"]
     assert f"the SQL endpoint at sc://127.0.0.1:{port} does not answer (" in \
         capsys.readouterr().err
+
+
+def test_a_named_endpoint_that_does_not_answer_is_not_replaced_by_local_data(
+        tmp_path: Path, local_lines: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint named by --connect or LAKELOG_SQL_CONNECT serves its own data, not the
+    data directory's: when it stops answering mid-query, or answers not at all, the
+    query fails in one line instead of running (exit 0) on another dataset."""
+    monkeypatch.delenv("LAKELOG_SQL_CONNECT", raising=False)
+    with _hanging_up() as port:
+        named = f"sc://127.0.0.1:{port}"
+        with pytest.raises(LakelogError) as by_option:
+            list(sql.run_sql("SELECT 2", tmp_path, None, None, False, 10, connect=named))
+        # the server's own endpoint is elsewhere; the variable names this one
+        write_state(str(tmp_path), state="ready", auth="none",
+                    connect=f"sc://127.0.0.1:{free_port()}")
+        monkeypatch.setenv("LAKELOG_SQL_CONNECT", named)
+        with pytest.raises(LakelogError) as by_variable:
+            list(sql.run_sql("SELECT 2", tmp_path, None, None, False, 10))
+    for caught in (by_option, by_variable):
+        message = caught.value.message
+        assert message.startswith(f"the SQL endpoint at {named} does not answer ("), message
+        assert message.endswith("it was named (--connect, LAKELOG_SQL_CONNECT), so the query "
+                                "is not run on --data-dir's data instead (--local does that)")
+        assert "\n" not in message
+    with pytest.raises(LakelogError, match=r"^no SQL endpoint answers at sc://127\.0\.0\.1:1; "):
+        list(sql.run_sql("SELECT 3", tmp_path, None, None, False, 10,
+                         connect="sc://127.0.0.1:1"))
+    assert local_lines == []
+
+
+def test_lakelog_sql_with_a_named_endpoint_that_does_not_answer_exits_1(tmp_path: Path
+                                                                        ) -> None:
+    done = subprocess.run([LAKELOG, "sql", "--data-dir", str(tmp_path), "--connect",
+                           "sc://127.0.0.1:1", "SELECT 1"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "LAKELOG_SQL_CONNECT": ""})
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr.startswith("lakelog: error: no SQL endpoint answers at "
+                                  "sc://127.0.0.1:1; it was named"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 @pytest.mark.slow
