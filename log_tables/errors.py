@@ -353,7 +353,8 @@ UnknownLeaderEpochError = _cluster.UnknownLeaderEpochError
 # -- the table ---------------------------------------------------------------------------
 
 ERRORS: tuple[type[LakelogError], ...] = (
-    LakelogError, InvalidTopicError, TopicExistsError, UnknownTopicError, UnknownPartitionError,
+    LakelogError, InvalidTopicError, TopicExistsError, UnknownTopicError, UnknownTopicIdError,
+    UnknownPartitionError,
     InvalidPartitionsError, InvalidConfigError, InvalidOptionError, InvalidRecordError,
     RecordTooLargeError, OffsetOutOfRangeError, CorruptRecordError, CorruptIndexError,
     IndexOrderError, LogClosedError, StorageError, StaleTableError, QueueFullError,
@@ -381,8 +382,8 @@ def for_code(error_code: int, error: str | None = None) -> type[LakelogError]:
     one code has several classes (Confluent's 40002 is both a taken and an invalid topic
     name) or none; ``LakelogError`` for what the table does not know."""
     found = BY_CODE.get(error_code, ())
-    if len(found) == 1 and (error is None or found[0].code == error):
-        return found[0]
+    if found and (error is None or (len(found) == 1 and found[0].code == error)):
+        return found[0]  # without a name, a shared code's first class
     for cls in found:
         if cls.code == error:
             return cls
