@@ -46,8 +46,8 @@ from tests.server import ServerProcess
 pytestmark = pytest.mark.slow
 TARGETS = [("tier", "writing"), ("compact", "writing"), ("tier", "staged"),
            ("compact", "staged"), ("tier", "moved"), ("compact", "moved")]
-ROUNDS = 4
-"""Kills per run (CI's time): the rounds aim at four of the six targets in turn, from a
+ROUNDS = 3
+"""Kills per run (CI's time): the rounds aim at three of the six targets in turn, from a
 start that moves with the day, so that every target is aimed at over a few runs (each
 step is also killed alone, with a hook, in test_tier.py and test_compact.py)."""
 PARTITIONS = 2
