@@ -8,7 +8,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from fastapi import FastAPI
@@ -58,6 +58,7 @@ from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownTopicError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
+from log_tables.registry import TopicMetadata
 
 log = logging.getLogger(__name__)
 SESSION_CHECK_S = 0.1
@@ -97,8 +98,9 @@ def create_app(settings: ApiSettings | None = None,
         await asyncio.to_thread(offsets.load)
         offsets.start()
         groups = GroupCoordinator(offsets, _partitions_of(manager),
-                                  created_ms_of=_created_ms_of(manager),
-                                  topic_id_of=_topic_id_of(manager),
+                                  # created_ms 0: made before topics kept it
+                                  created_ms_of=_of_topic(manager, lambda t: t.created_ms or None),
+                                  topic_id_of=_of_topic(manager, lambda t: t.topic_id),
                                   max_groups=settings.max_consumer_groups,
                                   max_members=settings.max_group_members,
                                   offsets_retention_ms=settings.offsets_retention_minutes * 60_000)
@@ -290,31 +292,22 @@ def _tls_verify(settings: ApiSettings) -> bool | str:
     return str(settings.tls_ca) if settings.tls_ca is not None else True
 
 
-def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
-    def partitions_of(topic: str) -> int | None:
-        try:  # one lookup: a topic deleted meanwhile (by another thread) is None, not an error
-            return manager.topic(topic).partitions
-        except UnknownTopicError:
-            return None
-    return partitions_of
+_T = TypeVar("_T")
 
-
-def _topic_id_of(manager: LogManager) -> Callable[[str], str | None]:
-    def topic_id_of(topic: str) -> str | None:
+def _of_topic(manager: LogManager, field: Callable[[TopicMetadata], _T | None]
+              ) -> Callable[[str], _T | None]:
+    """``field`` of a topic, looked up once (a topic deleted meanwhile, by another
+    thread, is None, not an error)."""
+    def of(topic: str) -> _T | None:
         try:
-            return manager.topic(topic).topic_id
+            return field(manager.topic(topic))
         except UnknownTopicError:
             return None
-    return topic_id_of
+    return of
 
 
-def _created_ms_of(manager: LogManager) -> Callable[[str], int | None]:
-    def created_ms_of(topic: str) -> int | None:
-        try:  # 0: made before topics kept their creation time
-            return manager.topic(topic).created_ms or None
-        except UnknownTopicError:
-            return None
-    return created_ms_of
+def _partitions_of(manager: LogManager) -> Callable[[str], int | None]:
+    return _of_topic(manager, lambda t: t.partitions)
 
 
 def _write_subscriptions(writer: SubscriptionWriter, groups: dict[str, list[str]]) -> bool:
