@@ -17,9 +17,9 @@ from pathlib import Path
 import msgspec
 
 from bench.report import print_table, write_json
-from ingest_api.auth import rule_for
-from ingest_api.models import ProduceRecord
-from ingest_api.security import Acl, SecurityStore, parse_credentials
+from ingest_api.broker.security import Acl, SecurityStore, parse_credentials
+from ingest_api.http.auth import rule_for
+from ingest_api.http.models import ProduceRecord
 
 N = 50_000
 

@@ -12,7 +12,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ingest_api.models import BatchRequest, ProduceRecord
+from ingest_api.http.models import BatchRequest, ProduceRecord
 
 app = FastAPI()
 _batch = msgspec.json.Decoder(BatchRequest)

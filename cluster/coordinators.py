@@ -10,7 +10,7 @@ is durable before it answers (Kafka's COORDINATOR_LOAD_IN_PROGRESS meanwhile).
 ``CoordinatorSlots`` is the bookkeeping of one broker: which slots it leads now (and at
 which leader epoch: the coordinator epoch, which fences what an older coordinator of the
 slot writes late), which it has loaded, and which it must load or let go. Its owner (the
-server, ``ingest_api.group_slots``) loads and unloads the state; a slot is served only
+server, ``ingest_api.broker.group_slots``) loads and unloads the state; a slot is served only
 while it is led here, with this broker's ZooKeeper lease, and loaded at the epoch it is
 led at (``epoch``).
 """

@@ -39,7 +39,7 @@ Partition = tuple[str, int]
 
 
 class Followers(Protocol):
-    """The fetcher threads (``ingest_api.replica_fetcher``)."""
+    """The fetcher threads (``ingest_api.broker.replica_fetcher``)."""
 
     def follow(self, tp: Partition, leader: int, leader_epoch: int) -> None: ...
 

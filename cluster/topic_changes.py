@@ -4,7 +4,7 @@ transaction), add partitions, alter configs, delete: one transaction each, fence
 controller epoch (``cluster.controller_epoch``), or nothing.
 
 Any broker takes these requests and forwards them to the controller
-(``ingest_api/routers/topics.py``).
+(``ingest_api/http/routers/topics.py``).
 """
 
 from __future__ import annotations

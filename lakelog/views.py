@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from consumer_groups.views import register_group_views
-from ingest_api.metadata import BROKER_ID
+from ingest_api.broker.metadata import BROKER_ID
 from log_tables.cold.job_runs import SPARK_DDL as JOB_RUNS_DDL
 from log_tables.cold.job_runs import job_runs_uri
 from log_tables.config import LOG_VIEWS

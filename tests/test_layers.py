@@ -67,7 +67,7 @@ def test_the_check_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n"
         "from . import b\n"
         "if TYPE_CHECKING:\n"
-        "    from ingest_api.app import App\n"
+        "    from ingest_api.http.app import App\n"
         "def f():\n"
         "    import consumer_groups.views\n"
         "    importlib.import_module('lakelog.cli')\n")

@@ -76,7 +76,7 @@ def serve(
     from pydantic import ValidationError
 
     from compaction_jobs.scheduler import Intervals, JobProcess
-    from ingest_api.app import create_app
+    from ingest_api.http.app import create_app
     from lakelog.settings import Settings
 
     flags: dict[str, Any] = {k: v for k, v in {
@@ -110,13 +110,13 @@ def serve(
 
     endpoint = EndpointProcess(settings.layout, settings)
     services = [s for s in (scheduler, endpoint) if s.enabled]
-    from ingest_api.http_protocol import bounded_protocol
+    from ingest_api.http.http_protocol import bounded_protocol
 
     http = bounded_protocol(settings.max_request_head_bytes,
                             settings.request_head_timeout_ms / 1000,
                             settings.request_body_idle_timeout_ms / 1000)
     app = create_app(settings, services)
-    # Rows of the dashboard's health (ingest_api.dashboard.health): one line each.
+    # Rows of the dashboard's health (ingest_api.http.dashboard.health): one line each.
     app.state.services["jobs"] = scheduler.status
     app.state.services["sql"] = endpoint.state if endpoint.enabled else {"state": "off"}
     uvicorn.run(app, host=settings.host, port=settings.port,

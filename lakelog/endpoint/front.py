@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ingest_api.security import parse_credentials
+from ingest_api.broker.security import parse_credentials
 from lakelog.endpoint.guard import PlanGuard, Refused
 from lakelog.endpoint.plans import Choices, Strings, check_request, named, walk
 from lakelog.endpoint.sessions import SessionViews
 
 if TYPE_CHECKING:
-    from ingest_api.security import SecurityStore
+    from ingest_api.broker.security import SecurityStore
 
 log = logging.getLogger(__name__)
 SERVICE = "spark.connect.SparkConnectService"

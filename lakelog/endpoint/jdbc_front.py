@@ -30,7 +30,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ingest_api.security import SecurityStore, parse_credentials
+from ingest_api.broker.security import SecurityStore, parse_credentials
 
 log = logging.getLogger(__name__)
 HTTP_PATH = "cliservice"

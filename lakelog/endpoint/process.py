@@ -42,7 +42,7 @@ from log_tables.errors import LakelogError
 from log_tables.layout import Layout
 
 if TYPE_CHECKING:
-    from ingest_api.security import SecurityStore
+    from ingest_api.broker.security import SecurityStore
 
 log = logging.getLogger(__name__)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -145,7 +145,7 @@ class EndpointProcess(JobProcess):
 def _security(spec: dict[str, Any]) -> SecurityStore | None:
     if spec["auth"] != "api-key":
         return None
-    from ingest_api.security import ZNODE_PATH, SecurityStore
+    from ingest_api.broker.security import ZNODE_PATH, SecurityStore
 
     if spec.get("zookeeper") is None:
         return SecurityStore(Path(spec["data_dir"]))

@@ -21,7 +21,7 @@ from cluster.replica_protocol import (
     encode,
     split_fetch_answer,
 )
-from ingest_api.security import forward_headers
+from ingest_api.broker.security import forward_headers
 from lakelog.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster, keys_by_partition, string, three_brokers, wait_for
 

@@ -1,6 +1,6 @@
 """A group's lag in a cluster is the same through every broker and equal to what one
 broker would show: the log end of a partition its coordinator holds no replica of is
-that partition's leader's (``ingest_api.leader_bounds``), in ``groups describe``,
+that partition's leader's (``ingest_api.broker.leader_bounds``), in ``groups describe``,
 Confluent's lag views, ``/metrics`` and the dashboard; a leader that does not answer
 leaves its partitions' bounds null, never 0. Three real brokers, authentication on (the
 coordinator asks the leaders with its own key), replication factor 1."""

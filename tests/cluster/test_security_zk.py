@@ -21,15 +21,15 @@ from kazoo.client import KazooClient
 
 from cluster import znode as znode_module
 from cluster.znode import VersionedZnode, ZnodeContendedError
-from ingest_api import errors
-from ingest_api.auth import AuthMiddleware, may, require
-from ingest_api.security import (
+from ingest_api.broker.security import (
     ZNODE_PATH,
     Acl,
     SecurityError,
     SecurityStore,
     forward_headers,
 )
+from ingest_api.http import errors
+from ingest_api.http.auth import AuthMiddleware, may, require
 from lakelog.zookeeper import ZooKeeperServer
 from tests.server import CLUSTER, ServerProcess
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from ingest_api import errors
+from ingest_api.http import errors
 from lakelog.local import free_port
 from tests.ingest_api.helpers import string
 from tests.server import ServerProcess

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest_api.notifier import AppendNotifier
-from ingest_api.produce.appender import PartitionAppender
-from ingest_api.produce.planner import BATCH_OVERHEAD
-from ingest_api.produce.runs import Run
+from ingest_api.broker.notifier import AppendNotifier
+from ingest_api.broker.produce.appender import PartitionAppender
+from ingest_api.broker.produce.planner import BATCH_OVERHEAD
+from ingest_api.broker.produce.runs import Run
 from log_tables.errors import OutOfOrderSequenceError, RecordTooLargeError
 from log_tables.hot.batch import prepare
 from log_tables.records import RECORD_SCHEMA, build_batch, null_headers

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest_api.auth import UI_COOKIE
+from ingest_api.http.auth import UI_COOKIE
 from log_tables.cold import job_runs
 from log_tables.layout import Layout
 from tests.server import CLUSTER, ServerProcess

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from consumer_groups.lag import Bounds, PartitionLag
-from ingest_api.dashboard import sampler as sampler_module
-from ingest_api.dashboard.job_runs_view import JobRunsView
-from ingest_api.dashboard.sampler import MAX_LAG_SERIES, MAX_POINTS, Sampler
-from ingest_api.metrics import Metrics
+from ingest_api.broker.metrics import Metrics
+from ingest_api.http.dashboard import sampler as sampler_module
+from ingest_api.http.dashboard.job_runs_view import JobRunsView
+from ingest_api.http.dashboard.sampler import MAX_LAG_SERIES, MAX_POINTS, Sampler
 from log_tables.cold import job_runs
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import httpx
 
-from ingest_api.errors import ApiError, error_body
+from ingest_api.http.errors import ApiError, error_body
 from log_tables import errors as e
 from tests.ingest_api.helpers import string
 from tests.server import ServerProcess

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from ingest_api.fetch import record_time
+from ingest_api.broker.fetch import record_time
 from tests.ingest_api.helpers import b64, fetch_all, string
 
 pytestmark = pytest.mark.slow

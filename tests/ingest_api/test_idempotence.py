@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
-from ingest_api.produce.planner import _idempotent_runs, _next_in_run
-from ingest_api.produce.runs import Run
+from ingest_api.broker.produce.planner import _idempotent_runs, _next_in_run
+from ingest_api.broker.produce.runs import Run
 from log_tables.hot.producer_state import MAX_SEQUENCE
 from log_tables.records import build_batch
 from tests.ingest_api.helpers import fetch_all, string

@@ -1,4 +1,4 @@
-"""Which bounds group lag counts to (``ingest_api.leader_bounds``), against a fake
+"""Which bounds group lag counts to (``ingest_api.broker.leader_bounds``), against a fake
 cluster: this broker's logs for the partitions it leads, the leader's for the rest (a
 follower's own high watermark lags), one request per (leader, topic), and no bounds
 (None, never 0) where the leader is offline, silent or no longer leads. The real
@@ -14,8 +14,8 @@ import pytest
 
 from cluster.model import BrokerInfo, TopicAssignment
 from consumer_groups.lag import Bounds
-from ingest_api import leader_bounds as module
-from ingest_api.leader_bounds import LeaderBounds
+from ingest_api.broker import leader_bounds as module
+from ingest_api.broker.leader_bounds import LeaderBounds
 
 ME = 1
 LEADERS = {("a", 0): 1, ("a", 1): 2, ("a", 2): 3, ("a", 3): -1,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from ingest_api.body import InFlightBytes
-from ingest_api.errors import ApiError
+from ingest_api.http.body import InFlightBytes
+from ingest_api.http.errors import ApiError
 from tests.ingest_api.helpers import fetch_all, string
 from tests.server import ServerProcess
 

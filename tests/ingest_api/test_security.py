@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_api import security
-from ingest_api.app import create_app
-from ingest_api.auth import ADMIN, OPEN_PATHS, rule_for
-from ingest_api.security import Acl, SecurityError, SecurityStore, parse_credentials
+from ingest_api.broker import security
+from ingest_api.broker.security import Acl, SecurityError, SecurityStore, parse_credentials
+from ingest_api.http.app import create_app
+from ingest_api.http.auth import ADMIN, OPEN_PATHS, rule_for
 from ingest_api.settings import ApiSettings
 from tests.server import CLUSTER, ServerProcess
 

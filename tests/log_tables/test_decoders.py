@@ -13,9 +13,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest_api.body import decode
-from ingest_api.errors import ApiError
-from ingest_api.models import BatchRequest, ProduceRecord
+from ingest_api.http.body import decode
+from ingest_api.http.errors import ApiError
+from ingest_api.http.models import BatchRequest, ProduceRecord
 from log_tables.errors import CorruptIndexError, CorruptRecordError
 from log_tables.hot.batch import BatchScanner, encode
 from log_tables.hot.offset_index import OffsetIndex

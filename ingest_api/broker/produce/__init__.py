@@ -1,0 +1,8 @@
+"""Produce by step: ``planner`` (check records, cut them into runs), ``appender`` (a
+partition's runs into few batches), ``service`` (the request, its appends and its acks);
+``runs`` holds the values they pass along."""
+
+from ingest_api.broker.produce.runs import ProduceResult
+from ingest_api.broker.produce.service import Acks, ProduceService
+
+__all__ = ["Acks", "ProduceResult", "ProduceService"]

@@ -1,0 +1,372 @@
+"""Consumer groups over HTTP: join, heartbeat, leave, poll, seek, commit, describe, reset
+and delete (KIP-848-style: the server assigns; see ``consumer_groups.coordinator``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+
+from consumer_groups.assignors import TopicPartition
+from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
+from consumer_groups.lag import group_lag, read_topics
+from consumer_groups.offsets import Change, Committed, OffsetKey
+from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
+from ingest_api.broker.cluster_link import forwarded, principal_of
+from ingest_api.broker.leader_bounds import leader_bounds
+from ingest_api.broker.metadata import CLUSTER, collection, related, resource
+from ingest_api.http.auth import may, require
+from ingest_api.http.body import decode, read_body
+from ingest_api.http.models import (
+    CommitRequest,
+    HeartbeatRequest,
+    JoinRequest,
+    ResetRequest,
+    SeekRequest,
+)
+from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.state import CLUSTER_ID, AppState, json_body, json_response, state
+from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
+
+router = APIRouter(tags=["consumer groups"])
+BASE = "/v3/clusters/{cluster_id}/consumer-groups"
+GroupId = Annotated[str, Path(min_length=1, max_length=249)]
+MemberId = Annotated[str, Path(min_length=1, max_length=64)]
+MAX_BODY = 4 << 20
+_join = msgspec.json.Decoder(JoinRequest)
+_heartbeat = msgspec.json.Decoder(HeartbeatRequest)
+_commit = msgspec.json.Decoder(CommitRequest)
+_seek = msgspec.json.Decoder(SeekRequest)
+_reset = msgspec.json.Decoder(ResetRequest)
+
+
+def _tps(tps: set[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic_name": t, "partition_id": p} for t, p in sorted(tps)]
+
+
+def _member_body(member: Member) -> dict[str, Any]:
+    return {"member_id": member.member_id, "member_epoch": member.epoch,
+            "assignment": _tps(member.assigned), "revoking": _tps(member.revoking),
+            "heartbeat_interval_ms": heartbeat_interval_ms(member.session_timeout_ms)}
+
+
+def group_url(group_id: str) -> str:
+    return f"{CLUSTER}/consumer-groups/{group_id}"
+
+
+def group_body(groups: GroupCoordinator, group_id: str, coordinator_id: int) -> dict[str, Any]:
+    """Confluent's ``ConsumerGroupData`` fields."""
+    group = groups.groups.get(group_id)
+    url = group_url(group_id)
+    return {**resource("KafkaConsumerGroup", url, f"consumer-group={group_id}"),
+            "cluster_id": CLUSTER_ID, "consumer_group_id": group_id, "is_simple": False,
+            "partition_assignor": group.assignor if group is not None else "",
+            "coordinator": related(f"{CLUSTER}/brokers/{coordinator_id}"),
+            "consumers": related(f"{url}/consumers"),
+            "lag_summary": related(f"{url}/lag-summary")}
+
+
+async def to_coordinator(request: Request, group_id: str) -> Response | None:
+    """In a cluster, a group's requests are its coordinator's: its answer, unless this
+    broker coordinates the group (None)."""
+    link = state(request).cluster
+    if link is None:
+        return None
+    coordinator = await link.coordinator_of(group_id)
+    if coordinator is None:
+        return None
+    if forwarded(request):
+        raise NotCoordinatorError(f"broker {link.broker_id} does not coordinate group "
+                                  f"{group_id!r}; broker {coordinator.broker_id} does")
+    return await link.proxy(request, coordinator)
+
+
+@router.get(BASE)
+async def list_groups(cluster_id: str, request: Request) -> Response:
+    """Every group with members or committed offsets."""
+    check_cluster(cluster_id)
+    st = state(request)
+    groups = st.groups
+    link = st.cluster
+    mine = [g for g in groups.known_groups() if may(request, "group", g, "describe")]
+    if link is None:
+        return _group_list([_summary(st, g) for g in mine])
+    # In a cluster each broker answers for the groups it coordinates; the first broker
+    # asks the others and merges.
+    coordinated = []
+    for g in mine:
+        with contextlib.suppress(LakelogError):
+            if link.coordinator(g) is None:
+                coordinated.append(_summary(st, g))
+    if forwarded(request):
+        return _group_list(coordinated)
+    others = [b for b in link.broker.view.live_brokers() if b.broker_id != link.broker_id]
+    answers = await asyncio.gather(*(link.send(b, "GET", request.url.path,
+                                               principal=principal_of(request))
+                                     for b in others), return_exceptions=True)
+    data = {g["consumer_group_id"]: g for g in coordinated}
+    for answer in answers:
+        if isinstance(answer, BaseException) or answer.status_code != 200:
+            continue  # a broker that is down: its groups are unavailable until it is back
+        for g in answer.json()["data"]:
+            data.setdefault(g["consumer_group_id"], g)
+    return _group_list([data[g] for g in sorted(data)])
+
+
+def _group_list(data: list[dict[str, Any]]) -> Response:
+    return json_response(collection("KafkaConsumerGroupList", f"{CLUSTER}/consumer-groups", data))
+
+
+def _summary(st: AppState, group_id: str) -> dict[str, Any]:
+    """Confluent's ``ConsumerGroupData`` with lakelog's fields (``state`` keeps Kafka's
+    state names, ``assignor`` lakelog's assignor names)."""
+    groups = st.groups
+    group = groups.groups.get(group_id)
+    coordinator_id = st.cluster.broker_id if st.cluster is not None else 1
+    return {**group_body(groups, group_id, coordinator_id),
+            "state": group.state() if group is not None else "Empty",
+            "assignor": group.assignor if group is not None else None,
+            "group_epoch": group.epoch if group is not None else 0,
+            "members": len(group.members) if group is not None else 0}
+
+
+@router.get(BASE + "/{group_id}")
+async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """State, members with their assignments, and every partition the group reads (its
+    members' subscriptions and its committed topics): the committed offset (null where
+    none), the log start and end offsets, the lag (from the log start where nothing is
+    committed) and the owner; in a cluster the offsets of a partition led elsewhere are
+    its leader's (``ingest_api.broker.leader_bounds``)."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    st = state(request)
+    groups = st.groups
+    group = groups.groups.get(group_id)
+    if group is None and not groups.committed(group_id):
+        groups.require_empty(group_id, "describe it")  # raises unknown group
+    members = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                "member_epoch": m.epoch, "topics": sorted(m.topics),
+                "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
+                "session_timeout_ms": m.session_timeout_ms, "left": m.left}
+               for m in (group.members.values() if group is not None else ())]
+    bounds_of = await leader_bounds(request).ask(read_topics(groups, group_id))
+    rows = [{"topic_name": r.topic, "partition_id": r.partition,
+             "committed_offset": r.committed.offset if r.committed else None,
+             "metadata": r.committed.metadata if r.committed else None,
+             "log_start_offset": r.bounds.log_start_offset if r.bounds else None,
+             "log_end_offset": r.bounds.high_watermark if r.bounds else None,
+             "lag": r.lag, "member_id": r.member_id}
+            for r in group_lag(groups, group_id, bounds_of)]
+    return json_response({**_summary(st, group_id), "members": members, "offsets": rows})
+
+
+@router.get(BASE + "/{group_id}/coordinator")
+async def find_coordinator(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Kafka's FindCoordinator: the broker that coordinates the group (a client sends the
+    group's requests there; any other broker forwards them)."""
+    check_cluster(cluster_id)
+    st = state(request)
+    if st.cluster is None:  # this server, at whatever address the client used
+        return json_response({"broker_id": 1, "host": None, "port": None})
+    info = await st.cluster.coordinator_of(group_id) or st.cluster.broker.info
+    return json_response({"broker_id": info.broker_id, "host": info.host, "port": info.port})
+
+
+@router.delete(BASE + "/{group_id}", status_code=204)
+async def delete_group(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Delete a group without members and its committed offsets."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    await state(request).groups.delete_group(group_id)
+    return Response(status_code=204)
+
+
+@router.post(BASE + "/{group_id}/members", openapi_extra=json_body(JoinRequest))
+async def join(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Join: a member id, its epoch and its first assignment (heartbeat for the rest)."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    body = decode(await read_body(request, MAX_BODY), _join)
+    for topic in body.topics:  # the group's consume ACL is checked before routing
+        require(request, "topic", topic, "consume")
+    member = state(request).groups.join(group_id, body.topics, body.session_timeout_ms,
+                                        body.group_instance_id, body.assignor,
+                                        body.auto_offset_reset)
+    return json_response(_member_body(member))
+
+
+@router.post(BASE + "/{group_id}/members/{member_id}/heartbeat",
+             openapi_extra=json_body(HeartbeatRequest))
+async def heartbeat(cluster_id: str, group_id: GroupId, member_id: MemberId,
+                    request: Request) -> Response:
+    """Stay in the group; the answer carries the current epoch and assignment."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    body = decode(await read_body(request, MAX_BODY), _heartbeat)
+    owned = None if body.owned is None else {
+        TopicPartition(o.topic_name, o.partition_id) for o in body.owned}
+    member = state(request).groups.heartbeat(group_id, member_id, body.member_epoch, owned)
+    return json_response(_member_body(member))
+
+
+@router.delete(BASE + "/{group_id}/members/{member_id}", status_code=204)
+async def leave(cluster_id: str, group_id: GroupId, member_id: MemberId,
+                request: Request) -> Response:
+    """Leave the group; its partitions move to the other members."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    state(request).groups.leave(group_id, member_id)
+    return Response(status_code=204)
+
+
+@router.get(BASE + "/{group_id}/members/{member_id}/records", responses=ARROW_RESPONSE)
+async def poll(
+    cluster_id: str, group_id: GroupId, member_id: MemberId, request: Request,
+    max_records: Annotated[int | None, Query(ge=1)] = None,
+    max_bytes: Annotated[int | None, Query(ge=1)] = None,
+    timeout_ms: Annotated[int, Query(ge=0)] = 0,
+    format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
+    max_partition_bytes: Annotated[int | None, Query(ge=1)] = None,
+) -> Response:
+    """Records of the member's partitions from its positions (then past them); with none,
+    waits up to ``timeout_ms``. ``max_partition_bytes`` bounds each partition's share of
+    ``max_bytes`` (Kafka's ``max.partition.fetch.bytes``; the first record of a partition
+    comes even when larger). With ``Accept: application/vnd.apache.arrow.stream``: an
+    Arrow stream, the member epoch in ``Lakelog-Member-Epoch``."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    st = state(request)
+    s = st.settings
+    limits = (min(max_records or 500, s.max_fetch_records),
+              min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes),
+              min(timeout_ms, s.max_fetch_wait_ms))
+    if wants_arrow(request.headers.get("accept")):
+        arrow = await st.poll.poll_arrow(group_id, member_id, *limits, max_partition_bytes)
+        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
+    body = await st.poll.poll(group_id, member_id, *limits, format, max_partition_bytes)
+    return Response(body, media_type="application/json")
+
+
+@router.post(BASE + "/{group_id}/members/{member_id}/positions",
+             openapi_extra=json_body(SeekRequest))
+async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
+               request: Request) -> Response:
+    """Move the member's positions (Kafka's seek); an offset of null goes back to the
+    committed offset. Only partitions assigned to the member."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    st = state(request)
+    body = decode(await read_body(request, MAX_BODY), _seek)
+    member = st.groups.member(group_id, member_id)
+    for p in body.positions:
+        tp = TopicPartition(p.topic_name, p.partition_id)
+        if tp not in member.assigned:
+            raise InvalidOptionError(f"{p.topic_name}/{p.partition_id} is not assigned to "
+                                     f"member {member_id!r}: seek only its own partitions")
+    for p in body.positions:
+        tp = TopicPartition(p.topic_name, p.partition_id)
+        if p.offset is None:
+            member.positions.pop(tp, None)
+        else:
+            member.positions[tp] = p.offset
+    return json_response({"positions": [
+        {"topic_name": tp.topic, "partition_id": tp.partition, "offset": member.positions.get(tp)}
+        for tp in sorted(member.assigned)]})
+
+
+@router.post(BASE + "/{group_id}/offsets", openapi_extra=json_body(CommitRequest))
+async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Commit offsets; answered once they are in the ``_consumer_offsets`` Delta table."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    body = decode(await read_body(request, MAX_BODY), _commit)
+    await state(request).groups.commit(group_id, body.member_id, body.member_epoch, [
+        (o.topic_name, o.partition_id, o.offset, o.metadata) for o in body.offsets],
+        topic_ids={o.topic_name: o.topic_id for o in body.offsets if o.topic_id is not None})
+    return json_response({"offsets": [
+        {"topic_name": o.topic_name, "partition_id": o.partition_id, "offset": o.offset}
+        for o in body.offsets]})
+
+
+@router.get(BASE + "/{group_id}/offsets")
+async def committed(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """The group's committed offsets."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    return json_response({"offsets": _offset_rows(state(request).groups.committed(group_id))})
+
+
+def _offset_rows(committed: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:
+    return [{"topic_name": t, "partition_id": p, "offset": c.offset, "metadata": c.metadata,
+             "member_id": c.member_id, "member_epoch": c.member_epoch,
+             "commit_timestamp": datetime.fromtimestamp(c.commit_ms / 1000, UTC)}
+            for (t, p), c in sorted(committed.items())]
+
+
+@router.post(BASE + "/{group_id}/offsets:reset", openapi_extra=json_body(ResetRequest))
+async def reset_offsets(cluster_id: str, group_id: GroupId, request: Request) -> Response:
+    """Reset a group's committed offsets (to earliest, latest, an offset or a datetime) for
+    the given topics (default: those it has offsets for); only while it has no members."""
+    check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, group_id)) is not None:
+        return answer
+    st = state(request)
+    body = decode(await read_body(request, MAX_BODY), _reset)
+    groups = st.groups
+    group = groups.groups.get(group_id)
+    if group is not None and group.members:
+        groups.require_empty(group_id, "reset its offsets")
+    committed_now = groups.committed(group_id)
+    topics = body.topics or sorted({t for t, _ in committed_now})
+    if not topics:
+        raise InvalidOptionError(f"consumer group {group_id!r} has no committed offsets: name "
+                                 "the topics to reset")
+    if body.to == "offset" and body.offset is None:
+        raise InvalidOptionError("to=offset needs an offset")
+    if body.to == "datetime" and body.datetime is None:
+        raise InvalidOptionError("to=datetime needs a datetime (ISO 8601)")
+    changes = [_reset_change(st, group_id, topic, p, body)
+               for topic in topics for p in range(st.require_topic(topic).partitions)]
+    if not body.dry_run:
+        await groups.store.commit(changes)
+    return json_response({"dry_run": body.dry_run, "offsets": [
+        {"topic_name": k.topic, "partition_id": k.partition, "offset": c.offset if c else None}
+        for k, c in changes]})
+
+
+def _reset_change(st: AppState, group_id: str, topic: str, partition: int,
+                  body: ResetRequest) -> Change:
+    plog = st.manager.log(topic, partition)
+    start = st.tiered.log_start_offset(plog, topic, partition)
+    hw = plog.high_watermark
+    if body.to == "earliest":
+        offset = start
+    elif body.to == "latest":
+        offset = hw
+    elif body.to == "offset":
+        assert body.offset is not None
+        offset = min(max(body.offset, start), hw)  # clamped into the log, as Kafka's tool does
+    else:
+        assert body.datetime is not None
+        if body.datetime.tzinfo is None:
+            raise InvalidOptionError("give the datetime a timezone (e.g. 2026-11-21T10:00:00Z)")
+        found = st.tiered.offset_for_timestamp(plog, topic, partition,
+                                               int(body.datetime.timestamp() * 1000))
+        offset = hw if found is None else max(found, start)
+    return (OffsetKey(group_id, topic, partition),
+            Committed(offset, None, int(time.time() * 1000), None, -1))

@@ -1,0 +1,179 @@
+"""Partitions, their replicas and reassignments, and their earliest and latest offsets
+(Confluent REST v3 shapes)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+
+from ingest_api.broker.cluster_link import forwarded, principal_of
+from ingest_api.broker.metadata import (
+    CLUSTER,
+    METADATA,
+    collection,
+    partition_url,
+    related,
+    replica_body,
+    resource,
+    topic_url,
+)
+from ingest_api.http.errors import ApiError, error_of
+from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state
+from log_tables.errors import LakelogError
+from log_tables.hot.partition_log import PartitionLog
+
+router = APIRouter(tags=["topics"])
+BASE = "/v3/clusters/{cluster_id}/topics"
+TopicName = Annotated[str, Path(min_length=1, max_length=249)]
+PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+OFFSET_TYPES = ("earliest_and_latest",)
+"""The offset types of List Partition Offsets: Confluent has this one (its default)."""
+
+
+def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
+                   ) -> dict[str, object]:
+    """Confluent's ``PartitionData``, with lakelog's offsets and sizes added."""
+    cold = st.tiered.state(topic, partition)
+    url = partition_url(topic, partition)
+    placement = METADATA.placement(topic, partition)
+    leader = placement.leader
+    return {**resource("KafkaPartition", url, f"topic={topic}/partition={partition}"),
+            "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
+            "leader": related(f"{url}/replicas/{leader}"), "replicas": related(f"{url}/replicas"),
+            "reassignment": related(f"{url}/reassignment"),
+            "log_start_offset": st.tiered.log_start_offset(plog, topic, partition),
+            "high_watermark": plog.high_watermark, "size_bytes": plog.size_bytes,
+            "segments": len(plog.segments),
+            "hot_log_start_offset": plog.log_start_offset,
+            "tiered_offset": cold.tiered_offset if cold else 0,
+            "tiered_size_bytes": cold.size_bytes if cold else 0,
+            "leader_id": leader, "replica_ids": list(placement.replicas),
+            "isr_ids": list(placement.in_sync), "leader_epoch": placement.leader_epoch}
+
+
+
+@router.get(BASE + "/{topic_name}/partitions")
+async def list_partitions(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
+    check_cluster(cluster_id)
+    st = state(request)
+    st.require_topic(topic_name)
+    logs = st.manager.partitions(topic_name)
+    bodies = await asyncio.gather(*(_partition_anywhere(st, request, topic_name, p, plog)
+                                    for p, plog in enumerate(logs)))
+    return json_response(collection("KafkaPartitionList", f"{topic_url(topic_name)}/partitions",
+                                    list(bodies)))
+
+
+async def _partition_anywhere(st: AppState, request: Request, topic: str, partition: int,
+                              plog: PartitionLog) -> dict[str, object]:
+    """A partition's body; in a cluster its offsets and sizes are its leader's (an
+    offline partition shows this broker's view, with leader -1)."""
+    link = st.cluster
+    if link is None or forwarded(request):
+        return partition_body(st, topic, plog, partition)
+    leader = link.broker.view.leader(topic, partition)
+    info = link.broker.view.broker(leader) if leader != link.broker_id else None
+    if info is None:
+        return partition_body(st, topic, plog, partition)
+    try:
+        r = await link.send(info, "GET", partition_url(topic, partition),
+                            principal=principal_of(request))
+    except LakelogError:
+        return partition_body(st, topic, plog, partition)
+    if r.status_code != 200:
+        raise error_of(r)
+    body: dict[str, object] = r.json()
+    return body
+
+
+@router.get(BASE + "/-/partitions/-/reassignment")
+async def list_all_reassignments(cluster_id: str) -> Response:
+    """Replica reassignments in progress: none (one broker: partitions never move)."""
+    check_cluster(cluster_id)
+    return json_response(collection("KafkaReassignmentList",
+                                    f"{CLUSTER}/topics/-/partitions/-/reassignment", []))
+
+
+@router.get(BASE + "/{topic_name}/partitions/-/reassignment")
+async def list_topic_reassignments(cluster_id: str, topic_name: TopicName,
+                                   request: Request) -> Response:
+    """The topic's replica reassignments in progress: none."""
+    check_cluster(cluster_id)
+    state(request).require_topic(topic_name)
+    return json_response(collection("KafkaReassignmentList",
+                                    f"{topic_url(topic_name)}/partitions/-/reassignment", []))
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}")
+async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                        request: Request) -> Response:
+    check_cluster(cluster_id)
+    st = state(request)
+    st.require_topic(topic_name)
+    plog = st.manager.log(topic_name, partition_id)
+    return json_response(await _partition_anywhere(st, request, topic_name, partition_id, plog))
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/reassignment")
+async def get_reassignment(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                           request: Request) -> Response:
+    """404 as in Confluent when no reassignment is in progress, which here is always."""
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    raise ApiError(404, f"no replica reassignment of {topic_name}/{partition_id} is in "
+                        "progress (lakelog is one broker: partitions never move)",
+                   name="no_reassignment")
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas")
+async def list_replicas(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                        request: Request) -> Response:
+    """The partition's replicas (its leader first)."""
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    placement = METADATA.placement(topic_name, partition_id)
+    return json_response(collection(
+        "KafkaReplicaList", f"{partition_url(topic_name, partition_id)}/replicas",
+        [replica_body(topic_name, partition_id, b) for b in placement.replicas]))
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas/{broker_id}")
+async def get_replica(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
+                      broker_id: BrokerId, request: Request) -> Response:
+    check_cluster(cluster_id)
+    state(request).manager.log(topic_name, partition_id)
+    replicas = METADATA.placement(topic_name, partition_id).replicas
+    if broker_id not in replicas:
+        raise ApiError(404, f"broker {broker_id} holds no replica of {topic_name}/"
+                            f"{partition_id}; its replicas are on brokers {list(replicas)}",
+                       name="unknown_replica")
+    return json_response(replica_body(topic_name, partition_id, broker_id))
+
+
+@router.get(BASE + "/{topic_name}/partitions/{partition_id}/offset")
+async def list_partition_offsets(
+        cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
+        offset_type: Annotated[str, Query(description="earliest_and_latest (the default and "
+                                                      "only type)")] = OFFSET_TYPES[0],
+) -> Response:
+    """Confluent's List Partition Offsets: the earliest offset (the log start, across the
+    hot and the Delta tier) and the latest (the high watermark: the next offset)."""
+    check_cluster(cluster_id)
+    if offset_type not in OFFSET_TYPES:
+        raise ApiError(400, f"offset_type {offset_type!r} is invalid; valid: "
+                            f"{', '.join(OFFSET_TYPES)}", name="invalid_offset_type")
+    st = state(request)
+    st.require_topic(topic_name)
+    plog = st.manager.log(topic_name, partition_id)
+    part = await _partition_anywhere(st, request, topic_name, partition_id, plog)
+    url = f"{partition_url(topic_name, partition_id)}/offset"
+    return json_response({
+        **resource("KafkaPartitionWithOffsets", url,
+                   f"topic={topic_name}/partition={partition_id}/offset_type={offset_type}"),
+        "cluster_id": CLUSTER_ID, "topic_name": topic_name, "partition_id": partition_id,
+        "earliest_offset": part["log_start_offset"], "latest_offset": part["high_watermark"]})

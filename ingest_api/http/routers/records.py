@@ -1,0 +1,367 @@
+"""Produce, fetch, list offsets, and producer ids."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from operator import attrgetter
+from typing import Annotated, Any, Literal
+
+import msgspec
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+
+from cluster.model import BrokerInfo
+from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
+from ingest_api.broker.cluster_link import ProduceRoute, forwarded, principal_of
+from ingest_api.broker.produce.runs import ProduceResult
+from ingest_api.broker.produce.service import Acks
+from ingest_api.http.body import (
+    ObjectStream,
+    chunks,
+    content_length,
+    decode,
+    read_body,
+    require_json,
+)
+from ingest_api.http.errors import ApiError, error_body
+from ingest_api.http.models import (
+    BatchEntry,
+    BatchRequest,
+    EntryId,
+    ProduceRecord,
+    ProducerInit,
+    RawBatch,
+)
+from ingest_api.http.reports import batch_body, envelopes, report
+from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.state import AppState, json_body, json_response, state
+from log_tables.registry import TopicMetadata
+
+router = APIRouter(tags=["records"])
+BASE = "/v3/clusters/{cluster_id}/topics/{topic_name}"
+TopicName = Annotated[str, Path(min_length=1, max_length=249)]
+PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+AcksQuery = Annotated[Acks, Query(description="all: after fsync (default); 1: after the "
+                                              "append; 0: once accepted")]
+_record = msgspec.json.Decoder(ProduceRecord)
+_batch = msgspec.json.Decoder(BatchRequest)
+_producer = msgspec.json.Decoder(ProducerInit)
+_entry_id = attrgetter("id")
+
+
+_raw_batch = msgspec.json.Decoder(RawBatch)
+_entry = msgspec.json.Decoder(BatchEntry)
+_entry_id_only = msgspec.json.Decoder(EntryId)
+
+
+def _route(st: AppState, request: Request) -> ProduceRoute | None:
+    """In a cluster: where this request's partitions go (ingest_api.broker.cluster_link)."""
+    if st.cluster is None:
+        return None
+    return ProduceRoute(st.cluster, forwarded(request), principal_of(request))
+
+
+async def _to_leader(st: AppState, request: Request, topic: str, partition: int
+                     ) -> Response | None:
+    """In a cluster, the leader's answer when another broker leads the partition."""
+    if st.cluster is None:
+        return None
+    st.require_topic(topic)
+    where = st.cluster.route(topic, partition, forwarded(request))
+    if isinstance(where, int):
+        return None
+    return await st.cluster.proxy(request, where)
+
+
+def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:
+    ok = len(result) - len(result.errors)
+    if ok:
+        st.metrics.records_in.labels(topic).inc(ok)
+        st.metrics.bytes_in.labels(topic).inc(result.accepted_bytes())
+
+
+@router.post(BASE + "/records", openapi_extra=json_body(ProduceRecord))
+async def produce(cluster_id: str, topic_name: TopicName, request: Request,
+                  acks: AcksQuery = "all") -> Response:
+    """Produce one record, or a stream of concatenated records (one report per record,
+    in order, streamed back as each is acknowledged)."""
+    check_cluster(cluster_id)
+    st = state(request)
+    meta = st.require_topic(topic_name)
+    require_json(request)
+    limit = st.settings.max_request_bytes
+    length = content_length(request, limit)
+    if length is not None:  # the whole body is here: one record, or several at once
+        with st.in_flight.reserve(length):
+            body = await read_body(request, limit)
+            try:
+                record = _record.decode(body)
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+                if "trailing characters" not in str(exc):
+                    decode(body, _record)  # raises the 400/422 naming what is wrong
+                    raise
+                stream = ObjectStream(limit)
+                objects = stream.feed(body, final=True)
+                if stream.error:  # the whole body is here: refuse it whole
+                    raise stream.error from None
+                return _ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
+            result = await st.produce.produce(meta, [record], acks, _route(st, request))
+            _count_in(st, topic_name, result)
+            if 0 in result.errors:
+                raise result.errors[0]
+            return json_response(report(topic_name, record, result, 0))
+    return _ndjson(_produce_stream(st, meta, request, acks, _route(st, request)))
+
+
+class _NdjsonStream(Response):
+    """Streams report lines while the request body is still being read.
+
+    Starlette's StreamingResponse listens for a disconnect by calling receive()
+    concurrently, which would steal the body chunks this response reads, so the
+    lines are sent with plain ASGI messages instead.
+    """
+
+    media_type = "application/x-ndjson"
+
+    def __init__(self, lines: AsyncIterator[bytes]) -> None:
+        super().__init__(status_code=200, media_type=self.media_type)
+        self.lines = lines
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # No content-length: uvicorn sends the lines with chunked transfer encoding.
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": [(b"content-type", self.media_type.encode())]})
+        async for line in self.lines:
+            await send({"type": "http.response.body", "body": line, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ndjson(reports: AsyncIterator[bytes]) -> Response:
+    return _NdjsonStream(reports)
+
+
+async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks,
+                       route: ProduceRoute | None) -> AsyncIterator[bytes]:
+    async for line in _produce_objects(st, meta, objects, acks, route):
+        yield line
+
+
+async def _produce_stream(st: AppState, meta: TopicMetadata, request: Request, acks: Acks,
+                          route: ProduceRoute | None) -> AsyncIterator[bytes]:
+    """Produce each chunk's records as they arrive; report them once acknowledged."""
+    stream = ObjectStream(st.settings.max_request_bytes)
+    try:
+        async for chunk in chunks(request, st.settings.max_request_bytes):
+            with st.in_flight.reserve(len(chunk)):
+                objects = stream.feed(chunk)
+                async for line in _produce_objects(st, meta, objects, acks, route):
+                    yield line
+            if stream.error:  # the records before it are answered for; the stream ends
+                raise stream.error
+        async for line in _produce_objects(st, meta, stream.feed(b"", final=True), acks,
+                                           route):
+            yield line
+        if stream.error:
+            raise stream.error
+    except ApiError as exc:  # the stream cannot go on (malformed JSON, too large)
+        _, body = error_body(exc)
+        yield msgspec.json.encode(body) + b"\n"
+    except ClientDisconnect:  # gone (or timed out) mid-stream: reported records stay
+        return
+
+
+async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks,
+                           route: ProduceRoute | None) -> AsyncIterator[bytes]:
+    records: list[ProduceRecord] = []
+    slots: list[dict[str, Any] | None] = []
+    for raw in objects:
+        try:
+            records.append(decode(raw, _record))
+            slots.append(None)
+        except ApiError as exc:
+            slots.append(error_body(exc)[1])
+    result = await st.produce.produce(meta, records, acks, route) if records else None
+    if result is not None:
+        _count_in(st, meta.name, result)
+    j = 0
+    for slot in slots:
+        if slot is None:
+            assert result is not None
+            slot = report(meta.name, records[j], result, j)
+            j += 1
+        yield msgspec.json.encode(slot) + b"\n"
+
+
+@router.post(BASE + "/records:batch", status_code=207, openapi_extra=json_body(BatchRequest))
+async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request,
+                        acks: AcksQuery = "all") -> Response:
+    """Produce 1 to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by
+    id. An entry that is not a valid record (bad base64, a wrong field) fails alone."""
+    check_cluster(cluster_id)
+    st = state(request)
+    meta = st.require_topic(topic_name)
+    limit = st.settings.max_request_bytes
+    with st.in_flight.reserve(content_length(request, limit) or 0):
+        raw = await read_body(request, limit)
+        entries, rejected = _decode_batch(raw, st.settings.max_batch_entries)
+        leader = _one_other_leader(st, request, meta, entries, rejected)
+        if leader is not None:  # the whole request is another broker's: passed on as it is
+            assert st.cluster is not None
+            return await st.cluster.proxy(request, leader, raw)
+        count = len(entries) + len(rejected)
+        ids = list(map(_entry_id, entries))
+        every_id = ids + [entry_id for entry_id, _ in rejected]
+        if len(set(every_id)) != count:
+            dup = next(i for i in every_id if every_id.count(i) > 1)
+            raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
+        sizes = envelopes(entries)
+        acked = st.produce.start(meta, entries, acks, _route(st, request))
+        del entries  # the decoded request is not needed while waiting for the append
+        result = await acked
+    _count_in(st, topic_name, result)
+    return Response(batch_body(topic_name, ids, result, sizes, rejected), status_code=207,
+                    media_type="application/json")
+
+
+def _one_other_leader(st: AppState, request: Request, meta: TopicMetadata,
+                      entries: list[BatchEntry], rejected: list[tuple[str, ApiError]]
+                      ) -> BrokerInfo | None:
+    """In a cluster, the leader's broker when every entry names a partition and one other
+    broker leads them all (then the body goes there untouched: no planning here, no
+    re-encoding); None otherwise."""
+    if st.cluster is None or rejected or forwarded(request) or not entries:
+        return None
+    partitions = {e.partition_id for e in entries}
+    if None in partitions or max(p or 0 for p in partitions) >= meta.partitions:
+        return None  # keys to hash, or a partition to refuse: planned here
+    leaders = set()
+    for p in partitions:
+        assert p is not None
+        where = st.cluster.route(meta.name, p, False)
+        if isinstance(where, int):
+            return None
+        leaders.add(where)
+    return leaders.pop() if len(leaders) == 1 else None
+
+
+def _decode_batch(body: bytes, max_entries: int
+                  ) -> tuple[list[BatchEntry], list[tuple[str, ApiError]]]:
+    """The valid entries, and (id, error) of those that are not records; 1 to
+    ``max_entries`` in all.
+
+    The whole body is decoded at once; only when that finds a wrong shape is it decoded
+    again entry by entry, so that each invalid entry fails alone (as in Confluent). Bad
+    JSON, a wrong envelope, or an invalid entry without a usable id fail the request.
+    """
+    if not body.strip():
+        raise _batch_error("the request body is empty: send {\"entries\": [...]}")
+    try:
+        entries = decode(body, _batch).entries
+        _check_count(len(entries), max_entries)
+        return entries, []
+    except ApiError as exc:
+        if exc.code not in ("invalid_request", "invalid_base64"):
+            raise
+        raws = decode(body, _raw_batch).entries
+    _check_count(len(raws), max_entries)
+    entries = []
+    rejected: list[tuple[str, ApiError]] = []
+    for i, raw in enumerate(raws):
+        try:
+            entries.append(decode(raw, _entry))
+        except ApiError as err:
+            err.message = err.message.replace("`$", f"`$.entries[{i}]", 1)
+            try:
+                entry_id = _entry_id_only.decode(raw).id
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                raise _batch_error(f"{err.message} (the entry has no valid id to report it by: "
+                                   "the batch is refused)") from None
+            rejected.append((entry_id, err))
+    return entries, rejected
+
+
+def _batch_error(message: str) -> ApiError:
+    """A batch refused whole: Confluent's 422/42208 (an empty batch, a null body, ids used
+    twice or missing)."""
+    return ApiError(422, message, error_code=42208, name="invalid_batch")
+
+
+def _check_count(count: int, max_entries: int) -> None:
+    if not count:
+        raise ApiError(422, "entries is empty: a batch needs at least one entry",
+                       error_code=42208, name="empty_batch")
+    if count > max_entries:
+        raise ApiError(413, f"{count} entries is over the limit of {max_entries} per request",
+                       name="too_many_entries")
+
+
+@router.get(BASE + "/partitions/{partition_id}/records", responses=ARROW_RESPONSE)
+async def fetch(
+    cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
+    max_records: Annotated[int | None, Query(ge=1)] = None,
+    max_bytes: Annotated[int | None, Query(ge=1)] = None,
+    timeout_ms: Annotated[int, Query(ge=0)] = 0,
+    format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
+) -> Response:
+    """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some.
+    With ``Accept: application/vnd.apache.arrow.stream``: an Arrow stream (``format`` does
+    not apply), the paging in ``Lakelog-*`` headers."""
+    check_cluster(cluster_id)
+    st = state(request)
+    if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
+        return answer
+    s = st.settings
+    max_records = min(max_records or 500, s.max_fetch_records)
+    max_bytes = min(max_bytes or s.default_fetch_bytes, s.max_fetch_bytes)
+    timeout_ms = min(timeout_ms, s.max_fetch_wait_ms)
+    if wants_arrow(request.headers.get("accept")):
+        arrow = await st.fetch.fetch_arrow(topic_name, partition_id, offset, max_records,
+                                           max_bytes, timeout_ms)
+        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
+    body = await st.fetch.fetch(topic_name, partition_id, offset, max_records, max_bytes,
+                                timeout_ms, format)
+    return Response(body, media_type="application/json")
+
+
+@router.get(BASE + "/partitions/{partition_id}/offsets")
+async def list_offsets(
+    cluster_id: str, topic_name: TopicName, partition_id: PartitionId, request: Request,
+    spec: Annotated[Literal["earliest", "latest", "timestamp"], Query()] = "latest",
+    timestamp: Annotated[int | None, Query(ge=0, le=2**63 - 1,
+                                           description="epoch ms, with spec=timestamp")] = None,
+) -> Response:
+    """Kafka's ListOffsets: earliest, latest, or the first offset with timestamp >= T (null if none)."""
+    check_cluster(cluster_id)
+    st = state(request)
+    if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
+        return answer
+    plog = st.manager.log(topic_name, partition_id)
+    log_start = st.tiered.log_start_offset(plog, topic_name, partition_id)
+    if spec == "earliest":
+        offset: int | None = log_start
+    elif spec == "latest":
+        offset = plog.high_watermark
+    else:
+        if timestamp is None:
+            raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
+                           name="invalid_request")
+        offset = await asyncio.to_thread(st.tiered.offset_for_timestamp, plog, topic_name,
+                                         partition_id, timestamp)
+    return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
+                          "timestamp": timestamp, "offset": offset,
+                          "log_start_offset": log_start,
+                          "high_watermark": plog.high_watermark})
+
+
+@router.post("/v3/clusters/{cluster_id}/producers", openapi_extra=json_body(ProducerInit))
+async def init_producer(cluster_id: str, request: Request) -> Response:
+    """A producer id and epoch for idempotent produce; send an existing id to bump its epoch."""
+    check_cluster(cluster_id)
+    st = state(request)
+    raw = await read_body(request, 4096)
+    body = decode(raw, _producer) if raw.strip() else ProducerInit()
+    pid, epoch = st.manager.producer_ids.init_producer(body.producer_id)
+    return json_response({"producer_id": pid, "producer_epoch": epoch})

@@ -1,8 +1,0 @@
-"""Produce by step: ``planner`` (check records, cut them into runs), ``appender`` (a
-partition's runs into few batches), ``service`` (the request, its appends and its acks);
-``runs`` holds the values they pass along."""
-
-from ingest_api.produce.runs import ProduceResult
-from ingest_api.produce.service import Acks, ProduceService
-
-__all__ = ["Acks", "ProduceResult", "ProduceService"]
