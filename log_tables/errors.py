@@ -7,7 +7,7 @@ the body's ``error``), ``status`` (the HTTP status), ``error_code`` (the body's
 a detail number) and ``retriable`` (trying again later can succeed). The body carries
 all but ``kafka_name``; ``ERRORS`` and ``for_code()`` at the end turn a body back into
 its class. The table lives here, on the lowest floor, because both the server
-(``ingest_api.errors`` renders the bodies) and the client (``lakelog.client.errors``,
+(``ingest_api.http.errors`` renders the bodies) and the client (``lakelog.client.errors``,
 which must not import the server) import it; the consumer group errors are here too
 (``consumer_groups.errors`` re-exports them) so that the table is one literal list.
 """

@@ -63,7 +63,7 @@ CLUSTER = "/v3/clusters/lakelog"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 NEXT_OFFSET = "Lakelog-Next-Offset"
 BROKER_KEY = Path("security") / "broker.key"
-"""A broker's own key in its data directory (``ingest_api.security``'s ``broker.key``)."""
+"""A broker's own key in its data directory (``ingest_api.broker.security``'s ``broker.key``)."""
 MAX_RECORDS = 10_000
 """Records asked per fetch (a broker's ``max_fetch_records`` by default)."""
 MAX_BYTES = 8 * 1024 * 1024
