@@ -333,6 +333,13 @@ class NoOffsetError(LakelogError):
     error_code = 41602
 
 
+class InvalidReplicationFactorError(LakelogError):  # ingest_api.broker.topics'
+    kafka_name, code, status, error_code = ("INVALID_REPLICATION_FACTOR",
+                                             "invalid_replication_factor", 400, 40005)
+class UnknownConfigError(LakelogError):  # a topic config named in a request's path
+    code, status, error_code = "unknown_config", 404, 40409
+
+
 # -- a cluster and its replicas: log_tables.cluster_errors (imported here for the table) --
 from log_tables import cluster_errors as _cluster  # noqa: E402
 
@@ -365,7 +372,7 @@ ERRORS: tuple[type[LakelogError], ...] = (
     CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError,
     NotEnoughReplicasError,
     NotEnoughReplicasAfterAppendError, FencedLeaderEpochError, UnknownLeaderEpochError,
-    RequestTimedOutError,
+    RequestTimedOutError, InvalidReplicationFactorError, UnknownConfigError,
 )
 """Every error class a body can name: the one table of codes, names and flags."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -22,6 +23,7 @@ from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
+    from ingest_api.broker.topics import TopicAdmin
 
 CLUSTER_ID = "lakelog"
 _encoder = msgspec.json.Encoder()
@@ -46,6 +48,14 @@ class AppState:
         if self.cluster is not None and name not in self.manager.registry:
             self.cluster.ensure_topic(name)
         return self.manager.require_topic(name)
+
+    @cached_property
+    def topic_admin(self) -> TopicAdmin:
+        # Imported here: ingest_api.broker.metadata still imports CLUSTER_ID from this module.
+        from ingest_api.broker.topics import TopicAdmin
+
+        return TopicAdmin(self.manager, self.tiered, self.groups,
+                          self.settings.default_replication_factor, self.cluster)
 
 
 def state(request: Request) -> AppState:

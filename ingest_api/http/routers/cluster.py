@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cluster.model import BrokerInfo
 from ingest_api.broker.leader_bounds import leader_bounds
 from ingest_api.broker.metadata import (
     CLUSTER,
@@ -32,6 +33,13 @@ def check_cluster(cluster_id: str) -> None:
     if cluster_id != CLUSTER_ID:
         raise ApiError(404, f"cluster {cluster_id!r} does not exist; the only cluster is "
                             f"{CLUSTER_ID!r}", name="unknown_cluster")
+
+
+async def forward(request: Request, broker: BrokerInfo) -> Response:
+    """The request, sent on to the broker whose it is (a service named it); its answer."""
+    link = state(request).cluster
+    assert link is not None, "only a broker of a cluster names another broker"
+    return await link.proxy(request, broker)
 
 
 def cluster_body() -> dict[str, object]:
