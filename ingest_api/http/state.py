@@ -23,6 +23,7 @@ from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
+    from ingest_api.broker.group_admin import GroupAdmin
     from ingest_api.broker.topics import TopicAdmin
 
 CLUSTER_ID = "lakelog"
@@ -56,6 +57,13 @@ class AppState:
 
         return TopicAdmin(self.manager, self.tiered, self.groups,
                           self.settings.default_replication_factor, self.cluster)
+
+    @cached_property
+    def group_admin(self) -> GroupAdmin:
+        from ingest_api.broker.group_admin import GroupAdmin
+
+        return GroupAdmin(self.groups, self.manager, self.tiered, self.topic_admin,
+                          self.cluster)
 
 
 def state(request: Request) -> AppState:

@@ -35,11 +35,6 @@ TopicName = Annotated[str, Path(min_length=1, max_length=249)]
 PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
 
-def _require_group(groups: GroupCoordinator, group_id: str) -> None:
-    if groups.groups.get(group_id) is None and not groups.committed(group_id):
-        groups.require_empty(group_id, "describe it")  # raises unknown group (404)
-
-
 def _members(groups: GroupCoordinator, group_id: str) -> dict[str, Member]:
     group = groups.groups.get(group_id)
     return dict(group.members) if group is not None else {}
@@ -49,7 +44,7 @@ async def _lags(request: Request, group_id: str) -> list[PartitionLag]:
     """The partitions the group reads that still exist (bounds None: their leader, in a
     cluster, did not answer)."""
     st = state(request)
-    _require_group(st.groups, group_id)
+    st.group_admin.require_group(group_id)
     bounds_of = await leader_bounds(request).ask(read_topics(st.groups, group_id))
     return [r for r in group_lag(st.groups, group_id, bounds_of)
             if r.bounds is not None or r.partition < (st.groups.partitions_of(r.topic) or 0)]
@@ -148,7 +143,7 @@ def _consumer_body(group_id: str, member: Member) -> dict[str, Any]:
 
 
 def _member(st: AppState, group_id: str, member_id: str) -> Member:
-    _require_group(st.groups, group_id)
+    st.group_admin.require_group(group_id)
     member = _members(st.groups, group_id).get(member_id)
     if member is None:
         raise ApiError(404, f"consumer group {group_id!r} has no consumer {member_id!r}",
@@ -175,7 +170,7 @@ async def list_consumers(cluster_id: str, group_id: GroupId, request: Request) -
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
-    _require_group(st.groups, group_id)
+    st.group_admin.require_group(group_id)
     return json_response(collection(
         "KafkaConsumerList", f"{group_url(group_id)}/consumers",
         [_consumer_body(group_id, m) for _, m in sorted(_members(st.groups, group_id).items())]))

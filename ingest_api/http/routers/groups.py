@@ -4,8 +4,6 @@ and delete (KIP-848-style: the server assigns; see ``consumer_groups.coordinator
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -16,9 +14,10 @@ from fastapi.responses import Response
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
 from consumer_groups.lag import group_lag, read_topics
-from consumer_groups.offsets import Change, Committed, OffsetKey
+from consumer_groups.offsets import Committed
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.cluster_link import forwarded, principal_of
+from ingest_api.broker.cluster_link import forwarded
+from ingest_api.broker.group_admin import OffsetReset
 from ingest_api.broker.leader_bounds import leader_bounds
 from ingest_api.broker.metadata import CLUSTER, collection, related, resource
 from ingest_api.http.auth import may, require
@@ -30,9 +29,8 @@ from ingest_api.http.models import (
     ResetRequest,
     SeekRequest,
 )
-from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.routers.cluster import check_cluster, forward, send
 from ingest_api.http.state import CLUSTER_ID, AppState, json_body, json_response, state
-from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"
@@ -75,16 +73,9 @@ def group_body(groups: GroupCoordinator, group_id: str, coordinator_id: int) -> 
 async def to_coordinator(request: Request, group_id: str) -> Response | None:
     """In a cluster, a group's requests are its coordinator's: its answer, unless this
     broker coordinates the group (None)."""
-    link = state(request).cluster
-    if link is None:
-        return None
-    coordinator = await link.coordinator_of(group_id)
-    if coordinator is None:
-        return None
-    if forwarded(request):
-        raise NotCoordinatorError(f"broker {link.broker_id} does not coordinate group "
-                                  f"{group_id!r}; broker {coordinator.broker_id} does")
-    return await link.proxy(request, coordinator)
+    coordinator = await state(request).group_admin.coordinator_elsewhere(
+        group_id, forwarded(request))
+    return None if coordinator is None else await forward(request, coordinator)
 
 
 @router.get(BASE)
@@ -92,24 +83,15 @@ async def list_groups(cluster_id: str, request: Request) -> Response:
     """Every group with members or committed offsets."""
     check_cluster(cluster_id)
     st = state(request)
-    groups = st.groups
-    link = st.cluster
-    mine = [g for g in groups.known_groups() if may(request, "group", g, "describe")]
-    if link is None:
-        return _group_list([_summary(st, g) for g in mine])
+    mine = [g for g in st.groups.known_groups() if may(request, "group", g, "describe")]
     # In a cluster each broker answers for the groups it coordinates; the first broker
     # asks the others and merges.
-    coordinated = []
-    for g in mine:
-        with contextlib.suppress(LakelogError):
-            if link.coordinator(g) is None:
-                coordinated.append(_summary(st, g))
-    if forwarded(request):
+    listing = st.group_admin.listing(mine, forwarded(request))
+    coordinated = [_summary(st, g) for g in listing.local]
+    if not listing.ask:
         return _group_list(coordinated)
-    others = [b for b in link.broker.view.live_brokers() if b.broker_id != link.broker_id]
-    answers = await asyncio.gather(*(link.send(b, "GET", request.url.path,
-                                               principal=principal_of(request))
-                                     for b in others), return_exceptions=True)
+    answers = await asyncio.gather(*(send(request, b, "GET", request.url.path)
+                                     for b in listing.ask), return_exceptions=True)
     data = {g["consumer_group_id"]: g for g in coordinated}
     for answer in answers:
         if isinstance(answer, BaseException) or answer.status_code != 200:
@@ -128,8 +110,7 @@ def _summary(st: AppState, group_id: str) -> dict[str, Any]:
     state names, ``assignor`` lakelog's assignor names)."""
     groups = st.groups
     group = groups.groups.get(group_id)
-    coordinator_id = st.cluster.broker_id if st.cluster is not None else 1
-    return {**group_body(groups, group_id, coordinator_id),
+    return {**group_body(groups, group_id, st.group_admin.broker_id),
             "state": group.state() if group is not None else "Empty",
             "assignor": group.assignor if group is not None else None,
             "group_epoch": group.epoch if group is not None else 0,
@@ -148,9 +129,8 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
         return answer
     st = state(request)
     groups = st.groups
+    st.group_admin.require_group(group_id)
     group = groups.groups.get(group_id)
-    if group is None and not groups.committed(group_id):
-        groups.require_empty(group_id, "describe it")  # raises unknown group
     members = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
                 "member_epoch": m.epoch, "topics": sorted(m.topics),
                 "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
@@ -172,10 +152,7 @@ async def find_coordinator(cluster_id: str, group_id: GroupId, request: Request)
     """Kafka's FindCoordinator: the broker that coordinates the group (a client sends the
     group's requests there; any other broker forwards them)."""
     check_cluster(cluster_id)
-    st = state(request)
-    if st.cluster is None:  # this server, at whatever address the client used
-        return json_response({"broker_id": 1, "host": None, "port": None})
-    info = await st.cluster.coordinator_of(group_id) or st.cluster.broker.info
+    info = await state(request).group_admin.find_coordinator(group_id)
     return json_response({"broker_id": info.broker_id, "host": info.host, "port": info.port})
 
 
@@ -268,23 +245,12 @@ async def seek(cluster_id: str, group_id: GroupId, member_id: MemberId,
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
-    st = state(request)
     body = decode(await read_body(request, MAX_BODY), _seek)
-    member = st.groups.member(group_id, member_id)
-    for p in body.positions:
-        tp = TopicPartition(p.topic_name, p.partition_id)
-        if tp not in member.assigned:
-            raise InvalidOptionError(f"{p.topic_name}/{p.partition_id} is not assigned to "
-                                     f"member {member_id!r}: seek only its own partitions")
-    for p in body.positions:
-        tp = TopicPartition(p.topic_name, p.partition_id)
-        if p.offset is None:
-            member.positions.pop(tp, None)
-        else:
-            member.positions[tp] = p.offset
+    positions = state(request).group_admin.seek(group_id, member_id, [
+        (p.topic_name, p.partition_id, p.offset) for p in body.positions])
     return json_response({"positions": [
-        {"topic_name": tp.topic, "partition_id": tp.partition, "offset": member.positions.get(tp)}
-        for tp in sorted(member.assigned)]})
+        {"topic_name": tp.topic, "partition_id": tp.partition, "offset": offset}
+        for tp, offset in positions]})
 
 
 @router.post(BASE + "/{group_id}/offsets", openapi_extra=json_body(CommitRequest))
@@ -325,48 +291,8 @@ async def reset_offsets(cluster_id: str, group_id: GroupId, request: Request) ->
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
-    st = state(request)
     body = decode(await read_body(request, MAX_BODY), _reset)
-    groups = st.groups
-    group = groups.groups.get(group_id)
-    if group is not None and group.members:
-        groups.require_empty(group_id, "reset its offsets")
-    committed_now = groups.committed(group_id)
-    topics = body.topics or sorted({t for t, _ in committed_now})
-    if not topics:
-        raise InvalidOptionError(f"consumer group {group_id!r} has no committed offsets: name "
-                                 "the topics to reset")
-    if body.to == "offset" and body.offset is None:
-        raise InvalidOptionError("to=offset needs an offset")
-    if body.to == "datetime" and body.datetime is None:
-        raise InvalidOptionError("to=datetime needs a datetime (ISO 8601)")
-    changes = [_reset_change(st, group_id, topic, p, body)
-               for topic in topics for p in range(st.require_topic(topic).partitions)]
-    if not body.dry_run:
-        await groups.store.commit(changes)
+    offsets = await state(request).group_admin.reset_offsets(group_id, OffsetReset(
+        body.to, tuple(body.topics or ()), body.offset, body.datetime, body.dry_run))
     return json_response({"dry_run": body.dry_run, "offsets": [
-        {"topic_name": k.topic, "partition_id": k.partition, "offset": c.offset if c else None}
-        for k, c in changes]})
-
-
-def _reset_change(st: AppState, group_id: str, topic: str, partition: int,
-                  body: ResetRequest) -> Change:
-    plog = st.manager.log(topic, partition)
-    start = st.tiered.log_start_offset(plog, topic, partition)
-    hw = plog.high_watermark
-    if body.to == "earliest":
-        offset = start
-    elif body.to == "latest":
-        offset = hw
-    elif body.to == "offset":
-        assert body.offset is not None
-        offset = min(max(body.offset, start), hw)  # clamped into the log, as Kafka's tool does
-    else:
-        assert body.datetime is not None
-        if body.datetime.tzinfo is None:
-            raise InvalidOptionError("give the datetime a timezone (e.g. 2026-11-21T10:00:00Z)")
-        found = st.tiered.offset_for_timestamp(plog, topic, partition,
-                                               int(body.datetime.timestamp() * 1000))
-        offset = hw if found is None else max(found, start)
-    return (OffsetKey(group_id, topic, partition),
-            Committed(offset, None, int(time.time() * 1000), None, -1))
+        {"topic_name": t, "partition_id": p, "offset": offset} for t, p, offset in offsets]})
