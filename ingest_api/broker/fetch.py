@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -22,13 +22,49 @@ from ingest_api.broker.arrow_answer import (
 )
 from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.notifier import AppendNotifier
-from ingest_api.http.models import Data, FetchedRecord, Header
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
 from log_tables.hot.log_manager import LogManager
 from log_tables.records import FetchResult, LogBatch
 
 Format = Literal["BINARY", "STRING", "JSON"]
+
+
+class Data(msgspec.Struct, gc=False):
+    """A fetched key or value: ``{"type": "BINARY"|"STRING"|"JSON", "data": ...}``."""
+
+    type: str
+    data: Any
+
+
+class Header(msgspec.Struct, gc=False):
+    name: str
+    value: bytes | None
+
+
+class FetchedRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A record as fetch and a group member's poll answer it. A poll names each record's
+    topic and partition; a fetch (of one partition) leaves them out of the body."""
+
+    topic_name: str | None = None
+    partition_id: int | None = None
+    offset: int
+    timestamp: datetime
+    timestamp_type: str
+    key: Data | None
+    value: Data | None
+    headers: list[Header]
+
+
+class RemoteFetch(msgspec.Struct, gc=False):
+    """The part of a fetch answer a coordinator reads from another broker's partition."""
+
+    records: list[FetchedRecord]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
 _encoder = msgspec.json.Encoder()
 _json_check = msgspec.json.Decoder()
 

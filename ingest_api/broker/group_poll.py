@@ -23,9 +23,7 @@ from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from ingest_api.broker.arrow_answer import (
-    ARROW_STREAM,
     MEMBER_EPOCH,
-    NEXT_OFFSET,
     POSITIONS,
     RECORD_COUNT,
     ArrowAnswer,
@@ -33,9 +31,7 @@ from ingest_api.broker.arrow_answer import (
     kafka_rows,
     stream,
 )
-from ingest_api.broker.fetch import FetchService, Format, records_of
-from ingest_api.http.errors import ApiError, error_of
-from ingest_api.http.models import FetchedRecord, RemoteFetch
+from ingest_api.broker.fetch import FetchedRecord, FetchService, Format, records_of
 from log_tables.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -48,19 +44,15 @@ from log_tables.errors import (
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
-    import httpx
-
     from ingest_api.broker.cluster_link import ClusterLink
+    from ingest_api.broker.peers import Peers
 
 _encoder = msgspec.json.Encoder()
 
 
-_remote_fetch = msgspec.json.Decoder(RemoteFetch)
-
-
 class GroupPoll:
     """``cluster``: in a cluster, the partitions led by other brokers are read from their
-    leaders (a fetch over HTTP), as a Kafka consumer fetches from each leader."""
+    leaders (through its ``peers``), as a Kafka consumer fetches from each leader."""
 
     def __init__(self, coordinator: GroupCoordinator, fetch: FetchService,
                  manager: LogManager, cluster: ClusterLink | None = None) -> None:
@@ -77,44 +69,13 @@ class GroupPoll:
         where = self.cluster.route(tp.topic, tp.partition, forwarded=False)
         return None if isinstance(where, int) else where
 
-    async def _remote_get(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
-                          max_records: int, max_bytes: int, params: dict[str, str],
-                          headers: dict[str, str] | None = None) -> httpx.Response:
-        """A fetch from the leader (no waiting); its errors raised as this broker's."""
+    def _peers(self) -> Peers:
         assert self.cluster is not None
-        r = await self.cluster.send(
-            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
-                           f"{tp.partition}/records", principal=None,
-            params={"offset": str(offset), "max_records": str(max_records),
-                    "max_bytes": str(max(max_bytes, 1)), "timeout_ms": "0", **params},
-            headers=headers)
-        if r.status_code == 416:
-            body = r.json()
-            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}", offset,
-                                        int(body["log_start_offset"]),
-                                        int(body["high_watermark"]))
-        if r.status_code != 200:
-            raise error_of(r)
-        return r
-
-    async def _remote_read(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
-                           max_records: int, max_bytes: int, fmt: Format
-                           ) -> RemoteFetch:
-        r = await self._remote_get(broker, tp, offset, max_records, max_bytes,
-                                   {"format": fmt})
-        return _remote_fetch.decode(r.content)
+        return self.cluster.peers
 
     async def _remote_offsets(self, broker: BrokerInfo, tp: TopicPartition) -> tuple[int, int]:
         """(log start, high watermark) of a partition another broker leads."""
-        assert self.cluster is not None
-        r = await self.cluster.send(
-            broker, "GET", f"/v3/clusters/lakelog/topics/{tp.topic}/partitions/"
-                           f"{tp.partition}/offsets", principal=None,
-            params={"spec": "earliest"})
-        if r.status_code != 200:
-            raise error_of(r)
-        body = r.json()
-        return int(body["log_start_offset"]), int(body["high_watermark"])
+        return await self._peers().offsets(broker, tp.topic, tp.partition)
 
     async def _position_anywhere(self, group: str, member: Member, tp: TopicPartition,
                                  leader: BrokerInfo | None) -> int:
@@ -273,8 +234,8 @@ class GroupPoll:
                            out: list[FetchedRecord]) -> tuple[int, int]:
         """Read ``tp`` from its leader into ``out``; the budgets left."""
         try:
-            answer = await self._remote_read(leader, tp, pos, budget_records, budget_bytes,
-                                             fmt)
+            answer = await self._peers().fetch(leader, tp.topic, tp.partition, pos,
+                                               budget_records, budget_bytes, fmt)
         except OffsetOutOfRangeError as exc:
             if pos < exc.log_start_offset or pos > exc.high_watermark:
                 member.positions[tp] = await self._remote_reset(member, tp, leader, pos)
@@ -282,10 +243,6 @@ class GroupPoll:
         except (LeaderNotAvailableError, NotLeaderError, BrokerNotAvailableError,
                 UnknownTopicError, UnknownPartitionError):
             return budget_records, budget_bytes  # moved or down: the next poll looks again
-        except ApiError as exc:  # the leader's own answer
-            if exc.retriable or exc.status in (404, 421):
-                return budget_records, budget_bytes
-            raise
         if tp not in member.assigned:
             return budget_records, budget_bytes
         for r in answer.records:
@@ -306,8 +263,8 @@ class GroupPoll:
                                  ) -> tuple[int, int]:
         """``_read_remote`` asking the leader for Arrow: its batches go into ``out``."""
         try:
-            batches, next_offset = await self._remote_read_arrow(leader, tp, pos,
-                                                                 budget_records, budget_bytes)
+            batches, next_offset = await self._peers().fetch_arrow(
+                leader, tp.topic, tp.partition, pos, budget_records, budget_bytes)
         except OffsetOutOfRangeError as exc:
             if pos < exc.log_start_offset or pos > exc.high_watermark:
                 member.positions[tp] = await self._remote_reset(member, tp, leader, pos)
@@ -315,10 +272,6 @@ class GroupPoll:
         except (LeaderNotAvailableError, NotLeaderError, BrokerNotAvailableError,
                 UnknownTopicError, UnknownPartitionError):
             return budget_records, budget_bytes
-        except ApiError as exc:
-            if exc.retriable or exc.status in (404, 421):
-                return budget_records, budget_bytes
-            raise
         if tp not in member.assigned:
             return budget_records, budget_bytes
         for b in batches:
@@ -332,15 +285,6 @@ class GroupPoll:
         if next_offset > pos:
             member.positions[tp] = next_offset
         return budget_records, budget_bytes
-
-    async def _remote_read_arrow(self, broker: BrokerInfo, tp: TopicPartition, offset: int,
-                                 max_records: int, max_bytes: int
-                                 ) -> tuple[list[pa.RecordBatch], int]:
-        """A fetch from the leader in Arrow: its batches and the next offset."""
-        r = await self._remote_get(broker, tp, offset, max_records, max_bytes, {},
-                                   {"accept": ARROW_STREAM})
-        batches = list(pa.ipc.open_stream(r.content))
-        return batches, int(r.headers[NEXT_OFFSET])
 
 
 def _positions(member: Member, topic_id_of: Callable[[str], str | None]

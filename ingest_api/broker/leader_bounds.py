@@ -4,10 +4,11 @@ has them.
 A group's coordinator holds replicas of some of the partitions the group reads only, and
 a follower's high watermark may lag its leader's: lag counted from the coordinator's own
 logs showed 0 for every partition it holds no replica of. So the bounds of a partition
-this broker does not lead come from its leader: one ``GET .../topics/{t}/partitions``
-per (leader broker, topic), sent as this broker (a forwarded request: the leader answers
-from its own logs for every partition of the topic and forwards nothing), read only for
-the partitions whose body names that broker as their leader. The requests run
+this broker does not lead come from its leader: one ``Peers.partitions`` per (leader
+broker, topic), asked as this broker (over HTTP a forwarded ``GET
+.../topics/{t}/partitions``: the leader answers from its own logs for every partition of
+the topic and forwards nothing), read only for the partitions it names that broker as
+the leader of. The requests run
 concurrently, at most ``MAX_REQUESTS`` at once, each within ``TIMEOUT_S`` and all within
 ``DEADLINE_S``. A partition whose leader did not answer (down, offline, no longer
 leading it, the topic gone) has no bounds: its lag is unknown (null), never a wrong 0.
@@ -25,13 +26,9 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import quote
-
-from fastapi import Request
 
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import Bounds, BoundsOf, all_read_topics, log_bounds
-from ingest_api.broker.metadata import topic_url
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import LakelogError
 from log_tables.hot.log_manager import LogManager
@@ -143,25 +140,12 @@ class LeaderBounds:
             return
         async with gate:
             try:
-                r = await asyncio.wait_for(
-                    link.send(info, "GET", f"{topic_url(quote(topic, safe=''))}/partitions",
-                              principal=None), TIMEOUT_S)
+                described = await asyncio.wait_for(link.peers.partitions(info, topic),
+                                                   TIMEOUT_S)
             except (LakelogError, TimeoutError) as exc:
                 log.info("group lag: broker %d did not give the bounds of %s (%s)", leader,
                          topic, exc)
                 return
-        if r.status_code != 200:
-            log.info("group lag: broker %d answered %d for the bounds of %s", leader,
-                     r.status_code, topic)
-            return
-        for body in r.json().get("data", []):
-            p = body.get("partition_id")
-            if p in partitions and body.get("leader_id") == leader:
-                answered[(topic, p)] = Bounds(int(body["log_start_offset"]),
-                                              int(body["high_watermark"]))
-
-
-def leader_bounds(request: Request) -> LeaderBounds:
-    """The app's ``LeaderBounds`` (made at startup)."""
-    bounds: LeaderBounds = request.app.state.leader_bounds
-    return bounds
+        for p in described:
+            if p.partition in partitions and p.leader == leader:
+                answered[(topic, p.partition)] = Bounds(p.log_start_offset, p.high_watermark)

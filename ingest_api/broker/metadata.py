@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.view import ClusterView
-from ingest_api.http.state import CLUSTER_ID
 
+CLUSTER_ID = "lakelog"
+"""The one cluster id a broker answers to (Confluent's paths name it)."""
 BROKER_ID = 1
 CLUSTER = f"/v3/clusters/{CLUSTER_ID}"
 

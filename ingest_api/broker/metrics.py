@@ -8,14 +8,12 @@ than once in its ``CACHE_S``)."""
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import BoundsOf, all_group_lag, log_bounds
@@ -25,13 +23,28 @@ from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
     from cluster.replica_manager import ReplicaManager
-    from ingest_api.http.dashboard.job_runs_view import JobRunsView
 
 
 def tiering_backlog(high_watermark: int, tiered_offset: int, log_start_offset: int) -> int:
     """Records below the high watermark that the Delta tier does not hold yet (records
     deleted before they were tiered wait for nothing)."""
     return max(0, high_watermark - max(tiered_offset, log_start_offset))
+
+
+class JobRunsSummary(Protocol):
+    """What ``lakelog_job_runs`` and the last-run gauges read of the job runs."""
+
+    @property
+    def recent(self) -> Mapping[tuple[str, str], int]: ...
+
+    @property
+    def last(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+class JobRunsView(Protocol):
+    """A cached view of ``_job_runs`` (the HTTP front's dashboard keeps one)."""
+
+    def snapshot(self) -> JobRunsSummary: ...
 
 
 class Sources(NamedTuple):
@@ -216,31 +229,3 @@ class _PartitionCollector(Collector):
         for group, total in sorted(totals.items()):
             group_lag.add_metric([group], total)
         yield from families
-
-
-class LatencyMiddleware:
-    """Times every request by route template (never by raw path: bounded label values)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = [500]
-
-        async def send_wrapper(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.metrics.latency.labels(scope["method"], path, str(status[0])).observe(
-                time.perf_counter() - start)

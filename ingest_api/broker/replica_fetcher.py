@@ -16,18 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
 
 from cluster.broker import ClusterBroker
 from cluster.model import BrokerInfo
 from cluster.replica_protocol import (
-    CONTENT_TYPE,
-    EPOCH_END_PATH,
-    FETCH_PATH,
     EpochQuery,
     EpochRequest,
     FetchPartition,
@@ -37,7 +31,13 @@ from cluster.replica_protocol import (
     split_fetch_answer,
 )
 from cluster.replicas import step
-from log_tables.errors import LakelogError, UnknownPartitionError, UnknownTopicError
+from ingest_api.broker.peers import ReplicaChannel
+from log_tables.errors import (
+    BrokerNotAvailableError,
+    LakelogError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from log_tables.hot.leader_epochs import UNDEFINED
 from log_tables.hot.partition_log import PartitionLog
 
@@ -58,12 +58,12 @@ class Fetchers:
     """The fetcher threads of one broker, one per leader it follows partitions of
     (``cluster.replica_manager.Followers``)."""
 
-    def __init__(self, broker: ClusterBroker, *, headers: Mapping[str, str],
-                 verify: Any = True, max_wait_ms: int = 500,
+    def __init__(self, broker: ClusterBroker, *,
+                 channel: Callable[[int], ReplicaChannel], max_wait_ms: int = 500,
                  on_high_watermark: Callable[[PartitionLog], None] | None = None) -> None:
+        """``channel``: a new line to leaders (given ``max_wait_ms``), one per thread."""
         self.broker = broker
-        self.headers = dict(headers)
-        self.verify = verify
+        self.channel = channel
         self.max_wait_ms = max_wait_ms
         self.on_high_watermark = on_high_watermark
         self._fetchers: dict[int, LeaderFetcher] = {}
@@ -117,9 +117,7 @@ class LeaderFetcher(threading.Thread):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._halt = threading.Event()
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(owner.max_wait_ms / 1000 + 10, connect=2.0),
-            verify=owner.verify, headers={**owner.headers, "content-type": CONTENT_TYPE})
+        self._channel = owner.channel(owner.max_wait_ms)
         self._checkpointed = 0.0
         self._moved: set[PartitionLog] = set()
 
@@ -138,7 +136,7 @@ class LeaderFetcher(threading.Thread):
         self._wake.set()
         if self.is_alive():
             self.join(self.owner.max_wait_ms / 1000 + 12)
-        self._http.close()
+        self._channel.close()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -160,7 +158,7 @@ class LeaderFetcher(threading.Thread):
                     self._fetch(info, ready)
                 else:
                     self._halt.wait(0.01)
-            except (httpx.HTTPError, ValueError) as exc:
+            except (BrokerNotAvailableError, ValueError) as exc:
                 log.info("replica fetch from broker %d failed (%s); trying again",
                          self.leader, exc)
                 self._halt.wait(BACKOFF_S)
@@ -203,10 +201,9 @@ class LeaderFetcher(threading.Thread):
             queries.append(EpochQuery(tp[0], tp[1], f.leader_epoch, latest))
         if not queries:
             return
-        r = self._http.post(info.url + EPOCH_END_PATH,
-                            content=encode(EpochRequest(self.broker.broker_id, queries)))
-        r.raise_for_status()
-        for ans in decode_epoch_answer(r.content).partitions:
+        answer = self._channel.epoch_end(
+            info, encode(EpochRequest(self.broker.broker_id, queries)))
+        for ans in decode_epoch_answer(answer).partitions:
             tp = (ans.topic, ans.partition)
             f = parts[tp]
             plog, asked = logs[tp]
@@ -250,9 +247,7 @@ class LeaderFetcher(threading.Thread):
         if not wanted:
             return
         req = FetchRequest(self.broker.broker_id, wanted, max_wait_ms=self.owner.max_wait_ms)
-        r = self._http.post(info.url + FETCH_PATH, content=encode(req))
-        r.raise_for_status()
-        answer, chunks = split_fetch_answer(r.content)
+        answer, chunks = split_fetch_answer(self._channel.fetch(info, encode(req)))
         for ans, data in zip(answer.partitions, chunks, strict=True):
             tp = (ans.topic, ans.partition)
             fetching, plog = parts.get(tp), logs.get(tp)

@@ -256,39 +256,11 @@ REQUEST_MODELS: tuple[type[msgspec.Struct], ...] = (
 # -- responses -------------------------------------------------------------------------
 
 
-class Data(msgspec.Struct, gc=False):
-    """A fetched key or value: ``{"type": "BINARY"|"STRING"|"JSON", "data": ...}``."""
-
-    type: str
-    data: Any
-
-
-class Header(msgspec.Struct, gc=False):
-    name: str
-    value: bytes | None
-
-
-class FetchedRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
-    """A record as fetch and a group member's poll answer it. A poll names each record's
-    topic and partition; a fetch (of one partition) leaves them out of the body."""
-
-    topic_name: str | None = None
-    partition_id: int | None = None
-    offset: int
-    timestamp: datetime
-    timestamp_type: str
-    key: Data | None
-    value: Data | None
-    headers: list[Header]
-
-
-class RemoteFetch(msgspec.Struct, gc=False):
-    """The part of a fetch answer a coordinator reads from another broker's partition."""
-
-    records: list[FetchedRecord]
-    next_offset: int
-    high_watermark: int
-    log_start_offset: int
+# A fetch's records are the broker core's answer (ingest_api.broker.fetch), named here too.
+from ingest_api.broker.fetch import Data as Data  # noqa: E402
+from ingest_api.broker.fetch import FetchedRecord as FetchedRecord  # noqa: E402
+from ingest_api.broker.fetch import Header as Header  # noqa: E402
+from ingest_api.broker.fetch import RemoteFetch as RemoteFetch  # noqa: E402
 
 
 class Success(msgspec.Struct, gc=False):

@@ -1,4 +1,5 @@
-"""What the routes share: the log manager and the services, held by the app."""
+"""What the routes share: the broker (``ingest_api.broker.core``) and its services, held
+by the app, with what only the HTTP front keeps (the bytes of requests in flight)."""
 
 from __future__ import annotations
 
@@ -11,44 +12,81 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator
+from ingest_api.broker.core import Broker
 from ingest_api.broker.fetch import FetchService
 from ingest_api.broker.group_poll import GroupPoll
+from ingest_api.broker.leader_bounds import LeaderBounds
+from ingest_api.broker.metadata import CLUSTER_ID as CLUSTER_ID
 from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.produce.service import ProduceService
 from ingest_api.http.body import InFlightBytes
+from ingest_api.http.peers import HttpLink
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
-    from ingest_api.broker.cluster_link import ClusterLink
     from ingest_api.broker.group_admin import GroupAdmin
     from ingest_api.broker.topics import TopicAdmin
 
-CLUSTER_ID = "lakelog"
 _encoder = msgspec.json.Encoder()
 
 
 @dataclass
 class AppState:
-    settings: ApiSettings
-    manager: LogManager
-    produce: ProduceService
-    fetch: FetchService
-    metrics: Metrics
+    """The running broker as the routes reach it (its services by their old names)."""
+
+    broker: Broker
     in_flight: InFlightBytes
-    tiered: TieredStorage
-    groups: GroupCoordinator
-    poll: GroupPoll
-    cluster: ClusterLink | None = None
+
+    @property
+    def settings(self) -> ApiSettings:
+        return self.broker.settings
+
+    @property
+    def manager(self) -> LogManager:
+        return self.broker.manager
+
+    @property
+    def produce(self) -> ProduceService:
+        return self.broker.produce
+
+    @property
+    def fetch(self) -> FetchService:
+        return self.broker.fetch
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.broker.metrics
+
+    @property
+    def tiered(self) -> TieredStorage:
+        return self.broker.tiered
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self.broker.groups
+
+    @property
+    def poll(self) -> GroupPoll:
+        return self.broker.poll
+
+    @property
+    def bounds(self) -> LeaderBounds:
+        return self.broker.bounds
+
+    @property
+    def cluster(self) -> HttpLink | None:
+        """The broker's ``ClusterLink`` (None: no cluster), with the HTTP forwarding."""
+        link = self.broker.link
+        assert link is None or isinstance(link, HttpLink)
+        return link
 
     def require_topic(self, name: str) -> TopicMetadata:
         """The topic; in a cluster, one made through another broker a moment ago is read
         from ZooKeeper before it is called unknown."""
-        if self.cluster is not None and name not in self.manager.registry:
-            self.cluster.ensure_topic(name)
-        return self.manager.require_topic(name)
+        return self.broker.require_topic(name)
 
     @cached_property
     def topic_admin(self) -> TopicAdmin:
@@ -69,6 +107,11 @@ class AppState:
 def state(request: Request) -> AppState:
     st: AppState = request.app.state.lakelog
     return st
+
+
+def leader_bounds(request: Request) -> LeaderBounds:
+    """The broker's ``LeaderBounds`` (made at startup)."""
+    return state(request).bounds
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 
 from cluster.model import BrokerInfo, TopicAssignment
 from consumer_groups.lag import Bounds
 from ingest_api.broker import leader_bounds as module
 from ingest_api.broker.leader_bounds import LeaderBounds
+from ingest_api.broker.peers import PartitionBounds
 
 ME = 1
 LEADERS = {("a", 0): 1, ("a", 1): 2, ("a", 2): 3, ("a", 3): -1,
@@ -52,17 +52,14 @@ class _Link:
         self.silent = silent
         self.moved = moved
 
-    async def send(self, info: BrokerInfo, method: str, path: str, *, principal: str | None
-                   ) -> httpx.Response:
-        assert (method, principal) == ("GET", None) and path.endswith("/partitions")
-        topic = path.split("/")[-2]
+        self.peers = self  # ingest_api.broker.peers.Peers: only ``partitions`` is asked
+
+    async def partitions(self, info: BrokerInfo, topic: str) -> list[PartitionBounds]:
         self.sent.append((info.broker_id, topic))
         if info.broker_id in self.silent:
             await asyncio.sleep(3600)
-        data = [{"partition_id": p, "log_start_offset": s, "high_watermark": hw,
-                 "leader_id": 3 if (topic, p) in self.moved else info.broker_id}
+        return [PartitionBounds(p, 3 if (topic, p) in self.moved else info.broker_id, s, hw)
                 for p, (s, hw) in REMOTE.get(info.broker_id, {}).get(topic, {}).items()]
-        return httpx.Response(200, json={"data": data})
 
 
 class _Log:

@@ -11,9 +11,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from cluster.model import BrokerInfo
-from ingest_api.broker.cluster_link import forwarded, principal_of
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.errors import error_of
+from ingest_api.http.forwarding import forwarded, principal_of
 from ingest_api.http.models import DeleteRecordsRequest
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import AppState, json_body, json_response, state

@@ -12,8 +12,6 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cluster.model import BrokerInfo
-from ingest_api.broker.cluster_link import principal_of
-from ingest_api.broker.leader_bounds import leader_bounds
 from ingest_api.broker.metadata import (
     CLUSTER,
     METADATA,
@@ -26,7 +24,8 @@ from ingest_api.broker.metadata import (
 )
 from ingest_api.http.auth import may
 from ingest_api.http.errors import ApiError
-from ingest_api.http.state import CLUSTER_ID, json_response, state
+from ingest_api.http.forwarding import principal_of
+from ingest_api.http.state import CLUSTER_ID, json_response, leader_bounds, state
 
 router = APIRouter()
 BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]

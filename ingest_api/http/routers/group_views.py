@@ -22,12 +22,11 @@ from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.lag import PartitionLag, group_lag, read_topics
-from ingest_api.broker.leader_bounds import leader_bounds
 from ingest_api.broker.metadata import collection, partition_url, related, resource
 from ingest_api.http.errors import ApiError
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.routers.groups import BASE, GroupId, MemberId, group_url, to_coordinator
-from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state
+from ingest_api.http.state import CLUSTER_ID, AppState, json_response, leader_bounds, state
 from log_tables.errors import LeaderNotAvailableError
 
 router = APIRouter(tags=["consumer groups"])

@@ -16,12 +16,11 @@ from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_inte
 from consumer_groups.lag import group_lag, read_topics
 from consumer_groups.offsets import Committed
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.cluster_link import forwarded
 from ingest_api.broker.group_admin import OffsetReset
-from ingest_api.broker.leader_bounds import leader_bounds
 from ingest_api.broker.metadata import CLUSTER, collection, related, resource
 from ingest_api.http.auth import may, require
 from ingest_api.http.body import decode, read_body
+from ingest_api.http.forwarding import forwarded
 from ingest_api.http.models import (
     CommitRequest,
     HeartbeatRequest,
@@ -30,7 +29,14 @@ from ingest_api.http.models import (
     SeekRequest,
 )
 from ingest_api.http.routers.cluster import check_cluster, forward, send
-from ingest_api.http.state import CLUSTER_ID, AppState, json_body, json_response, state
+from ingest_api.http.state import (
+    CLUSTER_ID,
+    AppState,
+    json_body,
+    json_response,
+    leader_bounds,
+    state,
+)
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"

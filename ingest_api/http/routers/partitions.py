@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from ingest_api.broker.cluster_link import forwarded, principal_of
 from ingest_api.broker.metadata import (
     CLUSTER,
     METADATA,
@@ -21,6 +20,7 @@ from ingest_api.broker.metadata import (
     topic_url,
 )
 from ingest_api.http.errors import ApiError, error_of
+from ingest_api.http.forwarding import forwarded, principal_of
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state
 from log_tables.errors import LakelogError

@@ -14,7 +14,6 @@ from starlette.requests import ClientDisconnect
 
 from cluster.model import BrokerInfo
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.cluster_link import ProduceRoute, forwarded, principal_of
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks
 from ingest_api.http.body import (
@@ -26,6 +25,7 @@ from ingest_api.http.body import (
     require_json,
 )
 from ingest_api.http.errors import ApiError, error_body
+from ingest_api.http.forwarding import ProduceRoute, forwarded, principal_of
 from ingest_api.http.models import (
     BatchEntry,
     BatchRequest,

@@ -1,0 +1,98 @@
+"""How a broker of a cluster reaches the other brokers: a protocol the front implements.
+
+The core decides what to ask another broker (the controller, a partition's leader, a
+group's coordinator) and what its answer means; the front carries the question. The
+HTTP front (``ingest_api.http.peers``) sends each as a request to the broker's URL.
+
+Errors: an answer that is an error is raised as a ``LakelogError`` (the table's class
+where the answer names one the core acts on, else the front's own ``LakelogError``
+subclass carrying the answer as it was); a broker that does not answer is
+``BrokerNotAvailableError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cluster.model import BrokerInfo
+    from ingest_api.broker.fetch import Format, RemoteFetch
+    from ingest_api.settings import ApiSettings
+
+@dataclass(frozen=True, slots=True)
+class PeerSetup:
+    """What a front needs to reach this broker's peers."""
+
+    broker_id: int
+    settings: ApiSettings
+    credentials: str | None
+    """This broker's own key (``auth = "api-key"``), which it shows the others; None:
+    the cluster runs without authentication."""
+    on_send: Callable[[int, str], None] | None = None
+    """Called with (broker id, kind of request) for each request sent (for /metrics)."""
+
+
+class PartitionBounds(NamedTuple):
+    """One partition as its leader describes it."""
+
+    partition: int
+    leader: int
+    log_start_offset: int
+    high_watermark: int
+
+
+class Peers(Protocol):
+    """The other brokers of this broker's cluster (asynchronous: called on the loop)."""
+
+    async def create_topic(self, broker: BrokerInfo, topic: str, partitions: int) -> None:
+        """Ask ``broker`` (the controller) to create ``topic``, as this broker's own request
+        (``__consumer_offsets``); ``TopicExistsError`` when it exists."""
+        ...
+
+    async def fetch(self, broker: BrokerInfo, topic: str, partition: int, offset: int,
+                    max_records: int, max_bytes: int, fmt: Format) -> RemoteFetch:
+        """Records of a partition ``broker`` leads, without waiting. Raises
+        ``OffsetOutOfRangeError`` (with the leader's bounds), and ``NotLeaderError``
+        when the leader answers that the read belongs elsewhere or later (it moved,
+        is busy, or does not know the partition)."""
+        ...
+
+    async def fetch_arrow(self, broker: BrokerInfo, topic: str, partition: int,
+                          offset: int, max_records: int, max_bytes: int
+                          ) -> tuple[list[pa.RecordBatch], int]:
+        """``fetch`` in Arrow (``SPARK_SCHEMA``): the batches and the next offset."""
+        ...
+
+    async def offsets(self, broker: BrokerInfo, topic: str, partition: int
+                      ) -> tuple[int, int]:
+        """(log start, high watermark) of a partition ``broker`` leads."""
+        ...
+
+    async def partitions(self, broker: BrokerInfo, topic: str) -> list[PartitionBounds]:
+        """``topic``'s partitions as ``broker`` describes them (leader and bounds)."""
+        ...
+
+    def replica_channel(self, max_wait_ms: int) -> ReplicaChannel:
+        """A blocking line to leaders for one replica fetcher thread."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ReplicaChannel(Protocol):
+    """A follower's requests to a leader (``cluster.replica_protocol`` bodies, encoded);
+    a failure of any kind raises ``BrokerNotAvailableError``."""
+
+    def epoch_end(self, leader: BrokerInfo, request: bytes) -> bytes: ...
+
+    def fetch(self, leader: BrokerInfo, request: bytes) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+Connect = Callable[[PeerSetup], Peers]
+"""The front's way to make a broker's ``Peers``."""
