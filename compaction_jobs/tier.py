@@ -66,8 +66,8 @@ from log_tables.cold.commit import (
 from log_tables.cold.table import open_table, snapshot, tier_app_id
 from log_tables.errors import StaleTableError, StorageError
 from log_tables.hot.damage import Damage
-from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point
+from log_tables.hot.isolation import READ_COMMITTED, published_readable_end
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 
@@ -248,10 +248,9 @@ class TierJob(Job[TierReport]):
             directory = self.layout.partition_dir(topic, p)
             # Only durable segments: one rolled moments ago may still await its fdatasync,
             # and a tiered record must never be one that an OS crash could take back.
-            durable = recovery_point(directory)
-            published = read_high_watermark(directory)  # replicated: below it only
-            if published is not None:
-                durable = min(durable, published)
+            # Replicated: below the published high watermark only.
+            durable = published_readable_end(directory, recovery_point(directory),
+                                             READ_COMMITTED)
             for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
                 if nxt.base_offset > durable:
                     break

@@ -16,6 +16,7 @@ from log_tables.cold.table import PartitionState, log_start, read_files
 from log_tables.cold.topic_reader import first_at_or_after
 from log_tables.config import TopicConfig
 from log_tables.errors import OffsetOutOfRangeError, StorageError
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.layout import Layout, is_local, local_path
@@ -57,7 +58,8 @@ class TieredStorage:
         return log_start(plog.log_start_offset, self.state(topic, partition))
 
     def read(self, plog: PartitionLog, topic: str, partition: int, offset: int,
-             max_records: int, max_bytes: int) -> list[LogBatch]:
+             max_records: int, max_bytes: int, isolation: Isolation = READ_UNCOMMITTED
+             ) -> list[LogBatch]:
         """Records from ``offset`` (below the hot tier) out of the Delta tier: the first
         record at or after ``offset`` (compaction leaves holes) and those after it.
 
@@ -67,10 +69,11 @@ class TieredStorage:
         hot_start = plog.log_start_offset
         cold = self.state(topic, partition)
         start = log_start(hot_start, cold)
+        end = plog.readable_end(isolation)
         if offset < start:
-            raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
+            raise OffsetOutOfRangeError(plog.name, offset, start, end)
         if cold is None or cold.log_start_offset is None or offset >= hot_start:
-            raise OffsetOutOfRangeError(plog.name, offset, hot_start, plog.high_watermark)
+            raise OffsetOutOfRangeError(plog.name, offset, hot_start, end)
         return self._read(topic, partition, cold, offset, max(hot_start, cold.tiered_offset),
                           max_records, max_bytes)
 

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from log_tables.cold.rows import to_table_rows
 from log_tables.cold.table import PartitionState, log_start, open_table, read_files, snapshot
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot.high_watermark import read_high_watermark
 from log_tables.hot.hot_reader import PartitionReader, list_segments
+from log_tables.hot.isolation import READ_COMMITTED, Isolation, published_readable_end
 from log_tables.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -149,22 +149,24 @@ class PartitionBounds(NamedTuple):
 
 
 def partition_bounds(layout: Layout, topic: str, partition: int,
-                     cold: PartitionState | None) -> PartitionBounds:
-    """Log start, tiered offset and high watermark of one partition."""
+                     cold: PartitionState | None,
+                     isolation: Isolation = READ_COMMITTED) -> PartitionBounds:
+    """Log start, tiered offset and readable end of one partition (what a table reads:
+    ``read_committed``)."""
     tiered = cold.tiered_offset if cold is not None else 0
     hot_start = hot_start_offset(layout, topic, partition)
     start = log_start(hot_start if hot_start is not None else 0, cold)
-    return PartitionBounds(start, tiered, max(hot_end_offset(layout, topic, partition), tiered))
+    return PartitionBounds(start, tiered, max(hot_end_offset(layout, topic, partition, isolation),
+                                                  tiered))
 
 
-def hot_end_offset(layout: Layout, topic: str, partition: int) -> int:
-    """The hot tier's readable end (the high watermark as other processes see it): the
-    last complete batch's end, or, for a replicated partition, the published high
-    watermark if that is lower (records not yet on every in-sync replica are not read)."""
+def hot_end_offset(layout: Layout, topic: str, partition: int,
+                   isolation: Isolation = READ_COMMITTED) -> int:
+    """The hot tier's readable end as other processes see it: the last complete batch's
+    end, bounded as ``published_readable_end`` says (for a replicated partition, the
+    published high watermark if that is lower)."""
     directory = layout.partition_dir(topic, partition)
-    end = PartitionReader(directory).end_offset()
-    published = read_high_watermark(directory)
-    return end if published is None else min(end, published)
+    return published_readable_end(directory, PartitionReader(directory).end_offset(), isolation)
 
 
 def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_ms: int,

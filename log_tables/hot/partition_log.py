@@ -7,69 +7,67 @@ Files in the partition directory::
     .clean-shutdown    written by close(); lists segment sizes; removed on open
 
 Opening a log recovers it (``log_tables.hot.recovery``: what is trusted, what is
-truncated); rolling, flushing and reading the segments are ``LocalLog``'s
-(``log_tables.hot.local_log``); appends, with their checks and the idempotent
-producers' state, truncation and shutdown are here.
+truncated). A ``PartitionLog`` holds a ``LocalLog`` (``log_tables.hot.local_log``:
+the segments, rolling, flushing, truncating and dropping them) beside the idempotent
+producers' state, the leader epochs and the high watermark; appends with their checks,
+the one bound of every read (``readable_end``) and shutdown are here.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import NamedTuple
 
 import pyarrow as pa
 
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.config import TopicConfig
-from log_tables.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    LogClosedError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-)
+from log_tables.errors import LogClosedError
+from log_tables.hot.appends import AppendInfo, check_append, check_replica_batch
 from log_tables.hot.batch import (
     HEADER_SIZE,
-    MAX_BATCH_BYTES,
     NO_PRODUCER_ID,
     EncodedBatch,
     assign,
-    check_header,
-    decode_header,
     prepare,
-    verify,
 )
+from log_tables.hot.high_watermark import read_high_watermark, write_high_watermark
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation, bounded_end
+from log_tables.hot.leader_epochs import LeaderEpochCache
 from log_tables.hot.local_log import LocalLog
-from log_tables.hot.producer_state import seq_add
-from log_tables.hot.recovery import rebuild_producer_state, recover, write_clean_marker
+from log_tables.hot.log_reads import RawBatches, offset_for_timestamp, read_raw, read_records
+from log_tables.hot.producer_state import ProducerStateManager, seq_add
+from log_tables.hot.recovery import rebuild_producer_state, write_producer_snapshot
 from log_tables.hot.segment import LogSegment
-from log_tables.records import MAX_TIMESTAMP_MS, RECORD_SCHEMA
+from log_tables.records import FetchResult
+
+log = logging.getLogger(__name__)
 
 
-class AppendInfo(NamedTuple):
-    """What an append assigned."""
+class PartitionLog:
+    """Append, read, roll, recover, truncate and delete the segments of one partition.
 
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int
-    """-1 for CreateTime topics."""
-    max_timestamp: int
-    size: int
-    """Bytes written."""
-    duplicate_offsets: tuple[int, ...] = ()
-    """Offsets of leading records that an idempotent producer had already written."""
+    It holds a ``LocalLog`` (the segment files), the producers' state, the leader
+    epochs and the high watermark; changes that touch more than one of them hold the
+    local log's lock.
+    """
 
-    def offset_of(self, index: int) -> int:
-        """The offset of the ``index``-th record of the appended batch."""
-        dups = len(self.duplicate_offsets)
-        return self.duplicate_offsets[index] if index < dups else self.base_offset + index - dups
-
-
-
-class PartitionLog(LocalLog):
-    """Append, read, roll, recover, truncate and delete the segments of one partition."""
+    def __init__(self, directory: Path, config: TopicConfig, name: str, clock: Clock) -> None:
+        self._local = LocalLog(directory, config, name, clock, on_roll=self._snapshot_producers,
+                               on_sealed=self._notify_rolled)
+        self.directory = directory
+        self.name = name
+        self.clock = clock
+        self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []
+        """Called once a rolled segment is sealed and durable (on the thread that synced it)."""
+        self._flush_scheduler: Callable[[PartitionLog, int], None] | None = None
+        self.producers = ProducerStateManager(name)
+        self.leader_epochs = LeaderEpochCache(directory, name)
+        self._hw: int | None = read_high_watermark(directory)
+        """None: not replicated (readers see up to the log end); else the high watermark."""
+        self._hw_written = self._hw
 
     # -- open and recovery -------------------------------------------------------
     @classmethod
@@ -78,28 +76,164 @@ class PartitionLog(LocalLog):
         """Open (or create) the log in ``directory``, recovering it if it was not closed."""
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, config or TopicConfig(), name or directory.name, clock)
-        plog._load()
+        plog._local.load()
+        plog._rebuild_producer_state()
         return plog
-
-    def _load(self) -> None:
-        found = recover(self.directory, self.config, self.clock, self._note)
-        segments = found.segments
-        for seg in segments[:-1]:
-            seg.sealed = True
-        self._segments = tuple(segments)
-        self._next_offset = segments[-1].next_offset
-        first_base = segments[0].base_offset
-        self._log_start_offset = min(max(found.log_start_offset, first_base), self._next_offset)
-        self._delete_below_log_start()
-        self._flushed_offset = self._next_offset if found.clean else self._segments[-1].base_offset
-        self._recovery_point = self._segments[-1].base_offset
-        self._write_checkpoint()
-        self._rebuild_producer_state()
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot at or below the log end and replay the headers after it."""
-        self.producers = rebuild_producer_state(self.directory, self.name, self._segments,
-                                                self._next_offset, self._note)
+        local = self._local
+        self.producers = rebuild_producer_state(self.directory, self.name, local.segments,
+                                                local.log_end_offset, local.note)
+
+    def _snapshot_producers(self, offset: int) -> None:
+        """Persist producer state as of ``offset`` (the log end); keep the newest two."""
+        write_producer_snapshot(self.directory, self.name, self.producers, offset)
+
+    def _notify_rolled(self, sealed: LogSegment) -> None:
+        for listener in self.roll_listeners:
+            try:
+                listener(self, sealed)
+            except Exception:  # a listener's failure is not the log's
+                log.exception("%s: roll listener failed for %s", self.name, sealed.path)
+
+    # -- the segments' state (the local log's) -------------------------------------
+    @property
+    def config(self) -> TopicConfig:
+        return self._local.config
+
+    def update_config(self, config: TopicConfig) -> None:
+        self._local.config = config
+
+    @property
+    def flush_scheduler(self) -> Callable[[PartitionLog, int], None] | None:
+        """Set: a roll during an append asks it to flush below an offset soon, rather than
+        syncing the sealed segment on the appending thread; it may raise to refuse."""
+        return self._flush_scheduler
+
+    @flush_scheduler.setter
+    def flush_scheduler(self, scheduler: Callable[[PartitionLog, int], None] | None) -> None:
+        self._flush_scheduler = scheduler
+        self._local.flush_scheduler = None if scheduler is None else partial(scheduler, self)
+
+    @property
+    def recovered_from(self) -> list[str]:
+        """What recovery found and did, one line each."""
+        return self._local.recovered_from
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next record gets."""
+        return self._local.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._local.log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._local.recovery_point
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this is fsynced."""
+        return self._local.flushed_offset
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._local.segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._local.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return self._local.size_bytes
+
+    def roll(self) -> LogSegment | None:
+        """Seal the active segment (if it has data) and start a new one; returns the sealed one."""
+        return self._local.roll()
+
+    def roll_if_due(self) -> LogSegment | None:
+        """Roll a non-empty active segment older than ``segment.ms`` (quiet partitions)."""
+        return self._local.roll_if_due()
+
+    def roll_if_older(self, age_ms: int) -> LogSegment | None:
+        """Roll the active segment if its first record was appended ``age_ms`` ago or more
+        (0: whenever it holds records), its sync left to the ``flush_scheduler``."""
+        return self._local.roll_if_older(age_ms)
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fdatasync what is appended; returns the offset below which all is durable
+        (concurrent callers share one sync: ``LocalLog.flush``)."""
+        return self._local.flush(up_to)
+
+    # -- the high watermark and the readable end -----------------------------------
+    @property
+    def high_watermark(self) -> int:
+        """The offset below which every in-sync replica has the records: the log end for
+        a partition of one replica (the leader advances it, followers learn it). A reader's
+        limit is ``readable_end``, not this."""
+        local = self._local
+        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw,
+                           READ_UNCOMMITTED)
+
+    def readable_end(self, isolation: Isolation) -> int:
+        """Readers (consumers, tiering, Spark) see the records below this: the high
+        watermark, and for ``read_committed`` (once transactions exist) the last stable
+        offset if lower."""
+        local = self._local
+        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw, isolation)
+
+    @property
+    def replicated(self) -> bool:
+        return self._hw is not None
+
+    def start_replication(self) -> None:
+        """From now on readers see only below the high watermark: the checkpointed one, or
+        the log start (it rises as the in-sync replicas fetch)."""
+        with self._local.lock:
+            if self._hw is None:
+                self._hw = self._local.log_start_offset
+                self.checkpoint_high_watermark()
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        """Raise the high watermark to ``offset`` (at most the log end); True if it moved."""
+        with self._local.lock:
+            if self._hw is None:
+                return False
+            new = min(offset, self._local.log_end_offset)
+            if new <= self._hw:
+                return False
+            self._hw = new
+            return True
+
+    def checkpoint_high_watermark(self) -> None:
+        """Publish the high watermark to readers in other processes (``high-watermark``,
+        written without fsync: a stale or missing one only shows them less)."""
+        hw = self._hw
+        if hw is not None and hw != self._hw_written:
+            write_high_watermark(self.directory, self.name, self.high_watermark)
+            self._hw_written = hw
+
+    # -- reading -----------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None,
+             isolation: Isolation = READ_UNCOMMITTED) -> FetchResult:
+        """Records from ``offset`` on, below the readable end, up to about ``max_bytes``
+        and at most ``max_records`` (``log_reads.read_records``)."""
+        return read_records(self._local, offset, self.readable_end(isolation), max_bytes,
+                            max_records)
+
+    def read_raw(self, offset: int, max_bytes: int) -> RawBatches:
+        """Whole stored batches from the one holding ``offset`` on, below the log end:
+        what a follower fetches (``log_reads.read_raw``)."""
+        return read_raw(self._local, offset, max_bytes, self.high_watermark)
+
+    def offset_for_timestamp(self, timestamp: int,
+                             isolation: Isolation = READ_UNCOMMITTED) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp``; None if there is none."""
+        return offset_for_timestamp(self._local, timestamp, self.readable_end(isolation))
 
     # -- appending ---------------------------------------------------------------
     def append(self, records: pa.RecordBatch, *, producer_id: int = NO_PRODUCER_ID,
@@ -109,36 +243,12 @@ class PartitionLog(LocalLog):
         When this returns, the batch is in the OS page cache: it survives a killed
         process. ``flush()`` makes it survive a power cut.
         """
-        if records.schema != RECORD_SCHEMA:
-            raise InvalidRecordError(f"{self.name}: batch schema {records.schema} is not RECORD_SCHEMA")
-        if records.num_rows == 0:
-            raise InvalidRecordError(f"{self.name}: empty batch")
         config = self.config
-        append_time = -1
-        if config.log_append_time:
-            append_time = self.clock.now_ms()
-            records = records.set_column(
-                0, RECORD_SCHEMA.field(0), pa.array([append_time] * records.num_rows, pa.int64()))
-        prepared = prepare(records, log_append_time=config.log_append_time,
-                           producer_id=producer_id, producer_epoch=producer_epoch,
-                           base_sequence=base_sequence)
-        if not config.log_append_time:  # the broker's own time is always in range
-            low = int(records.column(0).to_numpy(zero_copy_only=False).min())
-            if low < 0 or prepared.max_timestamp > MAX_TIMESTAMP_MS:
-                raise InvalidRecordError(
-                    f"{self.name}: record timestamp {low if low < 0 else prepared.max_timestamp} "
-                    f"is outside 0..{MAX_TIMESTAMP_MS} (epoch milliseconds from 1970 to the end "
-                    "of year 9999)")
-        limit = min(config.max_message_bytes, config.segment_bytes)
-        if prepared.size > limit:
-            which = "max.message.bytes" if limit == config.max_message_bytes else "segment.bytes"
-            what = ("a record" if prepared.record_count == 1
-                    else f"a batch of {prepared.record_count} records")
-            raise RecordTooLargeError(
-                f"{self.name}: {what} is {prepared.size} bytes as stored, over {which}={limit} "
-                "(a batch is bounded by the smaller of max.message.bytes and segment.bytes)")
-        with self._lock:
-            if self._closed:
+        records, prepared, append_time = check_append(self.name, config, self.clock, records,
+                                                      producer_id, producer_epoch, base_sequence)
+        local = self._local
+        with local.lock:
+            if local.closed:
                 raise LogClosedError(f"{self.name} is closed")
             duplicates: list[int] = []
             if producer_id >= 0:
@@ -153,13 +263,8 @@ class PartitionLog(LocalLog):
                                        log_append_time=config.log_append_time,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence)
-            batch = assign(prepared, self._next_offset)
-            self._maybe_roll_for(batch)
-            active = self._segments[-1]
-            if active.size == 0:
-                active.first_append_ms = self.clock.now_ms()
-            active.append(batch)
-            self._next_offset = batch.header.next_offset
+            batch = assign(prepared, local.log_end_offset)
+            local.append_locked(batch)
             if producer_id >= 0:
                 self.producers.update(producer_id, producer_epoch, base_sequence,
                                       prepared.record_count, batch.header.base_offset)
@@ -170,8 +275,8 @@ class PartitionLog(LocalLog):
     # -- replication -----------------------------------------------------------------
     def become_leader(self, leader_epoch: int) -> None:
         """This replica leads from ``leader_epoch`` on: that epoch starts at the log end."""
-        with self._lock:
-            self.leader_epochs.assign(leader_epoch, self._next_offset)
+        with self._local.lock:
+            self.leader_epochs.assign(leader_epoch, self._local.log_end_offset)
 
     def append_replica(self, data: bytes | memoryview,
                        epochs: Sequence[tuple[int, int]] = ()) -> int:
@@ -186,77 +291,42 @@ class PartitionLog(LocalLog):
         """
         view = memoryview(data)
         pending = sorted(epochs)
-        with self._lock:
-            if self._closed:
+        local = self._local
+        with local.lock:
+            if local.closed:
                 raise LogClosedError(f"{self.name} is closed")
             pos = 0
             while pos < len(view):
-                header = decode_header(view, pos) if len(view) - pos >= HEADER_SIZE else None
-                problem = ("a torn batch" if header is None else
-                           check_header(header, self.name, pos, MAX_BATCH_BYTES))
-                if header is not None and problem is None:
-                    if header.base_offset != self._next_offset:
-                        problem = (f"batch at offset {header.base_offset}, but the log ends "
-                                   f"at {self._next_offset}")
-                    elif pos + header.size > len(view):
-                        problem = "a torn batch"
-                    elif not verify(header, pa.py_buffer(view[pos:pos + header.size])):
-                        problem = "CRC mismatch"
-                if problem is not None or header is None:
-                    raise CorruptRecordError(f"replica fetch of {self.name}", pos,
-                                             problem or "a torn batch",
-                                             first_offset=self._next_offset)
+                header = check_replica_batch(self.name, view, pos, local.log_end_offset)
                 while pending and pending[0][1] <= header.base_offset:
                     epoch, start = pending.pop(0)
                     self.leader_epochs.assign(epoch, start)
                 raw = view[pos:pos + header.size]
-                batch = EncodedBatch(header, bytes(raw[:HEADER_SIZE]),
-                                     pa.py_buffer(raw[HEADER_SIZE:]))
-                self._maybe_roll_for(batch)
-                active = self._segments[-1]
-                if active.size == 0:
-                    active.first_append_ms = self.clock.now_ms()
-                active.append(batch)
-                self._next_offset = header.next_offset
+                local.append_locked(EncodedBatch(header, bytes(raw[:HEADER_SIZE]),
+                                                 pa.py_buffer(raw[HEADER_SIZE:])))
                 self.producers.apply(header)
                 pos += header.size
-            return self._next_offset
+            return local.log_end_offset
 
     def truncate_fully(self, offset: int, log_start: int | None = None) -> None:
         """Drop every record and start the log at ``offset`` (a follower whose log ends
         below the leader's log start: Kafka's truncateFullyAndStartAt). ``log_start``: the
         leader's, when it falls inside the batch at ``offset`` (readers start there)."""
-        with self._flush_lock, self._lock:
-            old = self._segments
-            new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes,
-                                    self.clock.now_ms())
-            self._segments = (new,)
-            self._unsynced = ()
-            self._next_offset = offset
-            self._log_start_offset = max(offset, log_start or 0)
-            self._flushed_offset = self._recovery_point = offset
+        local = self._local
+        with local.flush_lock, local.lock:
+            local.start_at_locked(offset, max(offset, log_start or 0))
             if self._hw is not None:
                 self._hw = offset
-            self._write_checkpoint()
-            for seg in old:
-                if seg.base_offset != offset:
-                    seg.delete()
             self.leader_epochs.clear()
             self.producers = type(self.producers)(self.name)
-            self._write_producer_snapshot()
+            self._snapshot_producers(offset)
 
     # -- deletion and truncation -------------------------------------------------
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start to ``offset`` and drop whole segments below it."""
-        with self._flush_lock, self._lock:
-            if not self._log_start_offset <= offset <= self._next_offset:
-                raise OffsetOutOfRangeError(self.name, offset, self._log_start_offset,
-                                            self._next_offset)
-            if offset == self._next_offset and self._segments[-1].size:
-                self._roll_locked()
-            self._log_start_offset = offset
-            self._write_checkpoint()
-            self._delete_below_log_start()
+        local = self._local
+        with local.flush_lock, local.lock:
+            local.move_log_start_locked(offset)
             self.leader_epochs.truncate_from_start(offset)
             return offset
 
@@ -265,104 +335,39 @@ class PartitionLog(LocalLog):
 
         The log start moves to the first remaining segment's base offset (if higher).
         """
-        with self._flush_lock:
-            with self._lock:
-                doomed = [s for s in self._segments[:-1] if s.next_offset <= offset]
-                if not doomed:
-                    return []
-                keep = self._segments[len(doomed):]
-                self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
-                self._segments = keep
-                if not self._forget_unsynced(doomed):  # it wrote the checkpoint otherwise
-                    self._write_checkpoint()
-            for seg in doomed:
-                seg.delete()
-        return doomed
-
-    def _forget_unsynced(self, doomed: list[LogSegment]) -> bool:
-        """Deleted segments need no sync (callers hold both locks); True if the
-        checkpoint was written."""
-        if not self._unsynced:
-            return False
-        self._unsynced = tuple(s for s in self._unsynced if s not in doomed)
-        return self._advance_recovery_point_locked()
-
-    def _delete_below_log_start(self) -> None:
-        doomed = [s for s in self._segments[:-1] if s.next_offset <= self._log_start_offset]
-        if doomed:
-            self._segments = self._segments[len(doomed):]
-            self._forget_unsynced(doomed)
-            for seg in doomed:
-                seg.delete()
+        return self._local.delete_segments_below(offset)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (the log end becomes ``offset``)."""
-        with self._flush_lock, self._lock:
-            if not self._log_start_offset <= offset <= self._next_offset:
-                raise OffsetOutOfRangeError(self.name, offset, self._log_start_offset,
-                                            self._next_offset)
-            if offset == self._next_offset:
+        local = self._local
+        with local.flush_lock, local.lock:
+            if not local.truncate_to_locked(offset):
                 return
-            segments = list(self._segments)
-            while len(segments) > 1 and segments[-1].base_offset >= offset:
-                doomed = segments.pop()
-                self._unsynced = tuple(s for s in self._unsynced if s is not doomed)
-                doomed.delete()
-            seg = segments[-1]
-            straddling = seg.truncate_to(offset, MAX_BATCH_BYTES)
-            if straddling is not None:
-                h = straddling.header
-                kept = straddling.records(str(seg.path)).slice(0, offset - h.base_offset)
-                batch = assign(prepare(kept, log_append_time=h.log_append_time,
-                                       producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                                       base_sequence=h.base_sequence), h.base_offset)
-                seg.append(batch)
-            seg.flush()
-            self._unsynced = tuple(s for s in self._unsynced if s is not seg)
-            self._segments = tuple(segments)
-            self._next_offset = offset
             if self._hw is not None:
                 self._hw = min(self._hw, offset)
             self.leader_epochs.truncate_from_end(offset)
-            self._flushed_offset = min(self._flushed_offset, offset)
-            self._recovery_point = min(self._recovery_point, seg.base_offset)
-            self._write_checkpoint()
             self._rebuild_producer_state()
 
     # -- shutdown ------------------------------------------------------------------
-    def update_config(self, config: TopicConfig) -> None:
-        self.config = config
-
     def close(self) -> None:
         """Flush, checkpoint and write the clean-shutdown marker; the log is unusable after."""
-        with self._flush_lock, self._lock:
-            if self._closed:
+        local = self._local
+        with local.flush_lock, local.lock:
+            if not local.close_locked():
                 return
-            self._closed = True
-            self._sync_unsynced_locked()
-            active = self._segments[-1]
-            active.flush()
-            self._recovery_point = active.base_offset
-            self._write_checkpoint()
             self.checkpoint_high_watermark()
-            self._write_producer_snapshot()
-            write_clean_marker(self.directory, self._next_offset, self._segments)
-            for seg in self._segments:
-                seg.close()
+            self._snapshot_producers(local.log_end_offset)
+            local.mark_clean()
 
     def abandon(self) -> None:
         """Close file handles without flushing or marking a clean stop (tests, fatal errors)."""
-        with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                with contextlib.suppress(OSError):
-                    seg.close()
+        self._local.abandon()
 
     def __repr__(self) -> str:
-        return (f"PartitionLog({self.name}, offsets {self._log_start_offset}..{self._next_offset}, "
-                f"{len(self._segments)} segments)")
+        local = self._local
+        return (f"PartitionLog({self.name}, offsets {local.log_start_offset}.."
+                f"{local.log_end_offset}, {len(local.segments)} segments)")
 
 
 def partition_dir(hot_dir: Path, topic: str, partition: int) -> Path:
     return hot_dir / topic / str(partition)
-

@@ -34,6 +34,7 @@ from log_tables.cold.topic_reader import (
     partition_bounds,
 )
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
+from log_tables.hot.isolation import READ_COMMITTED
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.moved import moved
 from log_tables.spark.leaders import (
@@ -211,7 +212,8 @@ def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionS
     for p in range(partitions):
         state = cold[p] if cold is not None else None
         leader = (leaders or {}).get(p)
-        earliest, tiered, hw = merged(partition_bounds(layout, topic, p, state), leader)
+        earliest, tiered, hw = merged(partition_bounds(layout, topic, p, state, READ_COMMITTED),
+                                      leader)
         if not hot:
             hw = tiered
         start = _pick(starting, p, earliest, hw, missing=earliest)

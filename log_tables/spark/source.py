@@ -47,6 +47,7 @@ from log_tables.cold.topic_reader import (
     with_topic,
 )
 from log_tables.errors import InvalidOptionError, UnknownTopicError
+from log_tables.hot.isolation import READ_COMMITTED
 from log_tables.layout import Layout
 from log_tables.spark.leaders import leader_bounds, merged
 from log_tables.spark.tails import TailSource, read_tail, tail_source
@@ -123,7 +124,8 @@ def log_bounds(layout: Layout, topics: Mapping[str, int], tails: TailSource | No
         _, cold = cold_states(layout, topic, count)
         out.starts[topic], out.ends[topic] = {}, {}
         for p in range(count):
-            bounds = partition_bounds(layout, topic, p, cold[p] if cold is not None else None)
+            bounds = partition_bounds(layout, topic, p, cold[p] if cold is not None else None,
+                                      READ_COMMITTED)
             leader = (leaders or {}).get(topic, {}).get(p)
             bounds = merged(bounds, leader)
             out.starts[topic][str(p)] = bounds.log_start_offset

@@ -54,6 +54,7 @@ from log_tables.errors import (
     LakelogError,
     OffsetOutOfRangeError,
 )
+from log_tables.hot.isolation import READ_COMMITTED
 from log_tables.layout import Layout
 from log_tables.leadership import CLUSTER_FILE, read_broker_address
 
@@ -182,7 +183,7 @@ def read_tail(layout: Layout, source: TailSource, leader_url: str | None, topic:
     published, the Delta tier's below ``tiered`` (an offset the planner saw tiered), the
     rest from the leader."""
     position = start
-    held = min(end, hot_end_offset(layout, topic, partition))
+    held = min(end, hot_end_offset(layout, topic, partition, READ_COMMITTED))
     if position < held:
         yield from read_range(layout, topic, partition, position, held,
                               fail_on_data_loss=fail_on_data_loss)
