@@ -30,36 +30,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from cluster.model import PartitionState, TopicAssignment, decode, encode, state_path, topic_path
-from log_tables.errors import LakelogError, UnknownPartitionError, UnknownTopicError
+from log_tables.errors import (  # the ISR's errors are the table's (log_tables.cluster_errors)
+    InvalidIsrError,
+    IsrConflictError,
+    IsrFencedError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 
-
-class IsrConflictError(LakelogError):
-    """The partition state changed since the caller read it (its znode version moved):
-    read it again and decide anew (Kafka's INVALID_UPDATE_VERSION)."""
-
-    kafka_name, code, status, error_code, retriable = (
-        "INVALID_UPDATE_VERSION", "isr_conflict", 409, 40901, True)
-
-    def __init__(self, message: str, topic: str, partition: int,
-                 current: PartitionState | None = None, version: int = -1) -> None:
-        super().__init__(message)
-        self.topic, self.partition = topic, partition
-        self.current, self.version = current, version
-        """What ZooKeeper held when the write was refused (None: not read)."""
-
-
-class IsrFencedError(IsrConflictError):
-    """The caller no longer leads the partition at its leader epoch: it must stop acting as
-    its leader, not retry (Kafka's FENCED_LEADER_EPOCH)."""
-
-    kafka_name, code, retriable = "FENCED_LEADER_EPOCH", "fenced_leader_epoch", False
-
-
-class InvalidIsrError(LakelogError):
-    """A new ISR that cannot be: empty, without the leader, with a duplicate or a broker
-    that is not a replica of the partition (Kafka's INVALID_REQUEST)."""
-
-    kafka_name, code, status, error_code = "INVALID_REQUEST", "invalid_isr", 400, 40010
+__all__ = ["InvalidIsrError", "IsrConflictError", "IsrFencedError", "alter_isr"]
 
 
 def alter_isr(client: KazooClient, topic: str, partition: int, leader_id: int,

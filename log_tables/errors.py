@@ -1,55 +1,44 @@
-"""lakelog's one error root, every error that goes on the wire, and the table of them.
+"""lakelog's one table of errors: every error it raises on purpose, by what it is.
 
-Each class says, as aiokafka's errors do, what the server sends and the client reads:
-``kafka_name`` (Kafka's error name, where Kafka has one), ``code`` (lakelog's name:
-the body's ``error``), ``status`` (the HTTP status), ``error_code`` (the body's
-``error_code``: Confluent's where Confluent names one, else the status times 100 plus
-a detail number) and ``retriable`` (trying again later can succeed). The body carries
-all but ``kafka_name``; ``ERRORS`` and ``for_code()`` at the end turn a body back into
-its class. The table lives here, on the lowest floor, because both the server
-(``ingest_api.http.errors`` renders the bodies) and the client (``lakelog.client.errors``,
-which must not import the server) import it; the consumer group errors are here too
-(``consumer_groups.errors`` re-exports them) so that the table is one literal list.
+Each class says, as aiokafka's errors do, ``code`` (lakelog's name: the ``error`` of a
+body on the wire), ``retriable`` (trying again later can succeed), ``kafka_name`` and
+``kafka_code`` (Kafka's error and its number, where Kafka has one), and, per instance, a
+``detail`` where one error has finer causes (``log_tables.error_root`` has the root and
+Kafka's codes). How a front answers each (an HTTP status, Confluent's ``error_code``) is
+the front's: ``ingest_api.http.errors`` maps every class of ``ERRORS``. The table lives
+on the lowest floor because every package raises these and the client
+(``lakelog.client.errors``, which must not import the server) reads bodies back into
+them by name. The log's, the groups' (``consumer_groups.errors`` re-exports them) and
+topic administration's errors are here; a cluster's in ``log_tables.cluster_errors``;
+a request's form, security and look-ups in ``log_tables.request_errors``.
 """
 
 from __future__ import annotations
 
 import errno as _errno
 
+from log_tables.error_root import KAFKA_CODES as KAFKA_CODES  # the table's, with the root
+from log_tables.error_root import LakelogError as LakelogError
 
-class LakelogError(Exception):
-    """Root of every error lakelog raises on purpose; subclasses carry data."""
-
-    kafka_name: str | None = None
-    code = "lakelog_error"
-    status = 400
-    error_code = 40000
-    retriable = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+DISK_FULL = "disk_full"
+"""``StorageError.detail`` of a full disk (ENOSPC, EDQUOT)."""
+CONSUMER = "consumer"
+"""``UnknownMemberError.detail`` of a group's consumer looked up by id."""
 
 
 class InvalidTopicError(LakelogError):
     kafka_name = "INVALID_TOPIC_EXCEPTION"
     code = "invalid_topic"
-    status = 400
-    error_code = 40002
 
 
 class TopicExistsError(LakelogError):
     kafka_name = "TOPIC_ALREADY_EXISTS"
     code = "topic_already_exists"
-    status = 400
-    error_code = 40002
 
 
 class UnknownTopicError(LakelogError):
     kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
     code = "unknown_topic_or_partition"
-    status = 404
-    error_code = 40403
 
     def __init__(self, topic: str) -> None:
         super().__init__(f"topic {topic!r} does not exist")
@@ -62,8 +51,6 @@ class UnknownTopicIdError(LakelogError):
 
     kafka_name = "UNKNOWN_TOPIC_ID"
     code = "unknown_topic_id"
-    status = 404
-    error_code = 40403
 
     def __init__(self, topic: str, topic_id: str) -> None:
         super().__init__(f"topic {topic!r} has no id {topic_id!r}: it was deleted (and made "
@@ -74,8 +61,6 @@ class UnknownTopicIdError(LakelogError):
 class UnknownPartitionError(LakelogError):
     kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
     code = "unknown_topic_or_partition"
-    status = 404
-    error_code = 40402
 
     def __init__(self, topic: str, partition: int, partitions: int) -> None:
         super().__init__(
@@ -89,15 +74,11 @@ class UnknownPartitionError(LakelogError):
 class InvalidPartitionsError(LakelogError):
     kafka_name = "INVALID_PARTITIONS"
     code = "invalid_partitions"
-    status = 400
-    error_code = 40003
 
 
 class InvalidConfigError(LakelogError):
     kafka_name = "INVALID_CONFIG"
     code = "invalid_config"
-    status = 400
-    error_code = 40004
 
     def __init__(self, name: str, value: object, reason: str) -> None:
         super().__init__(f"invalid value {value!r} for config {name!r}: {reason}")
@@ -114,8 +95,6 @@ class InvalidOptionError(LakelogError):
 class InvalidRecordError(LakelogError):
     kafka_name = "INVALID_RECORD"
     code = "invalid_record"
-    status = 422
-    error_code = 42201
 
 
 class RecordTooLargeError(LakelogError):
@@ -123,8 +102,6 @@ class RecordTooLargeError(LakelogError):
 
     kafka_name = "MESSAGE_TOO_LARGE"
     code = "record_too_large"
-    status = 413
-    error_code = 41301
 
 
 class OffsetOutOfRangeError(LakelogError):
@@ -132,8 +109,6 @@ class OffsetOutOfRangeError(LakelogError):
 
     kafka_name = "OFFSET_OUT_OF_RANGE"
     code = "offset_out_of_range"
-    status = 416
-    error_code = 41601
 
     def __init__(self, where: str, offset: int, log_start_offset: int, high_watermark: int) -> None:
         super().__init__(
@@ -158,8 +133,6 @@ class CorruptRecordError(LakelogError):
 
     kafka_name = "CORRUPT_MESSAGE"
     code = "corrupt_record"
-    status = 410
-    error_code = 41001
 
     def __init__(self, path: str, position: int, reason: str, *,
                  first_offset: int | None = None, next_offset: int | None = None,
@@ -199,8 +172,6 @@ class IndexOrderError(LakelogError):
 
 class LogClosedError(LakelogError):
     code = "log_closed"
-    status = 503
-    error_code = 50301
     retriable = True
 
 
@@ -209,15 +180,13 @@ class StorageError(LakelogError):
 
     kafka_name = "KAFKA_STORAGE_ERROR"
     code = "storage_error"
-    status = 500
-    error_code = 50001
     retriable = True
 
     def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno_
-        if errno_ in (_errno.ENOSPC, _errno.EDQUOT):  # a full disk: 507 Insufficient Storage
-            self.status, self.error_code = 507, 50701
+        if errno_ in (_errno.ENOSPC, _errno.EDQUOT):  # a front may answer it apart
+            self.detail = DISK_FULL
 
 
 class StaleTableError(StorageError):
@@ -231,8 +200,6 @@ class QueueFullError(LakelogError):
     """A bounded queue is full; try again later."""
 
     code = "queue_full"
-    status = 429
-    error_code = 42901
     retriable = True
 
 
@@ -241,8 +208,6 @@ class OutOfOrderSequenceError(LakelogError):
 
     kafka_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
     code = "out_of_order_sequence"
-    status = 409
-    error_code = 40904
 
 
 class InvalidProducerEpochError(LakelogError):
@@ -250,15 +215,11 @@ class InvalidProducerEpochError(LakelogError):
 
     kafka_name = "INVALID_PRODUCER_EPOCH"
     code = "invalid_producer_epoch"
-    status = 409
-    error_code = 40903
 
 
 class UnknownProducerIdError(LakelogError):
     kafka_name = "UNKNOWN_PRODUCER_ID"
     code = "unknown_producer_id"
-    status = 404
-    error_code = 40404
 
 
 class DataDirLockedError(LakelogError):
@@ -271,20 +232,17 @@ class DataDirLockedError(LakelogError):
 class UnknownGroupError(LakelogError):
     kafka_name = "GROUP_ID_NOT_FOUND"
     code = "group_id_not_found"
-    status = 404
-    error_code = 40405
 
     def __init__(self, group: str) -> None:
         super().__init__(f"consumer group {group!r} does not exist")
 
 
 class UnknownMemberError(LakelogError):
-    """The member left, timed out or was replaced: rejoin (member epoch 0)."""
+    """The member left, timed out or was replaced: rejoin (member epoch 0). ``detail``
+    ``CONSUMER``: a look-up of a group's consumer (not a member's own call) found none."""
 
     kafka_name = "UNKNOWN_MEMBER_ID"
     code = "unknown_member_id"
-    status = 404
-    error_code = 40406
 
     def __init__(self, group: str, member: str | None) -> None:
         super().__init__(f"member {member!r} is not in consumer group {group!r} (it left, "
@@ -296,8 +254,6 @@ class StaleMemberEpochError(LakelogError):
 
     kafka_name = "STALE_MEMBER_EPOCH"
     code = "stale_member_epoch"
-    status = 409
-    error_code = 40905
 
     def __init__(self, group: str, member: str, given: int, current: int) -> None:
         super().__init__(f"member {member!r} of consumer group {group!r} sent epoch {given}, "
@@ -308,8 +264,6 @@ class StaleMemberEpochError(LakelogError):
 class GroupNotEmptyError(LakelogError):
     kafka_name = "NON_EMPTY_GROUP"
     code = "non_empty_group"
-    status = 409
-    error_code = 40906
 
     def __init__(self, group: str, members: int, action: str) -> None:
         super().__init__(f"consumer group {group!r} has {members} active member(s): stop them "
@@ -321,77 +275,66 @@ class InconsistentGroupError(LakelogError):
 
     kafka_name = "INCONSISTENT_GROUP_PROTOCOL"
     code = "inconsistent_group_protocol"
-    status = 400
-    error_code = 40005
 
 
 class NoOffsetError(LakelogError):
     """auto.offset.reset = none and no committed offset (or it is out of range)."""
 
     code = "no_offset_for_partition"
-    status = 416
-    error_code = 41602
 
 
-class InvalidReplicationFactorError(LakelogError):  # ingest_api.broker.topics'
-    kafka_name, code, status, error_code = ("INVALID_REPLICATION_FACTOR",
-                                             "invalid_replication_factor", 400, 40005)
-class UnknownConfigError(LakelogError):  # a topic config named in a request's path
-    code, status, error_code = "unknown_config", 404, 40409
+# -- topic administration (``ingest_api.broker.topics``) ----------------------------------
 
 
-# -- a cluster and its replicas: log_tables.cluster_errors (imported here for the table) --
-from log_tables import cluster_errors as _cluster  # noqa: E402
+class InvalidReplicationFactorError(LakelogError):
+    """A replication factor below 1, or above the brokers that could hold the replicas."""
 
-BrokerNotAvailableError = _cluster.BrokerNotAvailableError
-CoordinatorLoadInProgressError = _cluster.CoordinatorLoadInProgressError
-CoordinatorNotAvailableError = _cluster.CoordinatorNotAvailableError
-FencedLeaderEpochError = _cluster.FencedLeaderEpochError
-LeaderNotAvailableError = _cluster.LeaderNotAvailableError
-NotControllerError = _cluster.NotControllerError
-NotCoordinatorError = _cluster.NotCoordinatorError
-NotEnoughReplicasAfterAppendError = _cluster.NotEnoughReplicasAfterAppendError
-NotEnoughReplicasError = _cluster.NotEnoughReplicasError
-NotLeaderError = _cluster.NotLeaderError
-RequestTimedOutError = _cluster.RequestTimedOutError
-UnknownLeaderEpochError = _cluster.UnknownLeaderEpochError
+    kafka_name, code = "INVALID_REPLICATION_FACTOR", "invalid_replication_factor"
 
+
+class InvalidReplicaAssignmentError(LakelogError):
+    """Replicas asked of brokers that do not exist, twice of one broker, or for partitions
+    the request does not name."""
+
+    kafka_name, code = "INVALID_REPLICA_ASSIGNMENT", "invalid_replica_assignment"
+
+
+# -- a cluster's, a request's: their own modules, gathered here --------------------------
+from log_tables.cluster_errors import *  # noqa: E402, F403
+from log_tables.cluster_errors import CLUSTER_ERRORS  # noqa: E402
+from log_tables.request_errors import *  # noqa: E402, F403
+from log_tables.request_errors import REQUEST_ERRORS  # noqa: E402
 
 # -- the table ---------------------------------------------------------------------------
 
-ERRORS: tuple[type[LakelogError], ...] = (
+DOMAIN_ERRORS: tuple[type[LakelogError], ...] = (
     LakelogError, InvalidTopicError, TopicExistsError, UnknownTopicError, UnknownTopicIdError,
-    UnknownPartitionError,
-    InvalidPartitionsError, InvalidConfigError, InvalidOptionError, InvalidRecordError,
-    RecordTooLargeError, OffsetOutOfRangeError, CorruptRecordError, CorruptIndexError,
-    IndexOrderError, LogClosedError, StorageError, StaleTableError, QueueFullError,
-    OutOfOrderSequenceError, InvalidProducerEpochError, UnknownProducerIdError,
+    UnknownPartitionError, InvalidPartitionsError, InvalidConfigError, InvalidOptionError,
+    InvalidRecordError, RecordTooLargeError, OffsetOutOfRangeError, CorruptRecordError,
+    CorruptIndexError, IndexOrderError, LogClosedError, StorageError, StaleTableError,
+    QueueFullError, OutOfOrderSequenceError, InvalidProducerEpochError, UnknownProducerIdError,
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
-    GroupNotEmptyError, InconsistentGroupError, NoOffsetError, NotLeaderError,
-    LeaderNotAvailableError, NotControllerError, BrokerNotAvailableError,
-    CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError,
-    NotEnoughReplicasError,
-    NotEnoughReplicasAfterAppendError, FencedLeaderEpochError, UnknownLeaderEpochError,
-    RequestTimedOutError, InvalidReplicationFactorError, UnknownConfigError,
+    GroupNotEmptyError, InconsistentGroupError, NoOffsetError, InvalidReplicationFactorError,
+    InvalidReplicaAssignmentError, *CLUSTER_ERRORS,
 )
-"""Every error class a body can name: the one table of codes, names and flags."""
+"""The errors of the log, the groups, topic administration and a cluster: the client
+raises each as its class (``except RecordTooLargeError``)."""
 
-BY_CODE: dict[int, tuple[type[LakelogError], ...]] = {}
-for _cls in ERRORS:
-    BY_CODE[_cls.error_code] = (*BY_CODE.get(_cls.error_code, ()), _cls)
+ERRORS: tuple[type[LakelogError], ...] = (*DOMAIN_ERRORS, *REQUEST_ERRORS)
+"""Every error class lakelog raises on purpose: the one table. ``REQUEST_ERRORS`` (a
+request's form, security, look-ups of admin calls) a client reads by name (``error``)."""
+
 BY_NAME: dict[str, type[LakelogError]] = {}
 for _cls in ERRORS:
     BY_NAME.setdefault(_cls.code, _cls)  # a name two classes share goes to the first
+SHARED_NAMES = frozenset(c.code for c in ERRORS if BY_NAME[c.code] is not c)
+"""Names of more than one class (``unknown_topic_or_partition``: a topic's, a partition's;
+a front tells them apart by its own codes)."""
 
 
-def for_code(error_code: int, error: str | None = None) -> type[LakelogError]:
-    """The class of an error body: by its ``error_code``; by its ``error`` name where
-    one code has several classes (Confluent's 40002 is both a taken and an invalid topic
-    name) or none; ``LakelogError`` for what the table does not know."""
-    found = BY_CODE.get(error_code, ())
-    if found and (error is None or (len(found) == 1 and found[0].code == error)):
-        return found[0]  # without a name, a shared code's first class
-    for cls in found:
-        if cls.code == error:
-            return cls
+def for_name(error: str | None) -> type[LakelogError]:
+    """The first class of the table with this name; ``LakelogError`` for what it does not
+    know."""
     return BY_NAME.get(error or "", LakelogError)
+
+

@@ -24,9 +24,9 @@ from log_tables.config import CONFIG_BY_NAME
 from log_tables.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
-    LakelogError,
     UnknownConfigError,
 )
 from log_tables.hot.log_manager import LogManager
@@ -34,16 +34,6 @@ from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
-
-
-class InvalidReplicaAssignmentError(LakelogError):
-    """Replicas placed where this cluster cannot place them. Not in ``log_tables.errors``'
-    table yet: its test still names ``invalid_replica_assignment`` as no class."""
-
-    kafka_name = "INVALID_REPLICA_ASSIGNMENT"
-    code = "invalid_replica_assignment"
-    status = 400
-    error_code = 40005
 
 
 @dataclass(frozen=True)

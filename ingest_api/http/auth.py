@@ -29,7 +29,8 @@ from ingest_api.broker.security import (
     parse_credentials,
     valid_principal,
 )
-from ingest_api.http.errors import ApiError
+from ingest_api.http.errors import wire_of
+from log_tables import errors as e
 
 _B = r"^/v3/clusters/lakelog"
 _NAME = r"(?P<name>[^/]+)"
@@ -141,28 +142,27 @@ class AuthMiddleware:
                    else "malformed Authorization header: use Basic or Bearer")
             # No challenge to the dashboard's page: a browser would answer it with its
             # own password dialog, and the page asks for the key itself.
-            await _reject(send, 401, 40101, "authentication_failed", why,
+            await _reject(send, e.AuthenticationFailedError(why),
                           [(b"www-authenticate", CHALLENGE)]
                           if scope["path"] != UI_DATA_PATH else None)
             return
         if on_behalf is not None:
             if not is_broker_principal(principal):
-                await _reject(send, 403, 40302, "impersonation_refused",
-                              f"principal '{principal}' may not send {PRINCIPAL_HEADER}: only "
-                              "brokers forwarding a request name the principal it is for; "
-                              "drop the header")
+                await _reject(send, e.ImpersonationRefusedError(
+                    f"principal '{principal}' may not send {PRINCIPAL_HEADER}: only brokers "
+                    "forwarding a request name the principal it is for; drop the header"))
                 return
             if not valid_principal(on_behalf):
-                await _reject(send, 400, 40007, "invalid_principal",
-                              f"{PRINCIPAL_HEADER} must be 1-200 characters of [A-Za-z0-9._@-]")
+                await _reject(send, e.InvalidPrincipalError(
+                    f"{PRINCIPAL_HEADER} must be 1-200 characters of [A-Za-z0-9._@-]"))
                 return
             state["forwarded_by"], principal = principal, on_behalf
         rule, name = rule_for(scope["method"], scope["path"])
         if rule.resource_type is not None and not self.store.allowed(
                 principal, rule.resource_type, name, rule.operation):
             what = CLUSTER if rule.resource_type == "cluster" else f"{rule.resource_type} '{name}'"
-            await _reject(send, 403, 40301, "authorization_failed",
-                          f"principal '{principal}' is not allowed to {rule.operation} on {what}")
+            await _reject(send, e.AuthorizationFailedError(
+                f"principal '{principal}' is not allowed to {rule.operation} on {what}"))
             return
         state["principal"] = principal
         await self.app(scope, receive, send)
@@ -177,10 +177,11 @@ def ui_credentials(cookie: bytes) -> str | None:
     return None
 
 
-async def _reject(send: Send, status: int, code: int, name: str, message: str,
+async def _reject(send: Send, error: e.LakelogError,
                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = msgspec.json.encode({"error_code": code, "error": name, "message": message,
-                                "retriable": False})
+    status, code = wire_of(error)
+    body = msgspec.json.encode({"error_code": code, "error": error.code,
+                                "message": error.message, "retriable": False})
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *(headers or [])]})
@@ -199,6 +200,5 @@ def may(request: Request, resource_type: str, name: str, operation: str) -> bool
 def require(request: Request, resource_type: str, name: str, operation: str) -> None:
     """403 unless the principal may (for checks that depend on the body)."""
     if not may(request, resource_type, name, operation):
-        raise ApiError(403, f"principal '{request.state.principal}' is not allowed to "
-                            f"{operation} on {resource_type} '{name}'", 40301,
-                       "authorization_failed")
+        raise e.AuthorizationFailedError(f"principal '{request.state.principal}' is not "
+                                         f"allowed to {operation} on {resource_type} '{name}'")

@@ -3,11 +3,12 @@
 Body: ``{"error_code": <int>, "error": <name>, "message": <what to fix>, "retriable":
 <bool>}``: Confluent REST Proxy v3's ``Error`` (``error_code``, ``message``) with
 lakelog's error name and whether trying again can succeed added (plus the fields an
-error carries, e.g. ``log_start_offset``). Each error's status, code, name and
-``retriable`` come from the table in ``log_tables.errors``; as in Confluent,
-``error_code`` is the HTTP status, or the status times 100 plus a detail number where
-one status covers several causes; where Confluent names a code, lakelog uses it (40002
-a topic that exists, 40403 an unknown topic, 42208 an empty batch).
+error carries, e.g. ``log_start_offset``). Name and ``retriable`` come from the one table
+(``log_tables.errors``); the HTTP status and ``error_code`` of each of its classes are
+this module's (``HTTP``, and ``DETAILS`` for an instance's finer cause: a full disk is
+507). As in Confluent, ``error_code`` is the HTTP status, or the status times 100 plus a
+detail number where one status covers several causes; where Confluent names a code,
+lakelog uses it (40002 a topic that exists, 40403 an unknown topic, 42208 an empty batch).
 """
 
 from __future__ import annotations
@@ -27,17 +28,79 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster.session import UNREACHABLE
 from log_tables import errors as e
+from log_tables.request_errors import MALFORMED
 
 log = logging.getLogger(__name__)
 
 
+HTTP: dict[type[e.LakelogError], tuple[int, int]] = {
+    e.LakelogError: (400, 40000), e.InvalidTopicError: (400, 40002),
+    e.TopicExistsError: (400, 40002), e.UnknownTopicError: (404, 40403),
+    e.UnknownTopicIdError: (404, 40403), e.UnknownPartitionError: (404, 40402),
+    e.InvalidPartitionsError: (400, 40003), e.InvalidConfigError: (400, 40004),
+    e.InvalidOptionError: (400, 40000), e.InvalidRecordError: (422, 42201),
+    e.RecordTooLargeError: (413, 41301), e.OffsetOutOfRangeError: (416, 41601),
+    e.CorruptRecordError: (410, 41001), e.CorruptIndexError: (400, 40000),
+    e.IndexOrderError: (400, 40000), e.LogClosedError: (503, 50301),
+    e.StorageError: (500, 50001), e.StaleTableError: (500, 50001),
+    e.QueueFullError: (429, 42901), e.OutOfOrderSequenceError: (409, 40904),
+    e.InvalidProducerEpochError: (409, 40903), e.UnknownProducerIdError: (404, 40404),
+    e.DataDirLockedError: (400, 40000), e.UnknownGroupError: (404, 40405),
+    e.UnknownMemberError: (404, 40406), e.StaleMemberEpochError: (409, 40905),
+    e.GroupNotEmptyError: (409, 40906), e.InconsistentGroupError: (400, 40005),
+    e.NoOffsetError: (416, 41602), e.InvalidReplicationFactorError: (400, 40005),
+    e.InvalidReplicaAssignmentError: (400, 40005),
+    # a cluster's
+    e.NotLeaderError: (421, 42101), e.LeaderNotAvailableError: (503, 50302),
+    e.NotControllerError: (503, 50304), e.BrokerNotAvailableError: (503, 50305),
+    e.NotCoordinatorError: (421, 42102), e.CoordinatorNotAvailableError: (503, 50306),
+    e.CoordinatorLoadInProgressError: (503, 50310), e.NotEnoughReplicasError: (503, 50307),
+    e.NotEnoughReplicasAfterAppendError: (503, 50308), e.FencedLeaderEpochError: (421, 42103),
+    e.UnknownLeaderEpochError: (503, 50309), e.RequestTimedOutError: (504, 50401),
+    e.IsrConflictError: (409, 40901), e.IsrFencedError: (409, 40901),
+    e.InvalidIsrError: (400, 40010),
+    # a request's form
+    e.BadRequestError: (400, 400), e.InvalidRequestError: (422, 422),
+    e.InvalidParameterError: (400, 400), e.MalformedJsonError: (400, 400),
+    e.InvalidBase64Error: (400, 400), e.EmptyBodyError: (422, 422),
+    e.UnsupportedMediaTypeError: (415, 415), e.RequestTooLargeError: (413, 413),
+    e.TooManyRequestsError: (429, 429), e.ServiceUnavailableError: (503, 503),
+    e.MalformedHttpError: (400, 400), e.RequestTimeoutError: (408, 408),
+    e.RequestHeaderTooLargeError: (431, 431), e.HttpError: (404, 404),
+    e.ClientDisconnectedError: (400, 400), e.BrokerAnswerError: (502, 502),
+    e.InvalidBatchError: (422, 42208), e.EmptyBatchError: (422, 42208),
+    e.TooManyEntriesError: (413, 413), e.InvalidOffsetTypeError: (400, 400),
+    # security
+    e.AuthenticationFailedError: (401, 40101), e.AuthorizationFailedError: (403, 40301),
+    e.ImpersonationRefusedError: (403, 40302), e.InvalidPrincipalError: (400, 40007),
+    e.InvalidAclError: (400, 40006), e.UnknownAclError: (404, 40407),
+    e.UnknownApiKeyError: (404, 40408), e.SecurityDisabledError: (409, 40907),
+    # look-ups, and the server's own processes
+    e.NotFoundError: (404, 404), e.UnknownClusterError: (404, 404),
+    e.UnknownBrokerError: (404, 404), e.UnknownReplicaError: (404, 404),
+    e.NoReassignmentError: (404, 404), e.UnknownConfigError: (404, 40409),
+    e.NoOffsetsError: (404, 404), e.NotAClusterError: (404, 404),
+    e.PortTakenError: (400, 40000), e.EndpointUnavailableError: (400, 40000),
+}
+"""(HTTP status, Confluent ``error_code``) of every class of the table."""
+
+DETAILS: dict[tuple[type[e.LakelogError], str], tuple[int, int]] = {
+    (e.StorageError, e.DISK_FULL): (507, 50701),  # 507 Insufficient Storage
+    (e.UnknownMemberError, e.CONSUMER): (404, 404),
+    (e.InvalidRequestError, MALFORMED): (400, 400),  # where Confluent documents no 422
+    (e.EmptyBodyError, MALFORMED): (400, 400),
+}
+"""The same for an instance's ``detail``, where it has its own."""
+
+
 class ApiError(e.LakelogError):
-    """A request-level error decided by the HTTP layer (bad JSON, too large, ...): its
-    status, error code and name are the instance's own. ``retriable`` by default for
-    "busy" (429) and "unavailable" (503)."""
+    """An error whose status, error code and name are the instance's own: the front's
+    parsing of HTTP (bad JSON, too large, ...), whose names are the table's (its
+    ``request_errors``), and another broker's error answer passed on as it was.
+    ``retriable`` by default for "busy" (429) and "unavailable" (503)."""
 
     def __init__(self, status: int, message: str, error_code: int | None = None,
-                 name: str = "bad_request", retry_after_s: int | None = None,
+                 name: str = e.BadRequestError.code, retry_after_s: int | None = None,
                  retriable: bool | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -47,17 +110,33 @@ class ApiError(e.LakelogError):
         self.retriable = status in (429, 503) if retriable is None else retriable
 
 
+def wire_of(exc: e.LakelogError) -> tuple[int, int]:
+    """(HTTP status, ``error_code``) of a lakelog error: its detail's, else its class's
+    (or the nearest table class it derives from)."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.error_code
+    if exc.detail is not None:
+        found = DETAILS.get((type(exc), exc.detail))
+        if found is not None:
+            return found
+    for cls in type(exc).__mro__:
+        wire = HTTP.get(cls)
+        if wire is not None:
+            return wire
+    raise AssertionError("unreachable: LakelogError is in HTTP")
+
+
 def status_of(exc: BaseException) -> tuple[int, int, str, str]:
     """(HTTP status, error_code, error name, message) for any exception: a lakelog error
-    says its own (``log_tables.errors``); anything else is a 500 ``internal_error``."""
+    by the table (``HTTP``); anything else is a 500 ``internal_error``."""
     if isinstance(exc, e.CorruptRecordError):
         log.error("%s: answered 410 corrupt_record, never served as data", exc.message)
     if isinstance(exc, e.LakelogError):
-        return exc.status, exc.error_code, exc.code, exc.message
+        return (*wire_of(exc), exc.code, exc.message)
     if isinstance(exc, UNREACHABLE):  # a broker of a cluster: ZooKeeper restarting or cut off
         cls = e.BrokerNotAvailableError
-        return cls.status, cls.error_code, cls.code, (
-            f"ZooKeeper is out of reach ({type(exc).__name__}); try again")
+        return (*HTTP[cls], cls.code,
+                f"ZooKeeper is out of reach ({type(exc).__name__}); try again")
     log.exception("unexpected error", exc_info=exc)
     return 500, 50000, "internal_error", f"internal error: {type(exc).__name__}"
 
@@ -152,7 +231,7 @@ def install(app: FastAPI) -> None:
             where = ".".join(str(x) for x in err.get("loc", ()))
             parts.append(f"{where}: {err.get('msg')}")
         return error_response(ApiError(422, "; ".join(parts) or "invalid request",
-                                       name="invalid_request"))
+                                       name=e.InvalidRequestError.code))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -168,13 +247,14 @@ def install(app: FastAPI) -> None:
             message = (f"method {request.method} is not allowed on {request.url.path}; "
                        f"allowed: {', '.join(allowed)}")
             headers["Allow"] = ", ".join(allowed)
-        return error_response(ApiError(exc.status_code, message, name="http_error"), headers)
+        return error_response(ApiError(exc.status_code, message, name=e.HttpError.code),
+                              headers)
 
     async def on_disconnect(request: Request, exc: Exception) -> JSONResponse:
         # The client left (or was timed out) before its body was complete: nothing
         # of a partial body is produced, and nobody is listening for this answer.
-        return error_response(ApiError(400, "the client disconnected before the request "
-                                            "body was complete", name="client_disconnected"))
+        return error_response(e.ClientDisconnectedError(
+            "the client disconnected before the request body was complete"))
 
     app.add_exception_handler(ClientDisconnect, on_disconnect)
     app.add_exception_handler(e.LakelogError, on_error)
@@ -186,7 +266,7 @@ def install(app: FastAPI) -> None:
 _OUT_OF_RANGE = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
-def path_error(errors: Sequence[Any]) -> ApiError:
+def path_error(errors: Sequence[Any]) -> e.LakelogError:
     """A path that names no resource: an integer id out of range (a negative partition) is
     404, as no such resource exists (40402 for a partition, as Confluent's "partition not
     found"); anything else that is not what the path takes (``partitions/abc``) is 400,
@@ -194,21 +274,30 @@ def path_error(errors: Sequence[Any]) -> ApiError:
     for err in errors:
         name = str(err.get("loc", ("", ""))[-1])
         if err.get("type") in _OUT_OF_RANGE:
-            partition = name == "partition_id"
-            return ApiError(404, f"no {name.replace('_id', '')} {err.get('input')!s} exists "
-                                 f"({name}: {err.get('msg')})",
-                            error_code=40402 if partition else 404,
-                            name="unknown_topic_or_partition" if partition else "not_found")
+            message = (f"no {name.replace('_id', '')} {err.get('input')!s} exists "
+                       f"({name}: {err.get('msg')})")
+            if name == "partition_id":
+                return e.UnknownPartitionError.saying(message)
+            return e.NotFoundError(message)
     where = "; ".join(f"path.{err.get('loc', ('', ''))[-1]}: {err.get('msg')}" for err in errors)
-    return ApiError(400, where, name="invalid_parameter")
+    return e.InvalidParameterError(where)
+
+
+def relayed(name: str, message: str, error_code: int, retriable: bool | None = None,
+            status: int | None = None) -> ApiError:
+    """Another broker's error answer (or a failed entry of it), passed on as it was: its
+    name is a table's name of that broker's (which may be newer than this one's)."""
+    if status is None:  # an entry's: its status is in its code
+        status = error_code // 100 if error_code >= 10000 else error_code
+    return ApiError(status, message, error_code=error_code, name=name, retriable=retriable)
 
 
 def error_of(r: httpx.Response) -> ApiError:
     """The error of another broker's answer, as this broker answers it."""
     try:
         body = r.json()
-        return ApiError(r.status_code, body["message"], error_code=body["error_code"],
-                        name=body["error"], retriable=body.get("retriable"))
+        return relayed(body["error"], body["message"], body["error_code"],
+                       body.get("retriable"), r.status_code)
     except (ValueError, KeyError, TypeError):
         return ApiError(r.status_code, f"another broker answered {r.status_code}: "
-                                       f"{r.text[:200]}", name="broker_error")
+                                       f"{r.text[:200]}", name=e.BrokerAnswerError.code)

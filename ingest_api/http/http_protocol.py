@@ -32,8 +32,18 @@ import msgspec
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from log_tables.errors import (
+    MalformedHttpError,
+    RequestHeaderTooLargeError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+)
+
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
-NAMES = {400: "malformed_http", 408: "request_timeout", 431: "request_header_too_large"}
+NAMES = {400: MalformedHttpError.code, 408: RequestTimeoutError.code,
+         431: RequestHeaderTooLargeError.code}
+"""The table's names of the refusals made before the app (``ingest_api.http.errors``
+maps them to the same statuses)."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -158,7 +168,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
 
 _BUSY = msgspec.json.encode({
-    "error_code": 503, "error": "service_unavailable",
+    "error_code": 503, "error": ServiceUnavailableError.code,
     "message": "the server is at its limit of open connections and requests "
                "(LAKELOG_LIMIT_CONCURRENCY); retry shortly", "retriable": True})
 

@@ -1,11 +1,13 @@
 """The client's errors, on lakelog's one root (``log_tables.errors.LakelogError``).
 
-An error answer becomes the class its body names, through the table of
-``log_tables.errors`` (``for_code(error_code, error)``): a 413 ``record_too_large`` is
-raised as a ``RecordTooLargeError`` that is also a ``LakelogClientError`` (with the
-answer's status, name, message and code). ``retriable`` is what the body says; an answer
-without one (a proxy's 502, an older server) is retriable when its status says "busy" or
-"unavailable" (``RETRIABLE_STATUS``).
+An error answer becomes the class its body names (its ``error``), through the table of
+``log_tables.errors`` (``class_of(error, error_code)``; the client does not import the
+server): a 413 ``record_too_large`` is raised as a ``RecordTooLargeError`` that is also a
+``LakelogClientError`` (with the answer's status, name, message and code). The errors of
+the log, the groups and a cluster (``DOMAIN_ERRORS``) are typed; those of a request's
+form, security and look-ups are ``LakelogClientError`` read by their name. ``retriable``
+is what the body says; an answer without one (a proxy's 502, an older server) is
+retriable when its status says "busy" or "unavailable" (``RETRIABLE_STATUS``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,23 @@ from log_tables import errors as e
 RETRIABLE_STATUS = frozenset({429, 502, 503, 504})
 """Statuses that mean "try again" in an answer whose body does not say (not lakelog's)."""
 _BODY_FIELDS = frozenset({"error_code", "error", "message", "retriable"})
+_TYPED_BY_NAME: dict[str, type[e.LakelogError]] = {}
+for _cls in e.DOMAIN_ERRORS:
+    _TYPED_BY_NAME.setdefault(_cls.code, _cls)
+SHARED_NAME_CODES: dict[tuple[str, int], type[e.LakelogError]] = {
+    ("unknown_topic_or_partition", 40402): e.UnknownPartitionError,
+    ("fenced_leader_epoch", 40901): e.IsrFencedError,
+}
+"""The classes of a name two classes share, by the ``error_code`` the server answers the
+second with (the first is the name's own): the one thing of the server's codes the client
+knows (a test holds it to the server's)."""
+
+
+def class_of(error: str | None, error_code: int | None = None) -> type[e.LakelogError]:
+    """The table's class an error body names; ``LakelogError`` for a name the client does
+    not type (or does not know)."""
+    shared = SHARED_NAME_CODES.get((error or "", error_code or 0))
+    return shared or _TYPED_BY_NAME.get(error or "", e.LakelogError)
 
 
 class LakelogClientError(e.LakelogError):
@@ -98,7 +117,7 @@ def _client_class(cls: type[e.LakelogError]) -> type[LakelogClientError]:
 # Made once, at import, from the table: per server error class, the client's class that is
 # both it and a LakelogClientError, so that ``except RecordTooLargeError`` and ``except
 # LakelogClientError`` both catch what the client raises for a 413 record_too_large.
-_TYPED = {cls: _client_class(cls) for cls in e.ERRORS}
+_TYPED = {cls: _client_class(cls) for cls in e.DOMAIN_ERRORS}
 
 
 def typed(cls: type[e.LakelogError]) -> type[LakelogClientError]:
@@ -111,7 +130,7 @@ def error_of(status: int, body: dict[str, Any], text: str = "") -> LakelogClient
     code = body.get("error_code")
     code = code if isinstance(code, int) else None
     name = str(body.get("error", "error"))
-    cls = typed(e.for_code(code if code is not None else status, name))
+    cls = typed(class_of(name, code if code is not None else status))
     if cls is CorruptRecordError:
         return CorruptRecordError(status, body)
     retriable = body.get("retriable")

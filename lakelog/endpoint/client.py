@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import grpc
 import pyarrow as pa
 
-from log_tables.errors import LakelogError
+from log_tables.errors import EndpointUnavailableError, LakelogError
 
 EXECUTE = "/spark.connect.SparkConnectService/ExecutePlan"
 RELEASE = "/spark.connect.SparkConnectService/ReleaseSession"
@@ -130,12 +130,7 @@ class _SessionClosed(Exception):
     pass
 
 
-class EndpointUnavailable(LakelogError):
-    """The endpoint did not answer, or went away during the call (it stopped, its Spark
-    died): not an error of the query."""
-
-    retriable = True
-
+EndpointUnavailable = EndpointUnavailableError  # its old name here (lakelog.sql)
 
 UNANSWERED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 

@@ -38,7 +38,7 @@ from lakelog.endpoint.jdbc_front import HTTP_PATH
 from lakelog.endpoint.state import read_state, state_path, write_state
 from lakelog.local import free_port
 from lakelog.ports import describe_taken, port_free
-from log_tables.errors import LakelogError
+from log_tables.errors import PortTakenError
 from log_tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -177,15 +177,11 @@ def _credentials(spec: dict[str, Any]) -> Any:
     return None
 
 
-class PortTaken(LakelogError):
-    """A port of the endpoint is another process's."""
-
-
 def _check_ports(spec: dict[str, Any]) -> None:
     for host, port, what in ((spec["host"], spec["port"], "the SQL endpoint's Spark Connect"),
                              ("127.0.0.1", spec["jdbc_port"], "the SQL endpoint's JDBC")):
         if port and not port_free(host, port):
-            raise PortTaken(f"{describe_taken(host, port, what)}: stop it, or give "
+            raise PortTakenError(f"{describe_taken(host, port, what)}: stop it, or give "
                             f"`lakelog serve` another (--sql-port N, --jdbc-port N; 0: none)")
 
 
@@ -268,7 +264,7 @@ def main(argv: list[str]) -> None:
         spark, server = start_endpoint(spec)
     except Exception as exc:
         # Said once, by the server, from the state file.
-        if isinstance(exc, PortTaken):
+        if isinstance(exc, PortTakenError):
             write_state(data_dir, state="failed", error=exc.message)
             sys.exit(EXIT_NOT_RESTARTED)
         missing = missing_dependency(exc)

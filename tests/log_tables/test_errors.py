@@ -1,5 +1,5 @@
-"""The one error table: every error lakelog raises is in it, once, and a body's code and
-name lead back to its class."""
+"""The one error table: every error lakelog raises is in it, once, with its name, its
+Kafka name and whether it is retriable (its HTTP status is the front's)."""
 
 from __future__ import annotations
 
@@ -30,28 +30,15 @@ def test_every_error_of_the_domain_packages_is_in_the_table() -> None:
     assert len(set(e.ERRORS)) == len(e.ERRORS)
 
 
-def test_each_class_has_its_wire_fields_and_one_code_and_name_pair() -> None:
-    pairs = set()
+def test_each_class_has_its_fields_and_knows_no_http() -> None:
+    """Status and Confluent code are the HTTP front's (``ingest_api.http.errors``, tested
+    in ``tests/ingest_api/test_error_map.py``), not the bottom floor's."""
     for cls in e.ERRORS:
         assert cls.code and cls.code == cls.code.lower(), cls
-        assert 400 <= cls.status < 600 and cls.error_code // 100 == cls.status, cls
         assert isinstance(cls.retriable, bool)
         assert cls.kafka_name is None or cls.kafka_name == cls.kafka_name.upper(), cls
-        assert (cls.error_code, cls.code) not in pairs, cls
-        pairs.add((cls.error_code, cls.code))
-        assert e.for_code(cls.error_code, cls.code) is cls
-
-
-def test_for_code_resolves_shared_codes_by_name() -> None:
-    # Confluent's 40002 is a taken topic name; lakelog answers an invalid one with it too.
-    assert e.for_code(40002, "topic_already_exists") is e.TopicExistsError
-    assert e.for_code(40002, "invalid_topic") is e.InvalidTopicError
-    assert e.for_code(40403) is e.UnknownTopicError
-    assert e.for_code(40402, "unknown_topic_or_partition") is e.UnknownPartitionError
-    assert e.for_code(41001) is e.CorruptRecordError
-    assert e.for_code(50701, "storage_error") is e.StorageError  # a full disk's code
-    assert e.for_code(40005, "invalid_replica_assignment") is e.LakelogError  # not a class
-    assert e.for_code(99999, "no_such_error") is e.LakelogError
+        assert not hasattr(cls, "status") and not hasattr(cls, "error_code"), cls
+        assert e.for_name(cls.code) is cls or cls.code in e.SHARED_NAMES, cls
 
 
 def test_kafka_names_where_kafka_has_them() -> None:
@@ -61,9 +48,8 @@ def test_kafka_names_where_kafka_has_them() -> None:
     assert e.UnknownMemberError.kafka_name == "UNKNOWN_MEMBER_ID"
 
 
-def test_a_full_disk_is_its_own_status() -> None:
-    assert (e.StorageError("x", errno.ENOSPC).status,
-            e.StorageError("x", errno.ENOSPC).error_code) == (507, 50701)
-    assert (e.StorageError("x", errno.EIO).status,
-            e.StorageError("x", errno.EIO).error_code) == (500, 50001)
+def test_a_full_disk_is_its_own_detail() -> None:
+    assert e.StorageError("x", errno.ENOSPC).detail == e.DISK_FULL
+    assert e.StorageError("x", errno.EDQUOT).detail == e.DISK_FULL
+    assert e.StorageError("x", errno.EIO).detail is None
     assert e.StorageError("x").retriable and not e.StaleTableError("x").retriable

@@ -27,8 +27,11 @@ from ingest_api.broker.security import CLUSTER, SecurityStore
 from ingest_api.http.auth import UI_COOKIE, UI_DATA_PATH
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.dashboard.overview import Dashboard
-from ingest_api.http.errors import ApiError
 from ingest_api.http.state import json_response
+from log_tables.errors import (
+    AuthenticationFailedError,
+    AuthorizationFailedError,
+)
 
 router = APIRouter(include_in_schema=False)
 MAX_LOGIN_BYTES = 4096
@@ -95,15 +98,14 @@ async def login(request: Request) -> Response:
     key_id, sep, secret = body.key.strip().replace(".", ":", 1).partition(":")
     principal = store.authenticate(key_id, secret) if sep and key_id and secret else None
     if principal is None:
-        raise ApiError(401, "unknown API key or wrong secret: paste KEY_ID:SECRET as "
-                            "'lakelog keys create' printed it (the first admin key is in the "
-                            "data directory's security/admin.key)", 40101,
-                       "authentication_failed")
+        raise AuthenticationFailedError("unknown API key or wrong secret: paste KEY_ID:SECRET "
+                                        "as 'lakelog keys create' printed it (the first admin "
+                                        "key is in the data directory's security/admin.key)")
     if not store.allowed(principal, "cluster", CLUSTER, "describe"):
-        raise ApiError(403, f"principal '{principal}' may not describe the cluster, which the "
-                            "dashboard shows (as /metrics); an admin can allow it: lakelog "
-                            f"acls add --principal {principal} --operation describe --cluster",
-                       40301, "authorization_failed")
+        raise AuthorizationFailedError(
+            f"principal '{principal}' may not describe the cluster, which the dashboard shows "
+            "(as /metrics); an admin can allow it: lakelog acls add --principal "
+            f"{principal} --operation describe --cluster")
     response = json_response({"principal": principal})
     response.set_cookie(UI_COOKIE, f"{key_id}.{secret}", path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")

@@ -31,11 +31,14 @@ from cluster.replica_protocol import (
 )
 from cluster.replicas import LeaderPartition
 from ingest_api.broker.security import is_broker_principal
-from ingest_api.http.errors import ApiError
 from ingest_api.http.state import AppState, state
 from log_tables.errors import (
+    MALFORMED,
+    AuthorizationFailedError,
     FencedLeaderEpochError,
+    InvalidRequestError,
     LakelogError,
+    NotAClusterError,
     NotLeaderError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
@@ -47,13 +50,12 @@ router = APIRouter(include_in_schema=False)
 def _broker_only(request: Request) -> AppState:
     st = state(request)
     if st.cluster is None or st.cluster.replicas is None:
-        raise ApiError(404, "this server is not a broker of a cluster: nothing to replicate",
-                       name="not_a_cluster")
+        raise NotAClusterError("this server is not a broker of a cluster: nothing to "
+                               "replicate")
     if request.app.state.security is not None and (
             request.state.forwarded_by is not None
             or not is_broker_principal(request.state.principal)):
-        raise ApiError(403, "only brokers (with their own keys) fetch replicas", 40301,
-                       "authorization_failed")
+        raise AuthorizationFailedError("only brokers (with their own keys) fetch replicas")
     return st
 
 
@@ -130,10 +132,10 @@ async def _read(request: Request, decode: Callable[[bytes], _R], what: str) -> _
     try:
         req = decode(await request.body())
     except Exception as exc:
-        raise ApiError(400, f"malformed {what}: {exc}", name="invalid_request") from None
+        raise InvalidRequestError.saying(f"malformed {what}: {exc}", detail=MALFORMED) from None
     if len(req.partitions) > MAX_PARTITIONS:
-        raise ApiError(400, f"a {what} names at most {MAX_PARTITIONS} partitions",
-                       name="invalid_request")
+        raise InvalidRequestError.saying(f"a {what} names at most {MAX_PARTITIONS} partitions",
+                                         detail=MALFORMED)
     return req
 
 

@@ -10,10 +10,16 @@ from fastapi.responses import Response
 
 from ingest_api.broker.security import Acl, SecurityError, SecurityStore
 from ingest_api.http.body import decode, read_body
-from ingest_api.http.errors import ApiError
 from ingest_api.http.models import AclBody, KeyCreate
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import json_body, json_response
+from log_tables.errors import (
+    InvalidAclError,
+    InvalidPrincipalError,
+    SecurityDisabledError,
+    UnknownAclError,
+    UnknownApiKeyError,
+)
 
 router = APIRouter(tags=["security"])
 BASE = "/v3/clusters/{cluster_id}"
@@ -25,9 +31,9 @@ _key = msgspec.json.Decoder(KeyCreate)
 def _store(request: Request) -> SecurityStore:
     store: SecurityStore | None = request.app.state.security
     if store is None:
-        raise ApiError(409, "authentication is off (LAKELOG_AUTH=none): there are no keys or "
-                            "ACLs to manage; start the server with LAKELOG_AUTH=api-key",
-                       40907, "security_disabled")
+        raise SecurityDisabledError("authentication is off (LAKELOG_AUTH=none): there are no "
+                                    "keys or ACLs to manage; start the server with "
+                                    "LAKELOG_AUTH=api-key")
     return store
 
 
@@ -36,7 +42,7 @@ def _to_acl(body: AclBody) -> Acl:
         return Acl(body.principal, body.resource_type, body.resource_name, body.pattern_type,
                    body.operation)
     except SecurityError as exc:
-        raise ApiError(400, str(exc), 40006, "invalid_acl") from None
+        raise InvalidAclError(str(exc)) from None
 
 
 def _acl_body(acl: Acl) -> dict[str, str]:
@@ -68,7 +74,7 @@ async def remove_acl(cluster_id: str, request: Request) -> Response:
     check_cluster(cluster_id)
     acl = _to_acl(decode(await read_body(request, MAX_BODY), _acl))
     if not _store(request).remove_acl(acl):
-        raise ApiError(404, f"no such ACL: {_acl_body(acl)}", 40407, "unknown_acl")
+        raise UnknownAclError(f"no such ACL: {_acl_body(acl)}")
     return Response(status_code=204)
 
 
@@ -87,7 +93,7 @@ async def create_key(cluster_id: str, request: Request) -> Response:
     try:
         key, secret = _store(request).create_key(body.principal)
     except SecurityError as exc:  # a reserved principal (broker-<id>)
-        raise ApiError(400, str(exc), 40007, "invalid_principal") from None
+        raise InvalidPrincipalError(str(exc)) from None
     return json_response({**key.public(), "secret": secret}, status=201)
 
 
@@ -97,5 +103,5 @@ async def delete_key(cluster_id: str, request: Request,
     """Revoke a key: requests with it get 401 from now on."""
     check_cluster(cluster_id)
     if not _store(request).delete_key(key_id):
-        raise ApiError(404, f"no API key {key_id}", 40408, "unknown_api_key")
+        raise UnknownApiKeyError(f"no API key {key_id}")
     return Response(status_code=204)

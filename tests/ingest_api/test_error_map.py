@@ -1,0 +1,46 @@
+"""The HTTP front's map of the one error table: a status and a Confluent code for each
+class, a name and code pair that leads back to it, and an instance's detail answered
+apart (a full disk is 507)."""
+
+from __future__ import annotations
+
+import errno
+
+from ingest_api.http.errors import HTTP, status_of, wire_of
+from lakelog.client.errors import class_of
+from log_tables import errors as e
+
+
+def test_each_class_has_its_wire_fields_and_one_code_and_name_pair() -> None:
+    pairs = set()
+    for cls in e.ERRORS:
+        status, code = HTTP[cls]
+        # Confluent's code: the status, or the status times 100 plus a detail number.
+        assert 400 <= status < 600 and (code // 100 == status or code == status), cls
+        assert (code, cls.code) not in pairs, cls
+        pairs.add((code, cls.code))
+
+
+def test_a_body_leads_back_to_its_class_shared_codes_by_name() -> None:
+    # Confluent's 40002 is a taken topic name; lakelog answers an invalid one with it too.
+    assert class_of("topic_already_exists", 40002) is e.TopicExistsError
+    assert class_of("invalid_topic", 40002) is e.InvalidTopicError
+    assert class_of("unknown_topic_or_partition", 40403) is e.UnknownTopicError
+    assert class_of("unknown_topic_or_partition", 40402) is e.UnknownPartitionError
+    assert class_of("corrupt_record", 41001) is e.CorruptRecordError
+    assert class_of("storage_error", 50701) is e.StorageError  # a full disk's code
+    assert class_of("no_such_error", 99999) is e.LakelogError
+    assert HTTP[e.TopicExistsError] == HTTP[e.InvalidTopicError] == (400, 40002)
+
+
+def test_a_full_disk_is_its_own_status() -> None:
+    assert wire_of(e.StorageError("x", errno.ENOSPC)) == (507, 50701)
+    assert wire_of(e.StorageError("x", errno.EIO)) == (500, 50001)
+    assert status_of(e.StorageError("x", errno.ENOSPC))[:3] == (507, 50701, "storage_error")
+
+
+def test_a_class_outside_the_table_answers_as_the_table_class_it_derives_from() -> None:
+    class Narrower(e.UnknownGroupError):
+        pass
+
+    assert wire_of(Narrower("g")) == (404, 40405)
