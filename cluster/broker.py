@@ -17,31 +17,26 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from cluster.controller import BalanceOptions, Controller
 from cluster.model import (
     OFFSETS_TOPIC,
-    PRODUCER_ID_BLOCK,
     BrokerInfo,
-    ProducerIdBlock,
     broker_path,
     decode,
     encode,
 )
+from cluster.producer_ids import ClusterProducerIds
 from cluster.session import ZkSession, unreachable_as
 from cluster.view import ClusterView
 from log_tables.config import config_value
 from log_tables.errors import (
-    BrokerNotAvailableError,
-    InvalidProducerEpochError,
     LeaderNotAvailableError,
     NotLeaderError,
-    UnknownProducerIdError,
     UnknownTopicError,
 )
 from log_tables.hot.log_manager import LogManager
-from log_tables.hot.producer_ids import MAX_EPOCH
 from log_tables.leadership import (
     LEADERSHIP_FILE,
     clear_leadership,
@@ -54,8 +49,6 @@ from log_tables.registry import TopicMetadata
 log = logging.getLogger(__name__)
 
 CLUSTER_ID_PATH = "/cluster/id"
-PRODUCER_BLOCK_SIZE = 1000
-PRODUCER_EPOCHS = "/lakelog/producer_epochs"
 
 
 class ClusterBroker:
@@ -96,7 +89,8 @@ class ClusterBroker:
         self.view.start()
         self.controller.start()
         self.controller.poke()
-        self.manager.producer_ids = ClusterProducerIds(self)  # type: ignore[assignment]
+        if not isinstance(self.manager.producer_ids, ClusterProducerIds):  # until the core passes it
+            self.manager.producer_ids = ClusterProducerIds(self.client, self.broker_id)
         if not self.view.wait_applied(timeout_s):
             raise TimeoutError("the cluster metadata did not load")
         for name in list(self.view.topics):
@@ -290,94 +284,3 @@ class ClusterBroker:
                 return False
         self._mirror(name)
         return True
-
-
-class ClusterProducerIds:
-    """Producer ids from blocks that the cluster hands out in ZooKeeper
-    (``/latest_producer_id_block``, Kafka's ZooKeeper-mode allocation), so that ids are
-    unique across brokers; an epoch bump is a conditional write of the id's epoch. Each
-    partition's producer state fences an older epoch, as a Kafka partition leader does."""
-
-    def __init__(self, broker: ClusterBroker) -> None:
-        self.broker = broker
-        self.client = broker.client
-        self._lock = threading.Lock()
-        self._next = 0
-        self._last = -1
-        self._issued_below = 0
-        self.client.ensure_path(PRODUCER_EPOCHS)
-
-    def _new_block(self) -> None:
-        while True:
-            try:
-                data, stat = self.client.get(PRODUCER_ID_BLOCK)
-            except NoNodeError:
-                try:
-                    block = ProducerIdBlock(self.broker.broker_id, 0, PRODUCER_BLOCK_SIZE - 1)
-                    self.client.create(PRODUCER_ID_BLOCK, encode(block))
-                    break
-                except NodeExistsError:
-                    continue
-            last = decode(data, ProducerIdBlock).last
-            block = ProducerIdBlock(self.broker.broker_id, last + 1, last + PRODUCER_BLOCK_SIZE)
-            try:
-                self.client.set(PRODUCER_ID_BLOCK, encode(block), version=stat.version)
-                break
-            except BadVersionError:
-                continue
-        self._next, self._last = block.first, block.last
-        self._issued_below = block.last + 1
-
-    def init_producer(self, producer_id: int | None = None) -> tuple[int, int]:
-        with unreachable_as(BrokerNotAvailableError,
-                            f"broker {self.broker.broker_id} issuing a producer id"):
-            return self._init_producer(producer_id)
-
-    def _init_producer(self, producer_id: int | None) -> tuple[int, int]:
-        with self._lock:
-            if producer_id is None:
-                if self._next > self._last:
-                    self._new_block()
-                producer_id = self._next
-                self._next += 1
-                return producer_id, 0
-        self._check_issued(producer_id)
-        path = f"{PRODUCER_EPOCHS}/{producer_id}"
-        while True:
-            try:
-                data, stat = self.client.get(path)
-            except NoNodeError:
-                try:
-                    self.client.create(path, b"1")
-                    return producer_id, 1
-                except NodeExistsError:
-                    continue
-            epoch = int(data) + 1
-            if epoch > MAX_EPOCH:
-                raise InvalidProducerEpochError(
-                    f"producer id {producer_id} exhausted its epochs; request a new id")
-            try:
-                self.client.set(path, str(epoch).encode(), version=stat.version)
-                return producer_id, epoch
-            except BadVersionError:
-                continue
-
-    def _check_issued(self, producer_id: int) -> None:
-        if producer_id < self._issued_below:
-            return
-        try:
-            data, _ = self.client.get(PRODUCER_ID_BLOCK)
-            self._issued_below = max(self._issued_below, decode(data, ProducerIdBlock).last + 1)
-        except NoNodeError:
-            pass
-        if producer_id >= self._issued_below:
-            raise UnknownProducerIdError(f"producer id {producer_id} was never issued")
-
-    def check(self, producer_id: int, epoch: int) -> None:
-        with unreachable_as(BrokerNotAvailableError,
-                            f"broker {self.broker.broker_id} checking producer id {producer_id}"):
-            self._check_issued(producer_id)
-        if not 0 <= epoch <= MAX_EPOCH:
-            raise InvalidProducerEpochError(f"producer {producer_id} epoch {epoch} is invalid")
-
-

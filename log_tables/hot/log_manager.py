@@ -3,7 +3,7 @@
 One process owns a data directory at a time (an ``flock`` on ``.lock``). Layout::
 
     <data_dir>/topics.json      the topic registry
-    <data_dir>/producers.json   issued producer ids and epochs
+    <data_dir>/producers.json   issued producer ids and epochs (a broker alone)
     <data_dir>/hot/<topic>/<partition>/   partition logs
 
 Topic creation registers the topic first and then creates its partition
@@ -27,7 +27,7 @@ from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.errors import DataDirLockedError, UnknownPartitionError, UnknownTopicError
 from log_tables.hot.group_commit import GroupCommit
 from log_tables.hot.partition_log import PartitionLog, partition_dir
-from log_tables.hot.producer_ids import ProducerIdManager
+from log_tables.hot.producer_ids import ProducerIdManager, ProducerIds
 from log_tables.hot.segment import LogSegment
 from log_tables.registry import TopicMetadata, TopicRegistry
 
@@ -41,7 +41,11 @@ class LogManager:
     """Opens, creates and deletes partition logs; the one writer of a data directory."""
 
     def __init__(self, data_dir: Path, clock: Clock = SYSTEM_CLOCK,
-                 max_pending_syncs: int = 100_000) -> None:
+                 max_pending_syncs: int = 100_000, *,
+                 producer_ids: ProducerIds | None = None) -> None:
+        """``producer_ids``: where producer ids come from (a broker of a cluster: from
+        ZooKeeper, ``cluster.producer_ids.ClusterProducerIds``); unset: this data
+        directory's ``producers.json``."""
         self.data_dir = data_dir
         self.hot_dir = data_dir / HOT_DIR
         self.clock = clock
@@ -49,7 +53,7 @@ class LogManager:
         self._lock_fd = _lock_data_dir(data_dir)
         self._lock = threading.RLock()
         self.registry = TopicRegistry(data_dir, clock)
-        self.producer_ids = ProducerIdManager(data_dir)
+        self.producer_ids: ProducerIds = producer_ids or ProducerIdManager(data_dir)
         self.group_commit = GroupCommit(max_pending_syncs)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.roll_listeners: list[Callable[[PartitionLog, LogSegment], None]] = []

@@ -43,6 +43,8 @@ from log_tables.hot.recovery import rebuild_producer_state, write_producer_snaps
 from log_tables.hot.segment import LogSegment
 from log_tables.records import FetchResult
 
+__all__ = ["AppendInfo", "PartitionLog", "partition_dir"]
+
 log = logging.getLogger(__name__)
 
 

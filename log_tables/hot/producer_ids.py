@@ -1,7 +1,10 @@
-"""Issuing producer ids and epochs, persisted in ``<data_dir>/producers.json``.
+"""Issuing producer ids and epochs: the ``ProducerIds`` protocol, and its implementation
+for a broker alone, persisted in ``<data_dir>/producers.json``.
 
 A new producer gets a fresh id at epoch 0; re-initializing an existing id bumps
-its epoch, which fences every batch still carrying the old epoch (a zombie).
+its epoch, which fences every batch still carrying the old epoch (a zombie). A broker
+of a cluster issues them from ZooKeeper instead (``cluster.producer_ids``): whoever
+builds the ``LogManager`` chooses which, once, before it opens.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from log_tables.errors import InvalidProducerEpochError, StorageError, UnknownProducerIdError
 from log_tables.files import atomic_write
@@ -19,7 +23,21 @@ MAX_EPOCH = 32_767
 MAX_PRODUCERS = 100_000
 
 
+class ProducerIds(Protocol):
+    """Where producer ids and epochs come from (``LogManager.producer_ids``)."""
+
+    def init_producer(self, producer_id: int | None = None) -> tuple[int, int]:
+        """A new (id, epoch), or the given id with its epoch bumped (fencing the older)."""
+        ...
+
+    def check(self, producer_id: int, epoch: int) -> None:
+        """Reject an id never issued and an epoch that is not valid for it."""
+        ...
+
+
 class ProducerIdManager:
+    """Producer ids of a broker alone, issued from ``producers.json``."""
+
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / PRODUCERS_FILE
         self._lock = threading.Lock()
