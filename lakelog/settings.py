@@ -2,8 +2,9 @@
 
 Each package owns its settings class, all read from ``LAKELOG_*`` variables:
 ``ingest_api.settings.ApiSettings`` (HTTP, security, the data directory, warehouse and
-vacuum retention; it composes ``consumer_groups.settings.GroupSettings``, the groups the
-server hosts) and ``compaction_jobs.settings.JobSettings`` (the jobs' schedule and Spark
+vacuum retention; it composes ``cluster.settings.ClusterSettings``, the cluster the
+server may be a broker of, and ``consumer_groups.settings.GroupSettings``, the groups it
+hosts) and ``compaction_jobs.settings.JobSettings`` (the jobs' schedule and Spark
 master). ``lakelog serve`` reads them all; the reference in docs/operations.md is generated from
 ``Settings`` (``lakelog.reference``).
 """
@@ -14,6 +15,7 @@ from typing import Self
 
 from pydantic import model_validator
 
+from cluster.settings import ClusterSettings
 from compaction_jobs.settings import JobSettings
 from consumer_groups.settings import GroupSettings
 from ingest_api.addresses import is_loopback
@@ -26,10 +28,12 @@ class Settings(ApiSettings, JobSettings, EndpointSettings):
 
     @classmethod
     def names(cls) -> list[str]:
-        """Every setting by owner: the server's, the groups', the jobs'."""
-        server = [n for n in ApiSettings.model_fields if n not in GroupSettings.model_fields]
-        return server + list(GroupSettings.model_fields) + list(JobSettings.model_fields) + \
-            list(EndpointSettings.model_fields)
+        """Every setting by owner: the server's, the cluster's, the groups', the jobs', the
+        SQL endpoint's."""
+        composed = {*GroupSettings.model_fields, *ClusterSettings.model_fields}
+        server = [n for n in ApiSettings.model_fields if n not in composed]
+        return server + list(ClusterSettings.model_fields) + list(GroupSettings.model_fields) + \
+            list(JobSettings.model_fields) + list(EndpointSettings.model_fields)
 
     @model_validator(mode="after")
     def _sql_beyond_loopback(self) -> Self:

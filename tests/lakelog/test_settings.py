@@ -65,3 +65,20 @@ def test_replication_settings_are_kafkas_and_feed_the_topic_defaults(
         ApiSettings(min_insync_replicas=0)
     with pytest.raises(ValueError, match="leader_imbalance_per_broker_percentage"):
         ApiSettings(leader_imbalance_per_broker_percentage=101)
+
+
+def test_the_cluster_owns_its_settings_and_the_server_reads_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.settings import ClusterSettings
+    cluster = set(ClusterSettings.model_fields)
+    assert {"zookeeper", "broker_id", "zookeeper_session_timeout_ms", "replica_lag_time_max_ms",
+            "offsets_topic_num_partitions", "auto_leader_rebalance_enable"} <= cluster
+    assert cluster <= set(ApiSettings.model_fields)
+    assert not cluster & (set(GroupSettings.model_fields) | set(JobSettings.model_fields))
+    monkeypatch.setenv("LAKELOG_REPLICA_LAG_TIME_MAX_MS", "1234")
+    assert ClusterSettings().replica_lag_time_max_ms == Settings().replica_lag_time_max_ms == 1234
+    assert ClusterSettings(min_insync_replicas=2).topic_defaults == {"min.insync.replicas": "2"}
+    with pytest.raises(ValueError, match="broker_id and zookeeper go together"):
+        ClusterSettings(broker_id=1)
+    with pytest.raises(ValueError, match="broker_id and zookeeper go together"):
+        ApiSettings(zookeeper="127.0.0.1:2181")
