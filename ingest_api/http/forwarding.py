@@ -19,7 +19,7 @@ from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from ingest_api.broker.metadata import CLUSTER
 from ingest_api.broker.produce.runs import ProduceResult, Run
 from ingest_api.broker.security import is_broker_principal
-from ingest_api.http.errors import ApiError, error_of
+from ingest_api.http.errors import error_of, relayed
 from ingest_api.http.models import BatchEntry, ProduceRecord
 from ingest_api.http.peers import FORWARDED, INTERNAL, HttpLink
 from ingest_api.http.peers import principal_of as principal_of
@@ -115,9 +115,7 @@ class ProduceRoute:
                     ms = times[ok.timestamp] = _epoch_ms(ok.timestamp)
                 timestamps[i] = ms
         for f in answer.failures:
-            result.errors[int(f.id)] = ApiError(
-                f.error_code // 100 if f.error_code >= 10000 else f.error_code,
-                f.message, error_code=f.error_code, name=f.error, retriable=f.retriable)
+            result.errors[int(f.id)] = relayed(f.error, f.message, f.error_code, f.retriable)
 
 
 class _Ok(msgspec.Struct, gc=False):
