@@ -5,30 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator
+from ingest_api.broker.cluster_info import ClusterInfo
 from ingest_api.broker.core import Broker
 from ingest_api.broker.fetch import FetchService
+from ingest_api.broker.group_admin import GroupAdmin
 from ingest_api.broker.group_poll import GroupPoll
 from ingest_api.broker.leader_bounds import LeaderBounds
 from ingest_api.broker.metadata import CLUSTER_ID as CLUSTER_ID
 from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.produce.service import ProduceService
+from ingest_api.broker.topics import TopicAdmin
 from ingest_api.http.body import InFlightBytes
 from ingest_api.http.peers import HttpLink
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.hot.log_manager import LogManager
 from log_tables.registry import TopicMetadata
-
-if TYPE_CHECKING:
-    from ingest_api.broker.group_admin import GroupAdmin
-    from ingest_api.broker.topics import TopicAdmin
 
 _encoder = msgspec.json.Encoder()
 
@@ -90,18 +89,17 @@ class AppState:
 
     @cached_property
     def topic_admin(self) -> TopicAdmin:
-        # Imported here: ingest_api.broker.metadata still imports CLUSTER_ID from this module.
-        from ingest_api.broker.topics import TopicAdmin
-
         return TopicAdmin(self.manager, self.tiered, self.groups,
                           self.settings.default_replication_factor, self.cluster)
 
     @cached_property
     def group_admin(self) -> GroupAdmin:
-        from ingest_api.broker.group_admin import GroupAdmin
-
         return GroupAdmin(self.groups, self.manager, self.tiered, self.topic_admin,
                           self.cluster)
+
+    @cached_property
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(self.manager, self.tiered, self.topic_admin, self.cluster)
 
 
 def state(request: Request) -> AppState:

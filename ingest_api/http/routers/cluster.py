@@ -148,17 +148,14 @@ async def healthz(request: Request) -> Response:
     answers 503 (``"status": "starting"``) until it is first ready: registered, with a
     controller elected and its metadata loaded, so that a topic or a group asked for the
     moment every broker answers 200 is placed over all of them."""
-    st = state(request)
-    body: dict[str, object] = {"status": "ok", "topics": len(st.manager.registry.list()),
-                               "partitions": len(st.manager.all_logs())}
-    if st.cluster is not None:  # a broker of a cluster: its id and its ZooKeeper lease
-        broker = st.cluster.broker
-        ready = broker.ready()
-        body.update(broker_id=broker.broker_id, cluster_id=getattr(broker, "cluster_id", None),
-                    controller=broker.controller.active,
-                    zookeeper_lease=broker.session.has_lease, ready=ready,
-                    leads=sum(len(ps) for ps in broker.led_partitions().values()))
-        if not ready:
+    health = state(request).cluster_info.health()
+    body: dict[str, object] = {"status": "ok", "topics": health.topics,
+                               "partitions": health.partitions}
+    if (broker := health.broker) is not None:  # its id and its ZooKeeper lease
+        body.update(broker_id=broker.broker_id, cluster_id=broker.cluster_id,
+                    controller=broker.controller, zookeeper_lease=broker.zookeeper_lease,
+                    ready=broker.ready, leads=broker.leads)
+        if not broker.ready:
             body["status"] = "starting"
             return json_response(body, status=503)
     return json_response(body)

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
+from ingest_api.broker.cluster_info import PartitionInfo
 from ingest_api.broker.metadata import (
     CLUSTER,
     METADATA,
@@ -20,11 +21,10 @@ from ingest_api.broker.metadata import (
     topic_url,
 )
 from ingest_api.http.errors import ApiError, error_of
-from ingest_api.http.forwarding import forwarded, principal_of
-from ingest_api.http.routers.cluster import check_cluster
-from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state
+from ingest_api.http.forwarding import forwarded
+from ingest_api.http.routers.cluster import check_cluster, send
+from ingest_api.http.state import CLUSTER_ID, json_response, state
 from log_tables.errors import LakelogError
-from log_tables.hot.partition_log import PartitionLog
 
 router = APIRouter(tags=["topics"])
 BASE = "/v3/clusters/{cluster_id}/topics"
@@ -35,60 +35,49 @@ OFFSET_TYPES = ("earliest_and_latest",)
 """The offset types of List Partition Offsets: Confluent has this one (its default)."""
 
 
-def partition_body(st: AppState, topic: str, plog: PartitionLog, partition: int
-                   ) -> dict[str, object]:
+def partition_body(p: PartitionInfo) -> dict[str, object]:
     """Confluent's ``PartitionData``, with lakelog's offsets and sizes added."""
-    cold = st.tiered.state(topic, partition)
-    url = partition_url(topic, partition)
-    placement = METADATA.placement(topic, partition)
-    leader = placement.leader
-    return {**resource("KafkaPartition", url, f"topic={topic}/partition={partition}"),
-            "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
-            "leader": related(f"{url}/replicas/{leader}"), "replicas": related(f"{url}/replicas"),
+    url = partition_url(p.topic, p.partition)
+    return {**resource("KafkaPartition", url, f"topic={p.topic}/partition={p.partition}"),
+            "cluster_id": CLUSTER_ID, "topic_name": p.topic, "partition_id": p.partition,
+            "leader": related(f"{url}/replicas/{p.leader}"),
+            "replicas": related(f"{url}/replicas"),
             "reassignment": related(f"{url}/reassignment"),
-            "log_start_offset": st.tiered.log_start_offset(plog, topic, partition),
-            "high_watermark": plog.high_watermark, "size_bytes": plog.size_bytes,
-            "segments": len(plog.segments),
-            "hot_log_start_offset": plog.log_start_offset,
-            "tiered_offset": cold.tiered_offset if cold else 0,
-            "tiered_size_bytes": cold.size_bytes if cold else 0,
-            "leader_id": leader, "replica_ids": list(placement.replicas),
-            "isr_ids": list(placement.in_sync), "leader_epoch": placement.leader_epoch}
-
+            "log_start_offset": p.log_start_offset,
+            "high_watermark": p.high_watermark, "size_bytes": p.size_bytes,
+            "segments": p.segments,
+            "hot_log_start_offset": p.hot_log_start_offset,
+            "tiered_offset": p.tiered_offset,
+            "tiered_size_bytes": p.tiered_size_bytes,
+            "leader_id": p.leader, "replica_ids": list(p.replicas),
+            "isr_ids": list(p.in_sync), "leader_epoch": p.leader_epoch}
 
 
 @router.get(BASE + "/{topic_name}/partitions")
 async def list_partitions(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    st = state(request)
-    st.require_topic(topic_name)
-    logs = st.manager.partitions(topic_name)
-    bodies = await asyncio.gather(*(_partition_anywhere(st, request, topic_name, p, plog)
-                                    for p, plog in enumerate(logs)))
+    ids = state(request).cluster_info.partition_ids(topic_name)
+    bodies = await asyncio.gather(*(_partition_anywhere(request, topic_name, p) for p in ids))
     return json_response(collection("KafkaPartitionList", f"{topic_url(topic_name)}/partitions",
                                     list(bodies)))
 
 
-async def _partition_anywhere(st: AppState, request: Request, topic: str, partition: int,
-                              plog: PartitionLog) -> dict[str, object]:
+async def _partition_anywhere(request: Request, topic: str, partition: int
+                              ) -> dict[str, object]:
     """A partition's body; in a cluster its offsets and sizes are its leader's (an
-    offline partition shows this broker's view, with leader -1)."""
-    link = st.cluster
-    if link is None or forwarded(request):
-        return partition_body(st, topic, plog, partition)
-    leader = link.broker.view.leader(topic, partition)
-    info = link.broker.view.broker(leader) if leader != link.broker_id else None
-    if info is None:
-        return partition_body(st, topic, plog, partition)
-    try:
-        r = await link.send(info, "GET", partition_url(topic, partition),
-                            principal=principal_of(request))
-    except LakelogError:
-        return partition_body(st, topic, plog, partition)
-    if r.status_code != 200:
-        raise error_of(r)
-    body: dict[str, object] = r.json()
-    return body
+    offline partition, or a leader that does not answer: this broker's view)."""
+    info = state(request).cluster_info
+    leader = info.leader_elsewhere(topic, partition, forwarded(request))
+    if leader is not None:
+        try:
+            r = await send(request, leader, "GET", partition_url(topic, partition))
+        except LakelogError:
+            return partition_body(info.partition(topic, partition))
+        if r.status_code != 200:
+            raise error_of(r)
+        body: dict[str, object] = r.json()
+        return body
+    return partition_body(info.partition(topic, partition))
 
 
 @router.get(BASE + "/-/partitions/-/reassignment")
@@ -114,9 +103,9 @@ async def get_partition(cluster_id: str, topic_name: TopicName, partition_id: Pa
                         request: Request) -> Response:
     check_cluster(cluster_id)
     st = state(request)
-    st.require_topic(topic_name)
-    plog = st.manager.log(topic_name, partition_id)
-    return json_response(await _partition_anywhere(st, request, topic_name, partition_id, plog))
+    st.topic_admin.describe(topic_name)
+    st.cluster_info.require_partition(topic_name, partition_id)
+    return json_response(await _partition_anywhere(request, topic_name, partition_id))
 
 
 @router.get(BASE + "/{topic_name}/partitions/{partition_id}/reassignment")
@@ -168,9 +157,9 @@ async def list_partition_offsets(
         raise ApiError(400, f"offset_type {offset_type!r} is invalid; valid: "
                             f"{', '.join(OFFSET_TYPES)}", name="invalid_offset_type")
     st = state(request)
-    st.require_topic(topic_name)
-    plog = st.manager.log(topic_name, partition_id)
-    part = await _partition_anywhere(st, request, topic_name, partition_id, plog)
+    st.topic_admin.describe(topic_name)
+    st.cluster_info.require_partition(topic_name, partition_id)
+    part = await _partition_anywhere(request, topic_name, partition_id)
     url = f"{partition_url(topic_name, partition_id)}/offset"
     return json_response({
         **resource("KafkaPartitionWithOffsets", url,

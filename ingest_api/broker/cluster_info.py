@@ -1,0 +1,121 @@
+"""Views of the broker and its partitions: a partition's offsets, sizes and placement,
+where its leader is, and the broker's health.
+
+In a cluster a partition's offsets and sizes are its leader's: a front asks
+``leader_elsewhere`` and reads the partition there (the HTTP front asks the leader's
+REST API); where the leader does not answer, this broker's own view stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cluster.model import BrokerInfo
+from ingest_api.broker.metadata import METADATA
+from ingest_api.broker.topics import TopicAdmin
+from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from ingest_api.broker.cluster_link import ClusterLink
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as this broker holds it: its placement, its bounds across the hot
+    log and the Delta tier, and its sizes."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    in_sync: tuple[int, ...]
+    leader_epoch: int
+    log_start_offset: int
+    """Across both tiers."""
+    high_watermark: int
+    size_bytes: int
+    segments: int
+    hot_log_start_offset: int
+    tiered_offset: int
+    tiered_size_bytes: int
+
+
+@dataclass(frozen=True)
+class BrokerHealth:
+    """A broker of a cluster: its id, its cluster's, and its standing there."""
+
+    broker_id: int
+    cluster_id: str | None
+    controller: bool
+    zookeeper_lease: bool
+    ready: bool
+    """Registered, with a controller elected and its metadata loaded."""
+    leads: int
+    """How many partitions it leads."""
+
+
+@dataclass(frozen=True)
+class Health:
+    topics: int
+    partitions: int
+    broker: BrokerHealth | None
+    """None: the server runs alone."""
+
+    @property
+    def ready(self) -> bool:
+        return self.broker is None or self.broker.ready
+
+
+class ClusterInfo:
+    """Read-only views of this broker, its partitions and where they are led."""
+
+    def __init__(self, manager: LogManager, tiered: TieredStorage, topics: TopicAdmin,
+                 link: ClusterLink | None = None) -> None:
+        self.manager = manager
+        self.tiered = tiered
+        self.topics = topics
+        self.link = link
+
+    def partition_ids(self, topic: str) -> list[int]:
+        """The topic's partitions (unknown topic: 404)."""
+        self.topics.describe(topic)
+        return list(range(len(self.manager.partitions(topic))))
+
+    def require_partition(self, topic: str, partition: int) -> None:
+        """The partition exists here (404 if not)."""
+        self.manager.log(topic, partition)
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo:
+        """The partition as this broker holds it."""
+        plog = self.manager.log(topic, partition)
+        cold = self.tiered.state(topic, partition)
+        placement = METADATA.placement(topic, partition)
+        return PartitionInfo(
+            topic, partition, placement.leader, tuple(placement.replicas),
+            tuple(placement.in_sync), placement.leader_epoch,
+            self.tiered.log_start_offset(plog, topic, partition), plog.high_watermark,
+            plog.size_bytes, len(plog.segments), plog.log_start_offset,
+            cold.tiered_offset if cold else 0, cold.size_bytes if cold else 0)
+
+    def leader_elsewhere(self, topic: str, partition: int, forwarded: bool
+                         ) -> BrokerInfo | None:
+        """The partition's leader, when it is another registered broker and the request
+        came from no broker; None: this broker's own view answers."""
+        if self.link is None or forwarded:
+            return None
+        view = self.link.broker.view
+        leader = view.leader(topic, partition)
+        return view.broker(leader) if leader != self.link.broker_id else None
+
+    def health(self) -> Health:
+        """Topics and partitions served; a broker of a cluster adds its standing."""
+        topics, partitions = len(self.manager.registry.list()), len(self.manager.all_logs())
+        if self.link is None:
+            return Health(topics, partitions, None)
+        broker = self.link.broker
+        return Health(topics, partitions, BrokerHealth(
+            broker.broker_id, getattr(broker, "cluster_id", None), broker.controller.active,
+            broker.session.has_lease, broker.ready(),
+            sum(len(ps) for ps in broker.led_partitions().values())))
