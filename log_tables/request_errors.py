@@ -206,6 +206,11 @@ class NotAClusterError(LakelogError):
 # -- the server's own processes ----------------------------------------------------------
 
 
+class InternalError(LakelogError):
+    """What no other error is: a bug (the front answers an unexpected exception so)."""
+    kafka_name, code = "UNKNOWN_SERVER_ERROR", "internal_error"
+
+
 class PortTakenError(LakelogError):
     """A port of the SQL endpoint is another process's."""
     code = "port_taken"
@@ -227,7 +232,7 @@ REQUEST_ERRORS: tuple[type[LakelogError], ...] = (
     InvalidPrincipalError, InvalidAclError, UnknownAclError, UnknownApiKeyError,
     SecurityDisabledError, NotFoundError, UnknownClusterError, UnknownBrokerError,
     UnknownReplicaError, NoReassignmentError, UnknownConfigError, NoOffsetsError,
-    NotAClusterError, PortTakenError, EndpointUnavailableError,
+    NotAClusterError, InternalError, PortTakenError, EndpointUnavailableError,
 )
 """This module's errors, for the table."""
 
@@ -244,6 +249,7 @@ __all__ = [
     "EndpointUnavailableError",
     "HttpError",
     "ImpersonationRefusedError",
+    "InternalError",
     "InvalidAclError",
     "InvalidBase64Error",
     "InvalidBatchError",

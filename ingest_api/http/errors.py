@@ -80,7 +80,8 @@ HTTP: dict[type[e.LakelogError], tuple[int, int]] = {
     e.UnknownBrokerError: (404, 404), e.UnknownReplicaError: (404, 404),
     e.NoReassignmentError: (404, 404), e.UnknownConfigError: (404, 40409),
     e.NoOffsetsError: (404, 404), e.NotAClusterError: (404, 404),
-    e.PortTakenError: (400, 40000), e.EndpointUnavailableError: (400, 40000),
+    e.InternalError: (500, 50000), e.PortTakenError: (400, 40000),
+    e.EndpointUnavailableError: (400, 40000),
 }
 """(HTTP status, Confluent ``error_code``) of every class of the table."""
 
@@ -138,7 +139,8 @@ def status_of(exc: BaseException) -> tuple[int, int, str, str]:
         return (*HTTP[cls], cls.code,
                 f"ZooKeeper is out of reach ({type(exc).__name__}); try again")
     log.exception("unexpected error", exc_info=exc)
-    return 500, 50000, "internal_error", f"internal error: {type(exc).__name__}"
+    return (*HTTP[e.InternalError], e.InternalError.code,
+            f"internal error: {type(exc).__name__}")
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, object]]:
