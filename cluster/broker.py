@@ -27,7 +27,6 @@ from cluster.model import (
     decode,
     encode,
 )
-from cluster.producer_ids import ClusterProducerIds
 from cluster.session import ZkSession, unreachable_as
 from cluster.view import ClusterView
 from log_tables.config import config_value
@@ -57,7 +56,8 @@ class ClusterBroker:
                  balance: BalanceOptions | None = None,
                  offsets_topic_replication_factor: int = 3, tls_ca: str | None = None) -> None:
         """``session``: started already (the server reads its security from ZooKeeper
-        before the logs are open). ``topic_defaults``: this broker's defaults of topic
+        before the logs are open). ``manager``: built with this cluster's producer ids
+        (``cluster.producer_ids.ClusterProducerIds``). ``topic_defaults``: this broker's defaults of topic
         configs by Kafka name (``ApiSettings.topic_defaults``), for topics that do not
         set their own; ``balance``: the controller's preferred leader rebalancing;
         ``offsets_topic_replication_factor``: the replicas of each coordinator slot;
@@ -89,8 +89,6 @@ class ClusterBroker:
         self.view.start()
         self.controller.start()
         self.controller.poke()
-        if not isinstance(self.manager.producer_ids, ClusterProducerIds):  # until the core passes it
-            self.manager.producer_ids = ClusterProducerIds(self.client, self.broker_id)
         if not self.view.wait_applied(timeout_s):
             raise TimeoutError("the cluster metadata did not load")
         for name in list(self.view.topics):

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from cluster.broker import ClusterBroker
 from cluster.model import BrokerInfo
+from cluster.producer_ids import ClusterProducerIds
 from cluster.replica_manager import ReplicaManager
 from cluster.session import ZkSession
 from cluster.znode import VersionedZnode
@@ -94,7 +95,9 @@ class Broker:
 
     async def start(self) -> None:
         settings, metrics = self.settings, self.metrics
-        self.manager = manager = LogManager(settings.data_dir)
+        self.manager = manager = LogManager(settings.data_dir, producer_ids=None if (
+            self.session is None or settings.broker_id is None)
+            else ClusterProducerIds(self.session.client, settings.broker_id))
         self.notifier = notifier = AppendNotifier(settings.max_long_polls)
         self.tiered = tiered = TieredStorage(manager, settings.layout)
         self.fetch = fetch = FetchService(manager, notifier, metrics, tiered)

@@ -24,6 +24,7 @@ from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.notifier import AppendNotifier
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
+from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 from log_tables.records import FetchResult, LogBatch
 
@@ -166,7 +167,7 @@ class FetchService:
         plog = self.manager.log(topic, partition)
         start = self.tiered.log_start_offset(plog, topic, partition)
         if offset < start:  # deleted by retention or DeleteRecords (maybe not yet from hot)
-            raise OffsetOutOfRangeError(plog.name, offset, start, plog.high_watermark)
+            raise OffsetOutOfRangeError(plog.name, offset, start, plog.readable_end(READ_UNCOMMITTED))
         try:
             result = plog.read(offset, max_bytes, max_records)
         except CorruptRecordError as exc:
@@ -177,8 +178,8 @@ class FetchService:
             if copy is None:
                 raise
             if not copy:  # compacted away in Delta: go on after the damaged batch
-                return exc.next_offset, FetchResult([], plog.high_watermark, start)
-            return offset, FetchResult(copy, plog.high_watermark, start)
+                return exc.next_offset, FetchResult([], plog.readable_end(READ_UNCOMMITTED), start)
+            return offset, FetchResult(copy, plog.readable_end(READ_UNCOMMITTED), start)
         except OffsetOutOfRangeError:
             if offset >= plog.log_start_offset:
                 raise
@@ -186,7 +187,7 @@ class FetchService:
             batches = await asyncio.to_thread(self.tiered.read, plog, topic, partition, offset,
                                               max_records, max_bytes)
             if batches:
-                return offset, FetchResult(batches, plog.high_watermark, start)
+                return offset, FetchResult(batches, plog.readable_end(READ_UNCOMMITTED), start)
             # Nothing left between here and the hot tier (records deleted before they were
             # tiered): answer from the next offset that exists, as Kafka does.
             offset = plog.log_start_offset

@@ -23,6 +23,7 @@ from consumer_groups.offsets import Change, Committed, OffsetKey
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
+from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class GroupAdmin:
                       reset: OffsetReset) -> Change:
         plog = self.manager.log(topic, partition)
         start = self.tiered.log_start_offset(plog, topic, partition)
-        hw = plog.high_watermark
+        hw = plog.readable_end(READ_UNCOMMITTED)  # where a consumer reads up to
         if reset.to == "earliest":
             offset = start
         elif reset.to == "latest":

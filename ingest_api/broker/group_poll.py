@@ -41,6 +41,7 @@ from log_tables.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -116,14 +117,14 @@ class GroupPoll:
         if policy == "earliest":
             return self.fetch.tiered.log_start_offset(plog, tp.topic, tp.partition)
         if policy == "latest":
-            return plog.high_watermark
+            return plog.readable_end(READ_UNCOMMITTED)
         if out_of_range is None:
             raise NoOffsetError(f"no committed offset for {tp.topic}/{tp.partition} and "
                                 "auto_offset_reset is none: commit or reset one first")
         raise OffsetOutOfRangeError(plog.name, out_of_range,
                                     self.fetch.tiered.log_start_offset(plog, tp.topic,
                                                                        tp.partition),
-                                    plog.high_watermark)
+                                    plog.readable_end(READ_UNCOMMITTED))
 
     async def poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
                    timeout_ms: int, fmt: Format, max_partition_bytes: int | None = None
