@@ -1,6 +1,6 @@
 """Errors of the group coordinator. They live in ``log_tables.errors`` with every other
-error that goes on the wire (one table of codes for the server and the client); this
-module keeps the names where the group code imports them."""
+error lakelog raises (one table of names, Kafka codes and ``retriable`` for the server and
+the client); this module keeps the names where the group code imports them."""
 
 from __future__ import annotations
 
