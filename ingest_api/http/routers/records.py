@@ -37,6 +37,7 @@ from ingest_api.http.models import (
 from ingest_api.http.reports import batch_body, envelopes, report
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import AppState, json_body, json_response, state
+from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["records"])
@@ -343,7 +344,7 @@ async def list_offsets(
     if spec == "earliest":
         offset: int | None = log_start
     elif spec == "latest":
-        offset = plog.high_watermark
+        offset = plog.readable_end(READ_UNCOMMITTED)
     else:
         if timestamp is None:
             raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
