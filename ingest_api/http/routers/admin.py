@@ -13,12 +13,11 @@ from fastapi.responses import Response
 from cluster.model import BrokerInfo
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.errors import error_of
-from ingest_api.http.forwarding import forwarded, principal_of
+from ingest_api.http.forwarding import forwarded
 from ingest_api.http.models import DeleteRecordsRequest
-from ingest_api.http.routers.cluster import check_cluster
-from ingest_api.http.state import AppState, json_body, json_response, state
+from ingest_api.http.routers.cluster import check_cluster, send
+from ingest_api.http.state import json_body, json_response, state
 from log_tables.cold import job_runs
-from log_tables.errors import UnknownPartitionError
 
 router = APIRouter(tags=["admin"])
 _delete = msgspec.json.Decoder(DeleteRecordsRequest)
@@ -32,50 +31,27 @@ async def delete_records(cluster_id: str, topic_name: Annotated[str, Path(max_le
     """Delete every record below an offset in some partitions (Kafka's DeleteRecords):
     the log start moves there in both tiers; fetches below it answer offset_out_of_range."""
     check_cluster(cluster_id)
-    st = state(request)
+    admin = state(request).records_admin
     body = decode(await read_body(request, MAX_DELETE_BODY_BYTES), _delete)
-    meta = st.require_topic(topic_name)
-    targets: dict[int, int] = {}
-    for entry in body.partitions:
-        if entry.partition_id >= meta.partitions:
-            raise UnknownPartitionError(topic_name, entry.partition_id, meta.partitions)
-        targets[entry.partition_id] = entry.offset
-    rows: list[dict[str, int]] = []
-    if st.cluster is not None:  # each leader deletes in its partitions
-        by_leader: dict[int, dict[int, int]] = {}
-        local: dict[int, int] = {}
-        leaders = {}
-        for p, offset in targets.items():
-            where = st.cluster.route(topic_name, p, forwarded(request))
-            if isinstance(where, int):
-                local[p] = offset
-            else:
-                by_leader.setdefault(where.broker_id, {})[p] = offset
-                leaders[where.broker_id] = where
-        targets = local
-        rows = await _from_leaders(st, request, [
-            (leaders[b], {"partitions": [{"partition_id": p, "offset": o}
-                                         for p, o in sorted(parts.items())]})
-            for b, parts in by_leader.items()])
-    starts = await asyncio.to_thread(st.tiered.delete_records, topic_name, targets) \
-        if targets else {}
+    plan = admin.plan_delete(topic_name, {e.partition_id: e.offset for e in body.partitions},
+                             forwarded(request))
+    # each leader deletes in its partitions
+    rows = await _from_leaders(request, [
+        (broker, {"partitions": [{"partition_id": p, "offset": o} for p, o in parts.items()]})
+        for broker, parts in plan.elsewhere])
+    starts = await admin.delete_local(topic_name, plan.local)
     rows += [{"partition_id": p, "low_watermark": starts[p]} for p in starts]
     return json_response({"topic_name": topic_name,
                           "partitions": sorted(rows, key=lambda r: r["partition_id"])})
 
 
-async def _from_leaders(st: AppState, request: Request,
+async def _from_leaders(request: Request,
                         parts: list[tuple[BrokerInfo, dict[str, object] | None]]
                         ) -> list[dict[str, int]]:
     """The same request to other brokers (with a body of their part, or none): the
     ``partitions`` rows of their answers; the first error fails the request."""
-    assert st.cluster is not None
-    link = st.cluster
-    answers = await asyncio.gather(*(
-        link.send(broker, "POST", request.url.path, principal=principal_of(request),
-                  content=None if body is None else msgspec.json.encode(body),
-                  headers={"content-type": "application/json"})
-        for broker, body in parts))
+    answers = await asyncio.gather(*(send(request, broker, "POST", request.url.path, body)
+                                     for broker, body in parts))
     rows: list[dict[str, int]] = []
     for answer in answers:
         if answer.status_code != 200:
@@ -90,19 +66,13 @@ async def roll_segments(cluster_id: str, topic_name: Annotated[str, Path(max_len
     """Seal every partition's records so far for a tiering job run now (``lakelog jobs
     tier --roll``): each active segment that holds records is rolled, every sealed
     segment synced; ``end_offset``: every record below it is in a sealed, durable
-    segment, which the tiering job takes."""
+    segment, which the tiering job takes. In a cluster every broker seals the partitions
+    it leads."""
     check_cluster(cluster_id)
-    st = state(request)
-    st.require_topic(topic_name)
-    sealed = await asyncio.to_thread(st.tiered.seal, topic_name)
-    rows = [{"partition_id": p, "rolled": rolled, "end_offset": end} for p, rolled, end in sealed]
-    if st.cluster is not None:  # every broker seals the partitions it leads
-        led = st.cluster.broker.led_partitions().get(topic_name, [])
-        rows = [r for r in rows if r["partition_id"] in led]
-        if not forwarded(request):
-            others = [b for b in st.cluster.broker.view.live_brokers()
-                      if b.broker_id != st.cluster.broker_id]
-            rows += await _from_leaders(st, request, [(b, None) for b in others])
+    sealed, others = await state(request).records_admin.seal(topic_name, forwarded(request))
+    rows = [{"partition_id": s.partition, "rolled": s.rolled, "end_offset": s.end_offset}
+            for s in sealed]
+    rows += await _from_leaders(request, [(b, None) for b in others])
     return json_response({"topic_name": topic_name,
                           "partitions": sorted(rows, key=lambda r: r["partition_id"])})
 
