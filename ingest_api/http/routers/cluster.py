@@ -23,9 +23,12 @@ from ingest_api.broker.metadata import (
     resource,
 )
 from ingest_api.http.auth import may
-from ingest_api.http.errors import ApiError
 from ingest_api.http.forwarding import principal_of
 from ingest_api.http.state import CLUSTER_ID, json_response, leader_bounds, state
+from log_tables.errors import (
+    UnknownBrokerError,
+    UnknownClusterError,
+)
 
 router = APIRouter()
 BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
@@ -33,8 +36,8 @@ BrokerId = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
 def check_cluster(cluster_id: str) -> None:
     if cluster_id != CLUSTER_ID:
-        raise ApiError(404, f"cluster {cluster_id!r} does not exist; the only cluster is "
-                            f"{CLUSTER_ID!r}", name="unknown_cluster")
+        raise UnknownClusterError(f"cluster {cluster_id!r} does not exist; the only cluster "
+                                  f"is {CLUSTER_ID!r}")
 
 
 async def forward(request: Request, broker: BrokerInfo) -> Response:
@@ -92,9 +95,8 @@ def _broker(request: Request, broker_id: int) -> Broker:
     for broker in METADATA.brokers(request.url.hostname, request.url.port):
         if broker.broker_id == broker_id:
             return broker
-    raise ApiError(404, f"broker {broker_id} does not exist; the brokers are "
-                        f"{[b.broker_id for b in METADATA.brokers(None, None)]}",
-                   name="unknown_broker")
+    raise UnknownBrokerError(f"broker {broker_id} does not exist; the brokers are "
+                             f"{[b.broker_id for b in METADATA.brokers(None, None)]}")
 
 
 @router.get("/v3/clusters/{cluster_id}/brokers", tags=["cluster"])

@@ -23,11 +23,16 @@ from fastapi.responses import Response
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.lag import PartitionLag, group_lag, read_topics
 from ingest_api.broker.metadata import collection, partition_url, related, resource
-from ingest_api.http.errors import ApiError
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.routers.groups import BASE, GroupId, MemberId, group_url, to_coordinator
 from ingest_api.http.state import CLUSTER_ID, AppState, json_response, leader_bounds, state
-from log_tables.errors import LeaderNotAvailableError
+from log_tables.errors import (
+    CONSUMER,
+    LeaderNotAvailableError,
+    NoOffsetsError,
+    UnknownMemberError,
+    UnknownTopicError,
+)
 
 router = APIRouter(tags=["consumer groups"])
 TopicName = Annotated[str, Path(min_length=1, max_length=249)]
@@ -99,8 +104,8 @@ async def get_lag(cluster_id: str, group_id: GroupId, topic_name: TopicName,
         if (row.topic, row.partition) == (topic_name, partition_id):
             return json_response(_lag_body(group_id, _known([row])[0],
                                            _members(state(request).groups, group_id)))
-    raise ApiError(404, f"consumer group {group_id!r} does not read {topic_name}/"
-                        f"{partition_id}", error_code=40403, name="unknown_topic_or_partition")
+    raise UnknownTopicError.saying(f"consumer group {group_id!r} does not read {topic_name}/"
+                                   f"{partition_id}", topic=topic_name)
 
 
 @router.get(BASE + "/{group_id}/lag-summary")
@@ -113,8 +118,8 @@ async def lag_summary(cluster_id: str, group_id: GroupId, request: Request) -> R
     st = state(request)
     rows = _known(await _lags(request, group_id))
     if not rows:
-        raise ApiError(404, f"consumer group {group_id!r} reads no partition: it has no lag "
-                            "to summarize", name="no_offsets")
+        raise NoOffsetsError(f"consumer group {group_id!r} reads no partition: it has no lag "
+                             "to summarize")
     top = max(rows, key=lambda r: r.lag or 0)  # max() keeps the first of equals
     members = _members(st.groups, group_id)
     member = members.get(top.member_id) if top.member_id else None
@@ -145,8 +150,8 @@ def _member(st: AppState, group_id: str, member_id: str) -> Member:
     st.group_admin.require_group(group_id)
     member = _members(st.groups, group_id).get(member_id)
     if member is None:
-        raise ApiError(404, f"consumer group {group_id!r} has no consumer {member_id!r}",
-                       name="unknown_member_id")
+        raise UnknownMemberError.saying(f"consumer group {group_id!r} has no consumer "
+                                        f"{member_id!r}", detail=CONSUMER)
     return member
 
 
@@ -208,7 +213,7 @@ async def get_assignment(cluster_id: str, group_id: GroupId, member_id: MemberId
         return answer
     member = _member(state(request), group_id, member_id)
     if (topic_name, partition_id) not in member.assigned | member.revoking:
-        raise ApiError(404, f"consumer {member_id!r} of group {group_id!r} is not assigned "
-                            f"{topic_name}/{partition_id}", error_code=40403,
-                       name="unknown_topic_or_partition")
+        raise UnknownTopicError.saying(f"consumer {member_id!r} of group {group_id!r} is not "
+                                       f"assigned {topic_name}/{partition_id}",
+                                       topic=topic_name)
     return json_response(_assignment_body(group_id, member_id, topic_name, partition_id))

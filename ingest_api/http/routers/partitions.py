@@ -20,11 +20,16 @@ from ingest_api.broker.metadata import (
     resource,
     topic_url,
 )
-from ingest_api.http.errors import ApiError, error_of
+from ingest_api.http.errors import error_of
 from ingest_api.http.forwarding import forwarded
 from ingest_api.http.routers.cluster import check_cluster, send
 from ingest_api.http.state import CLUSTER_ID, json_response, state
-from log_tables.errors import LakelogError
+from log_tables.errors import (
+    InvalidOffsetTypeError,
+    LakelogError,
+    NoReassignmentError,
+    UnknownReplicaError,
+)
 
 router = APIRouter(tags=["topics"])
 BASE = "/v3/clusters/{cluster_id}/topics"
@@ -114,9 +119,8 @@ async def get_reassignment(cluster_id: str, topic_name: TopicName, partition_id:
     """404 as in Confluent when no reassignment is in progress, which here is always."""
     check_cluster(cluster_id)
     state(request).manager.log(topic_name, partition_id)
-    raise ApiError(404, f"no replica reassignment of {topic_name}/{partition_id} is in "
-                        "progress (lakelog is one broker: partitions never move)",
-                   name="no_reassignment")
+    raise NoReassignmentError(f"no replica reassignment of {topic_name}/{partition_id} is "
+                              "in progress (lakelog is one broker: partitions never move)")
 
 
 @router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas")
@@ -138,9 +142,9 @@ async def get_replica(cluster_id: str, topic_name: TopicName, partition_id: Part
     state(request).manager.log(topic_name, partition_id)
     replicas = METADATA.placement(topic_name, partition_id).replicas
     if broker_id not in replicas:
-        raise ApiError(404, f"broker {broker_id} holds no replica of {topic_name}/"
-                            f"{partition_id}; its replicas are on brokers {list(replicas)}",
-                       name="unknown_replica")
+        raise UnknownReplicaError(f"broker {broker_id} holds no replica of {topic_name}/"
+                                  f"{partition_id}; its replicas are on brokers "
+                                  f"{list(replicas)}")
     return json_response(replica_body(topic_name, partition_id, broker_id))
 
 
@@ -154,8 +158,8 @@ async def list_partition_offsets(
     hot and the Delta tier) and the latest (the high watermark: the next offset)."""
     check_cluster(cluster_id)
     if offset_type not in OFFSET_TYPES:
-        raise ApiError(400, f"offset_type {offset_type!r} is invalid; valid: "
-                            f"{', '.join(OFFSET_TYPES)}", name="invalid_offset_type")
+        raise InvalidOffsetTypeError(f"offset_type {offset_type!r} is invalid; valid: "
+                                     f"{', '.join(OFFSET_TYPES)}")
     st = state(request)
     st.topic_admin.describe(topic_name)
     st.cluster_info.require_partition(topic_name, partition_id)

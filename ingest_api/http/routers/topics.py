@@ -20,12 +20,14 @@ from ingest_api.broker.metadata import (
 from ingest_api.broker.topics import NewTopic, ReplicaAssignment
 from ingest_api.http.auth import may
 from ingest_api.http.body import decode_request
-from ingest_api.http.errors import ApiError
 from ingest_api.http.forwarding import internal as is_internal
 from ingest_api.http.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import CLUSTER_ID, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig, config_value
+from log_tables.errors import (
+    InvalidParameterError,
+)
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["topics"])
@@ -122,8 +124,8 @@ def _include_operations(raw: str | None) -> bool:
     """Confluent's ``include_authorized_operations`` boolean: 400 for anything else."""
     if raw is None or raw.lower() in ("true", "false"):
         return raw is not None and raw.lower() == "true"
-    raise ApiError(400, f"include_authorized_operations must be true or false, not {raw!r}",
-                   name="invalid_parameter")
+    raise InvalidParameterError(f"include_authorized_operations must be true or false, not "
+                                f"{raw!r}")
 
 
 def _with_operations(request: Request, body: dict[str, object], include: bool
