@@ -251,3 +251,28 @@ def test_the_dashboard_shows_the_cluster_and_each_partitions_placement(brokers: 
     for p in rows:  # offsets where this broker holds a replica, the placement everywhere
         assert p["replicas"] == [p["leader"]] and p["isr"] == [p["leader"]]
         assert ("high_watermark" in p) == (p["leader"] == 2), p
+
+
+def test_records_delete_and_segments_roll_reach_every_leader(brokers: Brokers) -> None:
+    create(brokers, 1, "trimmed", 6)
+    assert sorted(leaders(brokers, 1, "trimmed")) == [1, 1, 2, 2, 3, 3]
+    for p in range(6):  # each record through broker 1, which forwards to the leader
+        for i in range(10):
+            r = httpx.post(brokers.url(1) + CLUSTER + "/topics/trimmed/records",
+                           json={"partition_id": p, "value": {"type": "STRING", "data": f"{i}"}})
+            assert r.status_code == 200, r.text
+    # DeleteRecords through one broker: each leader deletes in its own partitions.
+    r = httpx.post(brokers.url(2) + CLUSTER + "/topics/trimmed/records:delete", json={
+        "partitions": [{"partition_id": p, "offset": 4 + p % 2} for p in range(6)]})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"topic_name": "trimmed", "partitions": [
+        {"partition_id": p, "low_watermark": 4 + p % 2} for p in range(6)]}
+    for p in range(6):
+        r = httpx.get(brokers.url(3) + CLUSTER + f"/topics/trimmed/partitions/{p}")
+        assert r.json()["log_start_offset"] == 4 + p % 2, r.text
+    # Sealing through one broker: every broker seals the partitions it leads.
+    r = httpx.post(brokers.url(3) + CLUSTER + "/topics/trimmed/segments:roll")
+    assert r.status_code == 200, r.text
+    rows = r.json()["partitions"]
+    assert [(row["partition_id"], row["end_offset"]) for row in rows] == [
+        (p, 10) for p in range(6)], rows
