@@ -240,4 +240,5 @@ def test_the_client_reads_each_entry_back_without_the_server() -> None:
         assert client.class_of(cls.code, HTTP[cls][1]) is e.LakelogError, cls
     for (name, code), cls in client.SHARED_NAME_CODES.items():
         assert (cls.code, HTTP[cls][1]) == (name, code)
+    assert {name for name, _ in client.SHARED_NAME_CODES} == e.SHARED_NAMES
     assert client.class_of("no_such_error", 99999) is e.LakelogError
