@@ -22,6 +22,7 @@ from ingest_api.broker.metadata import CLUSTER_ID as CLUSTER_ID
 from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.produce.service import ProduceService
 from ingest_api.broker.records_admin import RecordsAdmin
+from ingest_api.broker.replica_server import ReplicaServer
 from ingest_api.broker.topics import TopicAdmin
 from ingest_api.http.body import InFlightBytes
 from ingest_api.http.peers import HttpLink
@@ -105,6 +106,10 @@ class AppState:
     @cached_property
     def records_admin(self) -> RecordsAdmin:
         return RecordsAdmin(self.tiered, self.topic_admin, self.cluster)
+
+    @cached_property
+    def replica_server(self) -> ReplicaServer:
+        return ReplicaServer(self.cluster, self.fetch.notifier)
 
 
 def state(request: Request) -> AppState:
