@@ -8,13 +8,15 @@ REST API); where the leader does not answer, this broker's own view stands.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cluster.model import BrokerInfo
 from ingest_api.broker.metadata import METADATA
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -40,6 +42,16 @@ class PartitionInfo:
     hot_log_start_offset: int
     tiered_offset: int
     tiered_size_bytes: int
+
+
+@dataclass(frozen=True)
+class ListedOffset:
+    """Kafka's ListOffsets answer for one partition: ``offset`` None where no record is at
+    or after the timestamp asked for."""
+
+    offset: int | None
+    log_start_offset: int
+    high_watermark: int
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,33 @@ class ClusterInfo:
         view = self.link.broker.view
         leader = view.leader(topic, partition)
         return view.broker(leader) if leader != self.link.broker_id else None
+
+    def read_leader(self, topic: str, partition: int, forwarded: bool) -> BrokerInfo | None:
+        """The broker a read of the partition belongs to, when that is another (its
+        leader); None: this broker leads it, or runs alone. A request another broker
+        forwarded is never forwarded again (NOT_LEADER)."""
+        if self.link is None:
+            return None
+        self.topics.describe(topic)
+        where = self.link.route(topic, partition, forwarded)
+        return None if isinstance(where, int) else where
+
+    async def list_offset(self, topic: str, partition: int,
+                          spec: Literal["earliest", "latest", "timestamp"],
+                          timestamp: int | None = None) -> ListedOffset:
+        """Kafka's ListOffsets: the log start (across both tiers), the high watermark, or
+        the first offset with a timestamp at or after ``timestamp`` (epoch ms)."""
+        plog = self.manager.log(topic, partition)
+        log_start = self.tiered.log_start_offset(plog, topic, partition)
+        if spec == "earliest":
+            offset: int | None = log_start
+        elif spec == "latest":
+            offset = plog.readable_end(READ_UNCOMMITTED)
+        else:
+            assert timestamp is not None
+            offset = await asyncio.to_thread(self.tiered.offset_for_timestamp, plog, topic,
+                                             partition, timestamp)
+        return ListedOffset(offset, log_start, plog.high_watermark)
 
     def health(self) -> Health:
         """Topics and partitions served; a broker of a cluster adds its standing."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -35,9 +34,8 @@ from ingest_api.http.models import (
     RawBatch,
 )
 from ingest_api.http.reports import batch_body, envelopes, report
-from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import AppState, json_body, json_response, state
-from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["records"])
@@ -67,13 +65,8 @@ def _route(st: AppState, request: Request) -> ProduceRoute | None:
 async def _to_leader(st: AppState, request: Request, topic: str, partition: int
                      ) -> Response | None:
     """In a cluster, the leader's answer when another broker leads the partition."""
-    if st.cluster is None:
-        return None
-    st.require_topic(topic)
-    where = st.cluster.route(topic, partition, forwarded(request))
-    if isinstance(where, int):
-        return None
-    return await st.cluster.proxy(request, where)
+    leader = st.cluster_info.read_leader(topic, partition, forwarded(request))
+    return None if leader is None else await forward(request, leader)
 
 
 def _count_in(st: AppState, topic: str, result: ProduceResult) -> None:
@@ -339,22 +332,16 @@ async def list_offsets(
     st = state(request)
     if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
         return answer
-    plog = st.manager.log(topic_name, partition_id)
-    log_start = st.tiered.log_start_offset(plog, topic_name, partition_id)
-    if spec == "earliest":
-        offset: int | None = log_start
-    elif spec == "latest":
-        offset = plog.readable_end(READ_UNCOMMITTED)
-    else:
-        if timestamp is None:
-            raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
-                           name="invalid_request")
-        offset = await asyncio.to_thread(st.tiered.offset_for_timestamp, plog, topic_name,
-                                         partition_id, timestamp)
+    info = st.cluster_info
+    info.require_partition(topic_name, partition_id)
+    if spec == "timestamp" and timestamp is None:
+        raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
+                       name="invalid_request")
+    listed = await info.list_offset(topic_name, partition_id, spec, timestamp)
     return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
-                          "timestamp": timestamp, "offset": offset,
-                          "log_start_offset": log_start,
-                          "high_watermark": plog.high_watermark})
+                          "timestamp": timestamp, "offset": listed.offset,
+                          "log_start_offset": listed.log_start_offset,
+                          "high_watermark": listed.high_watermark})
 
 
 @router.post("/v3/clusters/{cluster_id}/producers", openapi_extra=json_body(ProducerInit))
