@@ -39,8 +39,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ingest_api.broker.produce.runs import envelope_bytes
 from ingest_api.http.models import BatchRequest, ProduceRecord, Success  # the same answer shape
+from ingest_api.http.produce_columns import envelope_bytes
 from log_tables.partitioner import partition_for_key, partitions_for_key_array
 
 _batch = msgspec.json.Decoder(BatchRequest)

@@ -9,7 +9,7 @@ broker's caller tries again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -17,12 +17,13 @@ from fastapi import Request
 
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from ingest_api.broker.metadata import CLUSTER
+from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import ProduceResult, Run
 from ingest_api.broker.security import is_broker_principal
 from ingest_api.http.errors import error_of, relayed
-from ingest_api.http.models import BatchEntry, ProduceRecord
 from ingest_api.http.peers import FORWARDED, INTERNAL, HttpLink
 from ingest_api.http.peers import principal_of as principal_of
+from ingest_api.http.produce_columns import forward_entries
 from log_tables.errors import LakelogError
 
 
@@ -67,7 +68,7 @@ class ProduceRoute:
     def still_leads(self, topic: str, partition: int, epoch: int) -> bool:
         return self.link.still_leads(topic, partition, epoch)
 
-    def forward(self, topic: str, records: Sequence[ProduceRecord], runs: list[Run],
+    def forward(self, topic: str, request: ProduceRequest, runs: list[Run],
                 result: ProduceResult, acks: str) -> Awaitable[None]:
         by_broker: dict[int, list[int]] = {}
         for run in runs:
@@ -77,7 +78,7 @@ class ProduceRoute:
         partitions = result.partitions
         for broker_id, indices in by_broker.items():
             indices.sort()  # the request's order, per partition too
-            entries = [_entry(records[i], i, int(partitions[i])) for i in indices]
+            entries = forward_entries(request, indices, partitions)
             info = next(b for b in self._leaders.values() if b.broker_id == broker_id)
             bodies.append((info, indices, b'{"entries":[' + b",".join(entries) + b"]}"))
         return self._send_all(topic, bodies, result, acks)
@@ -142,16 +143,6 @@ class _Answer(msgspec.Struct, gc=False):
 _answer = msgspec.json.Decoder(_Answer)
 
 
-def _entry(record: ProduceRecord, index: int, partition: int) -> bytes:
-    """One ``records:batch`` entry: the record with its partition, id its index in the
-    request (a batch entry's own id is replaced; it is put back from the index)."""
-    if isinstance(record, BatchEntry):
-        return _encoder.encode(msgspec.structs.replace(record, id=str(index),
-                                                       partition_id=partition))
-    body = _encoder.encode(msgspec.structs.replace(record, partition_id=partition))
-    return b'{"id":"%d",' % index + body[1:]
-
-
 def _epoch_ms(text: str) -> int:
     when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if when.tzinfo is None:
@@ -160,4 +151,3 @@ def _epoch_ms(text: str) -> int:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_encoder = msgspec.json.Encoder()

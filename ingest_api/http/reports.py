@@ -19,7 +19,7 @@ import numpy as np
 from msgspec import StructMeta
 
 from ingest_api.broker.fetch import record_time
-from ingest_api.broker.produce.runs import ProduceResult, envelope_bytes
+from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.http.errors import ApiError, error_body
 from ingest_api.http.models import (
     BatchEntry,
@@ -29,6 +29,7 @@ from ingest_api.http.models import (
     StringData,
     Success,
 )
+from ingest_api.http.produce_columns import envelope_bytes
 from ingest_api.http.state import CLUSTER_ID
 
 _encoder = msgspec.json.Encoder()

@@ -1,8 +1,10 @@
 """Produce by step: ``planner`` (check records, cut them into runs), ``appender`` (a
 partition's runs into few batches), ``service`` (the request, its appends and its acks);
-``runs`` holds the values they pass along."""
+``request`` is what a front hands in (the records as columns), ``runs`` holds the values
+they pass along."""
 
+from ingest_api.broker.produce.request import ProducerColumns, ProduceRequest
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks, ProduceService
 
-__all__ = ["Acks", "ProduceResult", "ProduceService"]
+__all__ = ["Acks", "ProduceRequest", "ProduceResult", "ProduceService", "ProducerColumns"]

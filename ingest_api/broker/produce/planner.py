@@ -1,10 +1,12 @@
 """Planning a produce request: validate, partition, permute, and cut into runs.
 
-A request is processed column by column, not record by record: keys and values
-become Arrow arrays once, sizes, missing keys and partitions are checked and
-computed with Arrow and numpy, the records are permuted into partition order
-with one ``take``, and each partition gets zero-copy slices (runs). A
-request of fewer than ``SMALL_REQUEST`` records is checked record by record instead.
+A request comes as columns (``request.ProduceRequest``) and is processed column by
+column, not record by record: sizes, missing keys, partitions and producer fields are
+checked and computed with Arrow and numpy, the records are permuted into partition order
+with one ``take``, and each partition gets zero-copy slices (runs). A producer's id and
+epoch are checked once per request (per distinct pair), and its sequence runs are found
+over the columns. A request of fewer than ``SMALL_REQUEST`` records is checked record by
+record instead.
 
 The server is the producer's batcher, so it cuts a partition's records into
 batches that each fit the partition's bound, the smaller of ``max.message.bytes``
@@ -16,21 +18,19 @@ batch the log still finds too large. Idempotent sequences stay dense across ever
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
 
+from ingest_api.broker.produce.request import Headers, ProducerColumns, ProduceRequest
 from ingest_api.broker.produce.runs import (
     RECORD_OVERHEAD,
     ProduceResult,
     Row,
     Run,
     binary_lengths,
-    envelope_bytes,
-    timestamp_ms,
 )
-from ingest_api.http.models import ProduceRecord
 from log_tables.config import TopicConfig
 from log_tables.errors import (
     InvalidRecordError,
@@ -39,7 +39,7 @@ from log_tables.errors import (
     UnknownPartitionError,
 )
 from log_tables.hot.log_manager import LogManager
-from log_tables.hot.producer_state import seq_add
+from log_tables.hot.producer_state import SEQUENCE_SPACE, seq_add
 from log_tables.partitioner import (
     StickyPartitioner,
     partition_for_key,
@@ -69,6 +69,17 @@ def too_large(index: int, payload: int, topic: str, config: TopicConfig) -> Reco
         "segment.bytes), so it cannot fit even alone")
 
 
+def no_key(index: int, topic: str, config: TopicConfig) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"record {index} has no key, but topic {topic!r} is compacted "
+        f"(cleanup.policy={config.cleanup_policy}): every record needs a key")
+
+
+def headers_bytes(headers: Headers) -> int:
+    """What a record's headers add to its size estimate."""
+    return sum(len(h["key"]) + len(h["value"] or b"") + 8 for h in headers)
+
+
 class ProducePlanner:
     """Turns a request's records into a ``ProduceResult`` to fill and the runs to append."""
 
@@ -76,55 +87,43 @@ class ProducePlanner:
         self.manager = manager
         self.partitioner = StickyPartitioner()
 
-    def plan(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
+    def plan(self, meta: TopicMetadata, request: ProduceRequest
              ) -> tuple[ProduceResult, list[Run]]:
         """Per record an error or a partition; the valid records cut into runs."""
-        n = len(records)
+        n = len(request)
         if n == 0:
             empty = np.empty(0, np.int64)
             return ProduceResult(empty, empty.copy(), empty.copy(), {}, empty.copy()), []
         if n < SMALL_REQUEST:
-            return self._plan_small(meta, records)
+            return self._plan_small(meta, request)
         config = meta.config
         now_ms = self.manager.clock.now_ms()
-        errors: dict[int, LakelogError] = {}
-        env = envelope_bytes
-        key_arr = pa.array([env(r.key) for r in records], pa.binary())
-        value_arr = pa.array([env(r.value) for r in records], pa.binary())
+        key_arr, value_arr = request.keys, request.values
         record_bytes = binary_lengths(key_arr) + binary_lengths(value_arr)
         sizes = record_bytes + RECORD_OVERHEAD
-        # One pass decides whether anything beyond keys and values needs looking at.
-        plain = not any(r.headers or r.timestamp is not None or r.partition_id is not None
-                        or r.producer_id is not None or r.producer_epoch is not None
-                        or r.sequence is not None for r in records)
+        plain = request.plain
         if plain and (planned := self._plan_plain(meta, key_arr, value_arr, record_bytes, sizes,
                                                   now_ms)) is not None:
             return planned
-        headers: list[Any] | None = None
-        if not plain and any(r.headers for r in records):
-            headers = [None if not r.headers else [{"key": h.name, "value": h.value} for h in r.headers]
-                       for r in records]
-            sizes += np.array([sum(len(h["key"]) + len(h["value"] or b"") + 8 for h in hs)
-                               if hs else 0 for hs in headers], np.int64)
+        headers = request.headers
+        if headers is not None:
+            sizes += np.array([headers_bytes(hs) if hs else 0 for hs in headers], np.int64)
         timestamps = np.full(n, now_ms, np.int64)
-        if not plain:
-            for i, r in enumerate(records):
-                if r.timestamp is not None:
-                    try:
-                        timestamps[i] = timestamp_ms(r.timestamp, now_ms)
-                    except LakelogError as exc:
-                        errors[i] = exc
+        if request.timestamps is not None:
+            given = request.timestamps >= 0
+            timestamps[given] = request.timestamps[given]
+        # The precedence of a record's errors: the partition's, its size's, its time's, a
+        # missing key's, its producer fields'.
+        errors: dict[int, LakelogError] = dict(request.invalid)
         hard_limit = batch_limit(config)[0]
         record_limit = hard_limit - BATCH_OVERHEAD
         for i in np.flatnonzero(sizes - RECORD_OVERHEAD > hard_limit).tolist():
             errors[i] = too_large(i, int(sizes[i]) - RECORD_OVERHEAD, meta.name, config)
         if config.compact and key_arr.null_count:
             for i in np.flatnonzero(key_arr.is_null().to_numpy(zero_copy_only=False)).tolist():
-                errors.setdefault(i, InvalidRecordError(
-                    f"record {i} has no key, but topic {meta.name!r} is compacted "
-                    f"(cleanup.policy={config.cleanup_policy}): every record needs a key"))
-        partitions = self._partitions(meta, records, plain, key_arr, sizes, errors)
-        producers = None if plain else self._producers(records, errors)
+                errors.setdefault(i, no_key(i, meta.name, config))
+        partitions = self._partitions(meta, request, sizes, errors)
+        producers = self._producers(request.producers, errors)
         result = ProduceResult(partitions, np.full(n, -1, np.int64), timestamps, errors,
                                record_bytes)
         valid = np.ones(n, bool)
@@ -142,20 +141,7 @@ class ProducePlanner:
                       else pa.array(headers, HEADERS_TYPE).take(perm))
         batch = pa.RecordBatch.from_arrays(
             [ts_arr, key_arr.take(perm), value_arr.take(perm), header_arr], schema=RECORD_SCHEMA)
-        sorted_parts = partitions[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        starts = [0, *bounds.tolist()]
-        ends = [*bounds.tolist(), len(order)]
-        runs: list[Run] = []
-        for lo, hi in zip(starts, ends, strict=True):
-            part = int(sorted_parts[lo])
-            idx = order[lo:hi]
-            if producers is None:
-                runs.extend(split_by_size(part, batch, idx, sizes, lo, hi, record_limit))
-            else:
-                runs.extend(_idempotent_runs(part, batch, idx, sizes, lo, producers,
-                                             record_limit))
-        return result, runs
+        return result, _runs(batch, order, partitions[order], sizes, producers, record_limit)
 
     def _plan_plain(self, meta: TopicMetadata, key_arr: pa.Array, value_arr: pa.Array,
                     record_bytes: np.ndarray, sizes: np.ndarray, now_ms: int
@@ -196,10 +182,11 @@ class ProducePlanner:
                                {}, record_bytes)
         return result, runs
 
-    def _plan_small(self, meta: TopicMetadata, records: Sequence[ProduceRecord]
+    def _plan_small(self, meta: TopicMetadata, request: ProduceRequest
                     ) -> tuple[ProduceResult, list[Run]]:
-        """The same checks as ``plan``, record by record: cheaper than numpy for a few."""
-        n = len(records)
+        """The same checks as ``plan``, record by record: cheaper than numpy for a few
+        (a record's producer fields are checked first here)."""
+        n = len(request)
         config = meta.config
         now_ms = self.manager.clock.now_ms()
         hard_limit = batch_limit(config)[0]
@@ -207,31 +194,35 @@ class ProducePlanner:
         errors: dict[int, LakelogError] = {}
         partitions = np.full(n, -1, np.int64)
         timestamps = np.full(n, now_ms, np.int64)
-        producers = self._producers(records, errors)
+        producers = self._producers(request.producers, errors)
+        keys, values = request.keys.to_pylist(), request.values.to_pylist()
+        given_ts = None if request.timestamps is None else request.timestamps.tolist()
+        given_parts = None if request.partitions is None else request.partitions.tolist()
         rows: list[Row | None] = []
         sizes: list[int] = []
         payload: list[int] = []
-        for i, r in enumerate(records):
-            key, value = envelope_bytes(r.key), envelope_bytes(r.value)
+        for i in range(n):
+            key, value = keys[i], values[i]
             payload.append((len(key) if key else 0) + (len(value) if value else 0))
             size = RECORD_OVERHEAD + payload[-1]
-            headers = None
-            if r.headers:
-                headers = [{"key": h.name, "value": h.value} for h in r.headers]
-                size += sum(len(h.name) + len(h.value or b"") + 8 for h in r.headers)
+            headers = request.headers[i] if request.headers is not None else None
+            if headers:
+                size += headers_bytes(headers)
             sizes.append(size)
+            invalid = request.invalid.get(i)
             try:
-                ts = timestamp_ms(r.timestamp, now_ms)
+                if invalid is not None:
+                    raise invalid
+                ts = now_ms if given_ts is None or given_ts[i] < 0 else given_ts[i]
                 if size - RECORD_OVERHEAD > hard_limit:
                     raise too_large(i, size - RECORD_OVERHEAD, meta.name, config)
                 if config.compact and key is None:
-                    raise InvalidRecordError(
-                        f"record {i} has no key, but topic {meta.name!r} is compacted "
-                        f"(cleanup.policy={config.cleanup_policy}): every record needs a key")
-                if r.partition_id is not None:
-                    if r.partition_id >= meta.partitions:
-                        raise UnknownPartitionError(meta.name, r.partition_id, meta.partitions)
-                    partitions[i] = r.partition_id
+                    raise no_key(i, meta.name, config)
+                partition = -1 if given_parts is None else given_parts[i]
+                if partition >= 0:
+                    if partition >= meta.partitions:
+                        raise UnknownPartitionError(meta.name, partition, meta.partitions)
+                    partitions[i] = partition
                 elif key is not None:
                     partitions[i] = partition_for_key(key, meta.partitions)
                 else:
@@ -248,7 +239,7 @@ class ProducePlanner:
             if i in errors:
                 continue
             part = int(partitions[i])
-            producer = producers[i] if producers else None
+            producer = producers.at(i) if producers is not None else None
             run = open_runs.get(part)
             if run is not None and _next_in_run(run, producer) and run.size + sizes[i] <= limit:
                 run.indices = np.append(run.indices, i)
@@ -260,21 +251,20 @@ class ProducePlanner:
             runs.append(run)
         return result, runs
 
-    def _partitions(self, meta: TopicMetadata, records: Sequence[ProduceRecord], plain: bool,
-                    key_arr: pa.Array, sizes: np.ndarray,
+    def _partitions(self, meta: TopicMetadata, request: ProduceRequest, sizes: np.ndarray,
                     errors: dict[int, LakelogError]) -> np.ndarray:
-        n = len(records)
-        partitions = np.full(n, -1, np.int64)
-        if not plain:
-            for i, r in enumerate(records):
-                p = r.partition_id
-                if p is None:
-                    continue
-                if p >= meta.partitions:
-                    errors[i] = UnknownPartitionError(meta.name, p, meta.partitions)
-                partitions[i] = p
-        if key_arr.null_count == 0 and plain:
-            return partitions_for_key_array(key_arr, meta.partitions)
+        """Each record's partition: the one it names (an error past the topic's), its
+        key's, or the sticky partitioner's."""
+        key_arr = request.keys
+        given = request.partitions
+        if given is None:
+            if key_arr.null_count == 0:
+                return partitions_for_key_array(key_arr, meta.partitions)
+            partitions = np.full(len(key_arr), -1, np.int64)
+        else:
+            partitions = given.copy()
+            for i in np.flatnonzero(given >= meta.partitions).tolist():
+                errors[i] = UnknownPartitionError(meta.name, int(given[i]), meta.partitions)
         keyed = (partitions < 0) & ~key_arr.is_null().to_numpy(zero_copy_only=False)
         if keyed.any():
             where = np.flatnonzero(keyed)
@@ -286,30 +276,84 @@ class ProducePlanner:
                 meta.name, meta.partitions, sizes[keyless])
         return partitions
 
-    def _producers(self, records: Sequence[ProduceRecord], errors: dict[int, LakelogError]
-                   ) -> list[tuple[int, int, int] | None] | None:
-        if all(r.producer_id is None and r.producer_epoch is None and r.sequence is None
-               for r in records):
+    def _producers(self, producers: ProducerColumns | None, errors: dict[int, LakelogError]
+                   ) -> ProducerColumns | None:
+        """Check the producer fields per request: all three or none on each record, and
+        each distinct (id, epoch) once. The columns, -1 on a record without all three."""
+        if producers is None:
             return None
-        out: list[tuple[int, int, int] | None] = []
-        for i, r in enumerate(records):
-            fields = (r.producer_id, r.producer_epoch, r.sequence)
-            if all(f is None for f in fields):
-                out.append(None)
-                continue
-            if any(f is None for f in fields):
-                errors.setdefault(i, InvalidRecordError(
-                    f"record {i}: producer_id, producer_epoch and sequence go together"))
-                out.append(None)
-                continue
-            assert r.producer_id is not None and r.producer_epoch is not None
-            assert r.sequence is not None
+        ids, epochs, sequences = producers
+        given = (ids >= 0).astype(np.int8) + (epochs >= 0) + (sequences >= 0)
+        whole = given == 3
+        partial = np.flatnonzero(given % 3)
+        for i in partial.tolist():
+            errors.setdefault(i, InvalidRecordError(
+                f"record {i}: producer_id, producer_epoch and sequence go together"))
+        if len(partial):
+            producers = ProducerColumns(np.where(whole, ids, -1), np.where(whole, epochs, -1),
+                                        np.where(whole, sequences, -1))
+        for (pid, epoch), where in _by_producer(ids, epochs, whole).items():
             try:
-                self.manager.producer_ids.check(r.producer_id, r.producer_epoch)
+                self.manager.producer_ids.check(pid, epoch)
             except LakelogError as exc:
-                errors.setdefault(i, exc)
-            out.append((r.producer_id, r.producer_epoch, r.sequence))
-        return out
+                for i in where.tolist():
+                    errors.setdefault(i, exc)
+        return producers
+
+
+def _by_producer(ids: np.ndarray, epochs: np.ndarray, whole: np.ndarray
+                 ) -> dict[tuple[int, int], np.ndarray]:
+    """The records of each distinct (producer id, epoch) among ``whole``: one pair, the
+    usual request, in a few vectorized calls."""
+    where = np.flatnonzero(whole)
+    if not len(where):
+        return {}
+    pid, epoch = int(ids[where[0]]), int(epochs[where[0]])
+    if (ids[where] == pid).all() and (epochs[where] == epoch).all():
+        return {(pid, epoch): where}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, key in zip(where.tolist(), zip(ids[where].tolist(), epochs[where].tolist(),
+                                          strict=True), strict=True):
+        groups.setdefault(key, []).append(i)
+    return {k: np.array(v, np.int64) for k, v in groups.items()}
+
+
+def _runs(batch: pa.RecordBatch, order: np.ndarray, sorted_parts: np.ndarray,
+          sizes: np.ndarray, producers: ProducerColumns | None, limit: int) -> list[Run]:
+    """The runs of ``batch`` (the valid records in partition order, ``order``): cut where
+    the partition or the producer changes or a sequence is not the next, all found over
+    the columns at once; a stretch over ``limit`` bytes is cut again by size."""
+    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    if producers is not None:
+        ids = producers.ids[order]
+        epochs, seqs = producers.epochs[order], producers.sequences[order]
+        cuts = np.union1d(cuts, np.flatnonzero(~_joined(ids, epochs, seqs)) + 1)
+    ends = np.cumsum(sizes[order])
+    bounds = [0, *cuts.tolist(), len(order)]
+    totals = np.diff(ends[np.array(bounds[1:]) - 1], prepend=0).tolist()
+    runs: list[Run] = []
+    for (lo, hi), total in zip(pairwise(bounds), totals, strict=True):
+        part = int(sorted_parts[lo])
+        producer = producers.at(int(order[lo])) if producers is not None else None
+        if total <= limit:
+            runs.append(Run(part, batch.slice(lo, hi - lo), order[lo:hi], int(total), producer))
+            continue
+        k = 0  # records of this producer's run before the cut
+        for run in split_by_size(part, batch, order[lo:hi], sizes, lo, hi, limit):
+            if producer is not None:
+                run.producer = (producer[0], producer[1], seq_add(producer[2], k))
+            k += len(run.indices)
+            runs.append(run)
+    return runs
+
+
+def _joined(ids: np.ndarray, epochs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """Whether each record but the first goes in one run with the one before it: both
+    without producer fields, or one producer's (id, epoch) and the next sequence."""
+    has = ids >= 0
+    follows = ((ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
+               & (seqs[1:] == (seqs[:-1] + 1) % SEQUENCE_SPACE))
+    return np.where(has[1:] & has[:-1], follows, ~has[1:] & ~has[:-1])
 
 
 def split_by_size(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
@@ -333,29 +377,14 @@ def split_by_size(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.n
 
 
 def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
-                     lo: int, producers: list[tuple[int, int, int] | None], limit: int
-                     ) -> list[Run]:
-    """Split one partition's records where the producer changes, a sequence is not the
-    next, or the batch would be over ``limit``; each cut keeps the sequences dense."""
-    runs: list[Run] = []
-    start = 0
-    items = idx.tolist()
-    for j in range(1, len(items) + 1):
-        if j < len(items):
-            prev, cur = producers[items[j - 1]], producers[items[j]]
-            if (prev is None and cur is None) or (
-                    prev is not None and cur is not None and prev[:2] == cur[:2]
-                    and cur[2] == seq_add(prev[2], 1)):
-                continue
-        first = producers[items[start]]
-        k = 0  # records of this producer's run before the cut
-        for run in split_by_size(part, batch, idx[start:j], sizes, lo + start, lo + j, limit):
-            if first is not None:
-                run.producer = (first[0], first[1], seq_add(first[2], k))
-            k += len(run.indices)
-            runs.append(run)
-        start = j
-    return runs
+                     lo: int, producers: ProducerColumns | Sequence[tuple[int, int, int] | None],
+                     limit: int) -> list[Run]:
+    """One partition's records ``batch[lo:lo + len(idx)]`` (request positions ``idx``) cut
+    into runs as ``plan`` cuts them; ``producers`` of the whole request."""
+    if not isinstance(producers, ProducerColumns):
+        producers = ProducerColumns.of(producers)
+    return _runs(batch.slice(lo, len(idx)), idx, np.full(len(idx), part), sizes, producers,
+                 limit)
 
 
 def _next_in_run(run: Run, producer: tuple[int, int, int] | None) -> bool:

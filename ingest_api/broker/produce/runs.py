@@ -8,56 +8,18 @@ is the answer for every record of the request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ingest_api.http.models import BinaryData, Envelope, JsonData, StringData
-from log_tables.errors import InvalidRecordError, LakelogError
+from log_tables.errors import LakelogError
 from log_tables.hot.partition_log import AppendInfo
 from log_tables.records import HEADERS_TYPE, RECORD_SCHEMA, null_headers
 
 # Bytes a record adds to a batch beyond its key, value and headers (Arrow offsets,
 # timestamp), with margin (a batch's own overhead is the planner's BATCH_OVERHEAD).
 RECORD_OVERHEAD = 32
-_json = msgspec.json.Encoder()
-
-
-def envelope_bytes(env: Envelope | None) -> bytes | None:
-    """The stored bytes of a key or value envelope (None for a null)."""
-    if env is None:
-        return None
-    if env.__class__ is BinaryData:
-        return env.data
-    if env.data is None:
-        return None
-    if isinstance(env, StringData):
-        return env.data.encode()
-    assert isinstance(env, JsonData)
-    return _json.encode(env.data)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MILLISECOND = timedelta(milliseconds=1)
-
-
-def timestamp_ms(value: int | datetime | None, now_ms: int) -> int:
-    if value is None:
-        return now_ms
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidRecordError("timestamp needs a time zone (e.g. a trailing Z)")
-        ms = (value - _EPOCH) // _MILLISECOND  # exact, where a float timestamp() is not
-        if ms < 0:
-            raise InvalidRecordError(f"timestamp {value.isoformat()} is before 1970-01-01T00:00:00Z; "
-                                     "record times are milliseconds since the epoch, 0 or more")
-        return ms
-    return value
-
-
 Row = tuple[bytes | None, bytes | None, int, list[dict[str, Any]] | None]  # key, value, ts, headers
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
@@ -18,8 +18,8 @@ import numpy as np
 from ingest_api.broker.notifier import AppendNotifier
 from ingest_api.broker.produce.appender import PartitionAppender
 from ingest_api.broker.produce.planner import ProducePlanner
+from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import Piece, ProduceResult, Run
-from ingest_api.http.models import ProduceRecord
 from log_tables.errors import LakelogError, NotLeaderError, RequestTimedOutError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
@@ -63,21 +63,21 @@ class ProduceService:
         if lp is not None and lp.maybe_advance() and self.replicas is not None:
             self.replicas.published(lp.plog)
 
-    async def produce(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks,
+    async def produce(self, meta: TopicMetadata, request: ProduceRequest, acks: Acks,
                       route: Route | None = None) -> ProduceResult:
         """Append the records; per record a partition and offset, or an error."""
-        return await self.start(meta, records, acks, route)
+        return await self.start(meta, request, acks, route)
 
-    def start(self, meta: TopicMetadata, records: Sequence[ProduceRecord], acks: Acks,
+    def start(self, meta: TopicMetadata, request: ProduceRequest, acks: Acks,
               route: Route | None = None) -> Coroutine[Any, Any, ProduceResult]:
         """Plan and queue the records now; await the result for the acknowledgement.
 
-        What is awaited holds no reference to ``records``: a caller that drops its
-        own can let the decoded request go while the appends and syncs are waited for.
+        What is awaited holds no reference to ``request``: a caller that drops its
+        own can let the request go while the appends and syncs are waited for.
         In a cluster, ``route`` sends the runs of partitions led elsewhere to their
         leaders and checks this broker still leads the others before they are answered.
         """
-        result, runs = self.planner.plan(meta, records)
+        result, runs = self.planner.plan(meta, request)
         submitted: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         elsewhere: list[Run] = []
         epochs: dict[int, int] = {}
@@ -101,7 +101,7 @@ class ProduceService:
             except LakelogError as exc:
                 _fail_run(result, run, exc)
         # The other leaders' parts are sent now, beside the local appends.
-        forwarded = asyncio.ensure_future(route.forward(meta.name, records, elsewhere, result,
+        forwarded = asyncio.ensure_future(route.forward(meta.name, request, elsewhere, result,
                                                         acks)) \
             if route is not None and elsewhere else None
         return self._finish(meta, result, submitted, acks, route, epochs, forwarded, leaders)
@@ -220,7 +220,7 @@ class Route(Protocol):
     def local_epoch(self, topic: str, partition: int) -> int | None:
         """The leader epoch when this broker leads; None when another does (forward)."""
 
-    def forward(self, topic: str, records: Sequence[ProduceRecord], runs: list[Run],
+    def forward(self, topic: str, request: ProduceRequest, runs: list[Run],
                 result: ProduceResult, acks: Acks) -> Awaitable[None]:
         """Send the runs' records to their leaders; fill ``result`` from the answers."""
 

@@ -13,7 +13,7 @@ from starlette.requests import ClientDisconnect
 
 from cluster.model import BrokerInfo
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.produce.runs import ProduceResult
+from ingest_api.broker.produce.runs import ProduceResult, binary_lengths
 from ingest_api.broker.produce.service import Acks
 from ingest_api.http.body import (
     ObjectStream,
@@ -33,7 +33,8 @@ from ingest_api.http.models import (
     ProducerInit,
     RawBatch,
 )
-from ingest_api.http.reports import batch_body, envelopes, report
+from ingest_api.http.produce_columns import produce_request, typed_request
+from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import AppState, json_body, json_response, state
 from log_tables.registry import TopicMetadata
@@ -101,7 +102,8 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 if stream.error:  # the whole body is here: refuse it whole
                     raise stream.error from None
                 return _ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
-            result = await st.produce.produce(meta, [record], acks, _route(st, request))
+            result = await st.produce.produce(meta, produce_request([record]), acks,
+                                              _route(st, request))
             _count_in(st, topic_name, result)
             if 0 in result.errors:
                 raise result.errors[0]
@@ -176,7 +178,8 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(None)
         except ApiError as exc:
             slots.append(error_body(exc)[1])
-    result = await st.produce.produce(meta, records, acks, route) if records else None
+    result = (await st.produce.produce(meta, produce_request(records), acks, route)
+              if records else None)
     if result is not None:
         _count_in(st, meta.name, result)
     j = 0
@@ -210,9 +213,10 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
-        sizes = envelopes(entries)
-        acked = st.produce.start(meta, entries, acks, _route(st, request))
-        del entries  # the decoded request is not needed while waiting for the append
+        produce, key_types, value_types = typed_request(entries)
+        sizes = Envelopes(key_types, binary_lengths(produce.keys).tolist(), value_types)
+        acked = st.produce.start(meta, produce, acks, _route(st, request))
+        del entries, produce  # the request is not needed while waiting for the append
         result = await acked
     _count_in(st, topic_name, result)
     return Response(batch_body(topic_name, ids, result, sizes, rejected), status_code=207,

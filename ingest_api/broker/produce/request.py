@@ -1,0 +1,101 @@
+"""What a front hands the produce service: a request's records as columns.
+
+Keys and values are Arrow binary arrays (null for a null), the rest numpy columns with
+``-1`` for "not given" (the broker picks the partition, stamps the time, or the record
+has no producer fields), or ``None`` when no record of the request gives that field, so
+the common request (keys and values only) is looked at in a few vectorized calls. The
+columns are lakelog's own: a front decodes its wire format (the HTTP front: Confluent's
+JSON envelopes) into them, and nothing here knows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from log_tables.errors import LakelogError
+
+Headers = list[dict[str, Any]]
+"""A record's headers as the log stores them: ``[{"key": str, "value": bytes | None}]``."""
+
+
+class ProducerColumns(NamedTuple):
+    """Per record: producer id, epoch and sequence; ``-1`` where a field is not given."""
+
+    ids: np.ndarray
+    epochs: np.ndarray
+    sequences: np.ndarray
+
+    @classmethod
+    def of(cls, producers: Sequence[tuple[int, int, int] | None]) -> ProducerColumns:
+        """From one ``(id, epoch, sequence)`` or None per record."""
+        rows = [p if p is not None else (-1, -1, -1) for p in producers]
+        table = np.array(rows, np.int64).reshape(len(rows), 3)
+        return cls(table[:, 0], table[:, 1], table[:, 2])
+
+    def at(self, i: int) -> tuple[int, int, int] | None:
+        """Record ``i``'s ``(id, epoch, sequence)``, or None without producer fields."""
+        if self.ids[i] < 0:
+            return None
+        return int(self.ids[i]), int(self.epochs[i]), int(self.sequences[i])
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    """A produce request's records, one column each field."""
+
+    keys: pa.Array
+    """Binary; null for a record without a key."""
+    values: pa.Array
+    """Binary; null for a null value."""
+    timestamps: np.ndarray | None = None
+    """int64 epoch milliseconds; -1: the broker's time. None: every record's."""
+    headers: list[Headers | None] | None = None
+    """Per record (None: no headers); None when no record has any."""
+    partitions: np.ndarray | None = None
+    """int64; -1: the broker picks (by key, or spread). None: for every record."""
+    producers: ProducerColumns | None = None
+    """None when no record carries a producer field."""
+    invalid: dict[int, LakelogError] = field(default_factory=dict)
+    """Records the front found invalid while decoding them (a time it cannot read)."""
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def plain(self) -> bool:
+        """Keys and values only: nothing else to look at."""
+        return (self.headers is None and self.timestamps is None and self.partitions is None
+                and self.producers is None and not self.invalid)
+
+    def key(self, i: int) -> bytes | None:
+        return self.keys[i].as_py()  # type: ignore[no-any-return]
+
+    def value(self, i: int) -> bytes | None:
+        return self.values[i].as_py()  # type: ignore[no-any-return]
+
+
+def binary_column(items: Sequence[bytes | None]) -> pa.Array:
+    """Bytes (or None) as an Arrow binary column."""
+    return pa.array(items, pa.binary())
+
+
+def optional_column(items: Sequence[Any], field: Callable[[Any], int | None]
+                    ) -> np.ndarray | None:
+    """Each item's ``field`` as an int64 column with -1 for None; None when every one is
+    None. Without a None (an idempotent request's producer fields), no list is made."""
+    if items and field(items[0]) is not None:
+        with contextlib.suppress(TypeError):  # a None further on
+            return np.fromiter(map(field, items), np.int64, len(items))
+    values = list(map(field, items))
+    missing = values.count(None)
+    if missing == len(values):
+        return None
+    if not missing:
+        return np.array(values, np.int64)
+    return np.array([-1 if i is None else i for i in values], np.int64)
