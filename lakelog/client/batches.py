@@ -1,13 +1,14 @@
-"""A produce request's records: how each goes on the wire (one format a record when its
-request is made: ``entries``), and what the request's answer does to them (points 2 and 4
+"""A produce request's records: how they go on the wire (msgspec structs made with
+``map``, the whole body encoded in one call: ``batch_entries``, ``encode_body``), and what the request's answer does to them (points 2 and 4
 of ``producer.py``'s docstring)."""
 
 from __future__ import annotations
 
 import base64
-import binascii
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -59,52 +60,88 @@ def to_entry(partition: int, key: bytes | str | None, value: bytes | str | None,
     return _encode(out)[:-1]
 
 
-def envelope_json(data: bytes | str | None) -> bytes:
-    """``envelope(data)`` as JSON, without building the dict."""
-    if data is None:
-        return b"null"
-    if isinstance(data, str):
-        return b'{"type":"STRING","data":' + _encode(data) + b"}"
-    return b'{"type":"BINARY","data":"' + base64.b64encode(data) + b'"}'
+class Binary(msgspec.Struct, tag="BINARY", tag_field="type", gc=False):
+    """A BINARY envelope: msgspec writes the bytes as base64."""
+
+    data: bytes
 
 
-def plain_entry(partition: int, key: bytes | str | None, value: bytes | str | None) -> bytes:
-    """``to_entry`` of a record with no headers and no timestamp, faster."""
-    return (b'{"partition_id":%d,"key":%b,"value":%b'
-            % (partition, envelope_json(key), envelope_json(value)))
+class String(msgspec.Struct, tag="STRING", tag_field="type", gc=False):
+    data: str
 
 
-BINARY_ENTRY = (b'{"partition_id":%d,"key":{"type":"BINARY","data":"%b"},'
-                b'"value":{"type":"BINARY","data":"%b"},"id":"%d"')
-"""A whole entry of a bytes key and value, but for the producer's fields and the closing
-brace: one format, no call per field."""
-BINARY_PLAIN_ENTRY = BINARY_ENTRY + b"}"
-BINARY_PRODUCER_ENTRY = BINARY_ENTRY + b',"producer_id":%d,"producer_epoch":%d,"sequence":%d}'
+class Header(msgspec.Struct, gc=False):
+    name: str
+    value: bytes
+
+
+class Entry(msgspec.Struct, omit_defaults=True, gc=False):
+    """One ``records:batch`` entry; the fields left at None are left out."""
+
+    partition_id: int
+    key: Binary | String | None
+    value: Binary | String | None
+    id: str
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    sequence: int | None = None
+    headers: list[Header] | None = None
+    timestamp: int | None = None
+
+
+class Body(msgspec.Struct, gc=False):
+    entries: list[Entry]
+
+
+def encode_body(entries: list[Entry]) -> bytes:
+    """A whole ``records:batch`` body in one call."""
+    return _encode(Body(entries))
 
 
 def entries(batch: Sequence[FutureRecordMetadata], partition: int, first_index: int,
             producer: tuple[int, int] | None, first_sequence: int) -> list[bytes]:
-    """A partition's batch as whole entries of one request: each entry's id (its index in
-    the request) and, when idempotent, the producer's fields and consecutive sequences. A
-    record with a bytes key and value and no headers or timestamp (the usual one) takes
-    one format."""
-    indexes = ENTRY_INDEXES[first_index:first_index + len(batch)]  # made once, not per record
-    sequences = _sequences(first_sequence, len(batch))
-    pid, epoch = producer if producer is not None else (0, 0)
-    try:  # a str or None key or value fails the first format: then each is looked at
-        if producer is None:
-            return [BINARY_PLAIN_ENTRY % (partition, _b64(r._key, newline=False),
-                                          _b64(r._value, newline=False), i)
-                    if r._extra is None else _entry(r, partition, i, None, 0)
-                    for i, r in zip(indexes, batch, strict=True)]
-        return [BINARY_PRODUCER_ENTRY % (partition, _b64(r._key, newline=False),
-                                         _b64(r._value, newline=False), i, pid, epoch, s)
-                if r._extra is None else _entry(r, partition, i, producer, s)
-                for i, s, r in zip(indexes, sequences, batch, strict=False)]
-    except TypeError:
-        sequences = _sequences(first_sequence, len(batch))
-        return [_entry(r, partition, i, producer, s)
-                for i, s, r in zip(indexes, sequences, batch, strict=False)]
+    """``batch_entries`` each as its JSON."""
+    return list(map(_encode, batch_entries(batch, partition, first_index, producer,
+                                           first_sequence)))
+
+
+def batch_entries(batch: Sequence[FutureRecordMetadata], partition: int, first_index: int,
+                  producer: tuple[int, int] | None, first_sequence: int) -> list[Entry]:
+    """A partition's batch as entries of one request: each entry's id (its index in the
+    request) and, when idempotent, the producer's fields and consecutive sequences. Made
+    with ``map`` (no Python frame per record) when the keys are all of one type, and the
+    values too (the usual batch); ``encode_body`` writes them all at once."""
+    n = len(batch)
+    ids = ENTRY_IDS[first_index:first_index + n]  # made once, not per record
+    keys, values = list(map(_key_of, batch)), list(map(_value_of, batch))
+    fields: list[Iterable[Any]] = [repeat(partition, n), _envelopes(keys), _envelopes(values),
+                                   ids]
+    if producer is not None:
+        fields += [repeat(producer[0], n), repeat(producer[1], n),
+                   _sequences(first_sequence, n)]
+    out = list(map(Entry, *fields))
+    extras = list(map(_extra_of, batch))
+    if extras.count(None) != n:
+        for entry, extra in zip(out, extras, strict=True):
+            if extra is not None:
+                headers, entry.timestamp = extra
+                entry.headers = [Header(name, v) for name, v in headers] or None
+    return out
+
+
+def _envelopes(items: list[Any]) -> Iterable[Binary | String | None]:
+    kinds = set(map(type, items))
+    if kinds == {bytes}:
+        return map(Binary, items)
+    if kinds == {str}:
+        return map(String, items)
+    return map(_envelope, items)
+
+
+def _envelope(data: Any) -> Binary | String | None:
+    if data is None:
+        return None
+    return String(data) if isinstance(data, str) else Binary(data)
 
 
 def _sequences(first: int, n: int) -> Iterable[int]:
@@ -114,15 +151,7 @@ def _sequences(first: int, n: int) -> Iterable[int]:
     return (s % SEQUENCE_SPACE for s in range(first, first + n))
 
 
-def _entry(r: FutureRecordMetadata, partition: int, index: int,
-           producer: tuple[int, int] | None, sequence: int) -> bytes:
-    """``entries`` of one record, whatever its key, value, headers and timestamp."""
-    head = (to_entry(partition, r._key, r._value, *r._extra) if r._extra is not None
-            else plain_entry(partition, r._key, r._value))
-    if producer is None:
-        return head + b',"id":"%d"}' % index
-    return head + (b',"id":"%d","producer_id":%d,"producer_epoch":%d,"sequence":%d}'
-                   % (index, producer[0], producer[1], sequence))
+_key_of, _value_of, _extra_of = attrgetter("_key"), attrgetter("_value"), attrgetter("_extra")
 
 
 class Answer(msgspec.Struct, gc=False):
@@ -134,7 +163,6 @@ class Answer(msgspec.Struct, gc=False):
 
 decode_answer = msgspec.json.Decoder(Answer).decode
 _encode = msgspec.json.Encoder().encode
-_b64: Callable[..., bytes] = binascii.b2a_base64  # TypeError for a str or None
 
 
 Batch = list[FutureRecordMetadata]

@@ -21,10 +21,12 @@ from lakelog.client.batches import (
     MAX_BATCH_ENTRIES,
     SEQUENCE_SPACE,
     Batch,
+    Entry,
     Outcome,
     again,
+    batch_entries,
     decode_answer,
-    entries,
+    encode_body,
     settle,
 )
 from lakelog.client.errors import (
@@ -224,7 +226,7 @@ class Sender:
                             f"POST /topics/{topic}/records:batch", self.url,
                             f"delivery_timeout_ms={self.delivery_timeout_ms:g}")
         every = [r for _, b in live for r in b]
-        body_entries: list[bytes] = []
+        body_entries: list[Entry] = []
         sequences: list[int] = []  # each entry's, unbounded (modulo SEQUENCE_SPACE on the wire)
         firsts: dict[TopicPartition, int] = {}
         with self._ident_lock:
@@ -235,11 +237,12 @@ class Sender:
                 return
             for tp, batch in live:
                 seq = firsts[tp] = self._sequences.get(tp, 0)
-                body_entries += entries(batch, tp.partition, len(body_entries), ident, seq)
+                body_entries += batch_entries(batch, tp.partition, len(body_entries), ident,
+                                              seq)
                 if ident is not None:
                     sequences += range(seq, seq + len(batch))
                     self._sequences[tp] = (seq + len(batch)) % SEQUENCE_SPACE
-        body = b'{"entries":[' + b",".join(body_entries) + b"]}"
+        body = encode_body(body_entries)  # the whole request in one call
         maybe_appended = False  # an attempt whose outcome is unknown was made
         http = self.leaders.client(leader)
         while True:
