@@ -220,6 +220,41 @@ def client_cases(work: Path, port: int, pid: int, records: int, seconds: int, lu
     ]
 
 
+def idempotent_cases(port: int, pid: int, seconds: int) -> list[dict[str, Any]]:
+    """Entries with producer fields against the same entries without them, on the
+    server (``bench.produce_idempotent``: 1,000 records a request, 8 connections, each
+    an idempotent producer of its own, acks=1): records/s and server CPU per record."""
+    base = f"http://127.0.0.1:{port}"
+    httpx.post(f"{base}/v3/clusters/lakelog/topics",
+               json={"topic_name": "idem", "partitions_count": PARTITIONS}).raise_for_status()
+    rows: dict[str, dict[str, Any]] = {}
+    for kind in ("plain", "idempotent", "plain", "idempotent"):  # twice: load drifts
+        os.sync()
+        cpu0 = cpu_seconds(pid)
+        out = subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "bench.produce_idempotent",
+                              base, "idem", str(seconds), kind, "1"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        cpu = cpu_seconds(pid) - cpu0
+        r = json.loads(out.splitlines()[-1])
+        row = rows.setdefault(kind, {"case": f"{kind} entries", "records_per_request": 1000,
+                                     "connections": 8, "rec_s": 0.0, "cpu_s_per_M": 0.0,
+                                     "errors": 0, "_cpu": 0.0, "_records": 0, "_s": 0.0})
+        row["_cpu"] += cpu
+        row["_records"] += r["records"]
+        row["_s"] += r["seconds"]
+        row["errors"] += r["errors"]
+        print(f"  {kind:>10} x1000  {r['records'] / r['seconds']:>12,.0f} rec/s  "
+              f"server {cpu / max(r['records'], 1) * 1e6:.2f} us/record", flush=True)
+    for row in rows.values():
+        records = row.pop("_records")
+        row["rec_s"] = records / row.pop("_s")
+        row["cpu_s_per_M"] = row.pop("_cpu") / max(records, 1) * 1e6
+    plain, idempotent = rows["plain"], rows["idempotent"]
+    # The goal: an idempotent entry within 10% of a plain one (server CPU per record).
+    idempotent["vs_plain"] = plain["cpu_s_per_M"] / idempotent["cpu_s_per_M"]
+    return [plain, idempotent]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="HTTP produce/fetch benchmark")
     parser.add_argument("--quick", action="store_true", help="3 s per case instead of 8")
@@ -281,6 +316,8 @@ def main() -> None:
         if produce_1000:
             fetch_row["vs_produce"] = fetch_row["rec_s"] / produce_1000[0]["rec_s"]
         rows.append(fetch_row)
+        if 1000 in sizes:
+            rows += idempotent_cases(port, server.pid, seconds)
         if args.client_records:
             rows += client_cases(work, port, server.pid, args.client_records, seconds, lua)
     finally:
@@ -290,9 +327,27 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print()
     print_table(rows, ["case", "records_per_request", "connections", "rec_s", "MB_s", "p50_ms",
-                       "p99_ms", "cpu_s_per_M", "vs_bare", "vs_floor", "vs_produce", "vs_wrk",
-                       "vs_producer", "errors"])
-    print(f"\nwrote {write_json('produce', rows, {'seconds_per_case': seconds, 'sizes': sizes})}")
+                       "p99_ms", "cpu_s_per_M", "vs_bare", "vs_floor", "vs_produce", "vs_plain",
+                       "vs_wrk", "vs_producer", "errors"])
+    goals = goal_ratios(rows)
+    for name, (ratio, goal) in goals.items():
+        print(f"{name}: {ratio:.2f} (goal {goal})")
+    extra = {"seconds_per_case": seconds, "sizes": sizes,
+             "goals": {name: {"ratio": ratio, "goal": goal} for name, (ratio, goal) in goals.items()}}
+    print(f"\nwrote {write_json('produce', rows, extra)}")
+
+
+def goal_ratios(rows: list[dict[str, Any]]) -> dict[str, tuple[float, str]]:
+    """The issue's goals, each a ratio measured in this run against its baseline."""
+    out: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        if r["case"] in ("acks=1", "acks=all") and r.get("records_per_request") == 1000:
+            out[f"HTTP produce x1000 {r['case']} / floor"] = (r["vs_floor"], ">= 0.85")
+        elif r["case"] == "idempotent entries":
+            out["server CPU a plain entry / an idempotent one"] = (r["vs_plain"], ">= 0.91")
+        elif r["case"] == "Producer (defaults)":
+            out["Producer / wrk posting its requests"] = (r["vs_wrk"], ">= 0.8")
+    return out
 
 
 if __name__ == "__main__":
