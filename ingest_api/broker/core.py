@@ -26,8 +26,10 @@ from cluster.znode import VersionedZnode
 from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.offsets import OffsetStore
 from consumer_groups.subscriptions import SubscriptionWriter
+from ingest_api.broker.cluster_info import ClusterInfo
 from ingest_api.broker.cluster_link import ClusterLink
 from ingest_api.broker.fetch import FetchService
+from ingest_api.broker.group_admin import GroupAdmin
 from ingest_api.broker.group_poll import GroupPoll
 from ingest_api.broker.group_slots import GroupSlots
 from ingest_api.broker.leader_bounds import LeaderBounds
@@ -36,8 +38,11 @@ from ingest_api.broker.metrics import Metrics, Sources
 from ingest_api.broker.notifier import AppendNotifier
 from ingest_api.broker.peers import Connect, PeerSetup
 from ingest_api.broker.produce.service import ProduceService
+from ingest_api.broker.records_admin import RecordsAdmin
 from ingest_api.broker.replica_fetcher import Fetchers
+from ingest_api.broker.replica_server import ReplicaServer
 from ingest_api.broker.security import ZNODE_PATH, SecurityStore
+from ingest_api.broker.topics import TopicAdmin
 from ingest_api.broker.upkeep import expire_sessions, upkeep, write_subscriptions
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
@@ -136,6 +141,13 @@ class Broker:
         # Group lag counts to each partition's leader's bounds (in a cluster: its leader's).
         self.bounds = bounds = LeaderBounds(manager, tiered, link)
         metrics.attach(Sources(manager, tiered, groups, bounds.latest))
+        # The services the fronts call: topic and group administration, views, replicas.
+        self.topic_admin = topics = TopicAdmin(manager, tiered, groups,
+                                               settings.default_replication_factor, link)
+        self.group_admin = GroupAdmin(groups, manager, tiered, topics, link)
+        self.cluster_info = ClusterInfo(manager, tiered, topics, link)
+        self.records_admin = RecordsAdmin(tiered, topics, link)
+        self.replica_server = ReplicaServer(link, notifier)
         self.subscriptions = SubscriptionWriter(settings.layout.data_dir)
         # No member outlives a server: what an earlier one wrote is gone.
         await asyncio.to_thread(write_subscriptions, self.subscriptions, {})

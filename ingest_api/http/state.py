@@ -4,7 +4,6 @@ by the app, with what only the HTTP front keeps (the bytes of requests in flight
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import msgspec
@@ -89,27 +88,25 @@ class AppState:
         from ZooKeeper before it is called unknown."""
         return self.broker.require_topic(name)
 
-    @cached_property
+    @property
     def topic_admin(self) -> TopicAdmin:
-        return TopicAdmin(self.manager, self.tiered, self.groups,
-                          self.settings.default_replication_factor, self.cluster)
+        return self.broker.topic_admin
 
-    @cached_property
+    @property
     def group_admin(self) -> GroupAdmin:
-        return GroupAdmin(self.groups, self.manager, self.tiered, self.topic_admin,
-                          self.cluster)
+        return self.broker.group_admin
 
-    @cached_property
+    @property
     def cluster_info(self) -> ClusterInfo:
-        return ClusterInfo(self.manager, self.tiered, self.topic_admin, self.cluster)
+        return self.broker.cluster_info
 
-    @cached_property
+    @property
     def records_admin(self) -> RecordsAdmin:
-        return RecordsAdmin(self.tiered, self.topic_admin, self.cluster)
+        return self.broker.records_admin
 
-    @cached_property
+    @property
     def replica_server(self) -> ReplicaServer:
-        return ReplicaServer(self.cluster, self.fetch.notifier)
+        return self.broker.replica_server
 
 
 def state(request: Request) -> AppState:
