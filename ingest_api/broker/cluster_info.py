@@ -9,6 +9,7 @@ REST API); where the leader does not answer, this broker's own view stands.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -16,6 +17,7 @@ from cluster.model import BrokerInfo
 from ingest_api.broker.metadata import METADATA
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
+from log_tables.errors import UnknownReplicaError
 from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 
@@ -110,6 +112,26 @@ class ClusterInfo:
             self.tiered.log_start_offset(plog, topic, partition), plog.high_watermark,
             plog.size_bytes, len(plog.segments), plog.log_start_offset,
             cold.tiered_offset if cold else 0, cold.size_bytes if cold else 0)
+
+    def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        """The brokers holding the partition's replicas, its leader first."""
+        self.manager.log(topic, partition)
+        return tuple(METADATA.placement(topic, partition).replicas)
+
+    def require_replica(self, topic: str, partition: int, broker_id: int) -> None:
+        """``broker_id`` holds a replica of the partition (404 ``unknown_replica`` if not)."""
+        replicas = self.replicas(topic, partition)
+        if broker_id not in replicas:
+            raise UnknownReplicaError(f"broker {broker_id} holds no replica of {topic}/"
+                                      f"{partition}; its replicas are on brokers "
+                                      f"{list(replicas)}")
+
+    def replicas_on(self, broker_id: int, topics: Iterable[str]) -> list[tuple[str, int]]:
+        """The partitions of ``topics`` (those of this broker's registry) that
+        ``broker_id`` holds a replica of."""
+        wanted = set(topics)
+        return [(t.name, p) for t in self.manager.registry.list() if t.name in wanted
+                for p in range(t.partitions) if broker_id in METADATA.placement(t.name, p).replicas]
 
     def leader_elsewhere(self, topic: str, partition: int, forwarded: bool
                          ) -> BrokerInfo | None:

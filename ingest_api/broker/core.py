@@ -144,7 +144,7 @@ class Broker:
         # The services the fronts call: topic and group administration, views, replicas.
         self.topic_admin = topics = TopicAdmin(manager, tiered, groups,
                                                settings.default_replication_factor, link)
-        self.group_admin = GroupAdmin(groups, manager, tiered, topics, link)
+        self.group_admin = GroupAdmin(groups, manager, tiered, topics, bounds, link)
         self.cluster_info = ClusterInfo(manager, tiered, topics, link)
         self.records_admin = RecordsAdmin(tiered, topics, link)
         self.replica_server = ReplicaServer(link, notifier)

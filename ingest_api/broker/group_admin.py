@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Literal
 from cluster.model import BrokerInfo
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator
+from consumer_groups.lag import PartitionLag, group_lag, read_topics
 from consumer_groups.offsets import Change, Committed, OffsetKey
+from ingest_api.broker.leader_bounds import LeaderBounds
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
@@ -68,8 +70,10 @@ class GroupAdmin:
     heartbeat (seek, offset reset)."""
 
     def __init__(self, groups: GroupCoordinator, manager: LogManager, tiered: TieredStorage,
-                 topics: TopicAdmin, link: ClusterLink | None = None) -> None:
+                 topics: TopicAdmin, bounds: LeaderBounds,
+                 link: ClusterLink | None = None) -> None:
         self.groups = groups
+        self.bounds = bounds
         self.manager = manager
         self.tiered = tiered
         self.topics = topics
@@ -119,6 +123,20 @@ class GroupAdmin:
         """The group has members or committed offsets; else 404 ``group_id_not_found``."""
         if self.groups.groups.get(group_id) is None and not self.groups.committed(group_id):
             self.groups.require_empty(group_id, "describe it")  # raises unknown group
+
+    async def lag(self, group_id: str, *, existing_only: bool = False
+                  ) -> list[PartitionLag]:
+        """Every partition the group reads (its members' subscriptions and its committed
+        topics): the committed offset, the bounds (in a cluster, its leader's; None where
+        the leader did not answer), the lag and the owner. ``existing_only``: leave out
+        partitions the topic no longer has."""
+        self.require_group(group_id)
+        groups = self.groups
+        rows = group_lag(groups, group_id, await self.bounds.ask(read_topics(groups, group_id)))
+        if not existing_only:
+            return rows
+        return [r for r in rows
+                if r.bounds is not None or r.partition < (groups.partitions_of(r.topic) or 0)]
 
     # -- changes -----------------------------------------------------------------------
     def seek(self, group_id: str, member_id: str,

@@ -136,9 +136,9 @@ async def list_broker_replicas(cluster_id: str, broker_id: BrokerId,
     """Every partition replica the broker holds."""
     check_cluster(cluster_id)
     _broker(request, broker_id)
-    replicas = [replica_body(t.name, p, broker_id) for t in state(request).manager.registry.list()
-                if may(request, "topic", t.name, "describe")
-                for p in range(t.partitions) if broker_id in METADATA.placement(t.name, p).replicas]
+    info = state(request).cluster_info
+    visible = [t.name for t in info.topics.topics() if may(request, "topic", t.name, "describe")]
+    replicas = [replica_body(t, p, broker_id) for t, p in info.replicas_on(broker_id, visible)]
     return json_response(collection("KafkaReplicaList",
                                     f"{broker_url(broker_id)}/partition-replicas", replicas))
 

@@ -21,11 +21,11 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator, Member
-from consumer_groups.lag import PartitionLag, group_lag, read_topics
+from consumer_groups.lag import PartitionLag
 from ingest_api.broker.metadata import collection, partition_url, related, resource
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.routers.groups import BASE, GroupId, MemberId, group_url, to_coordinator
-from ingest_api.http.state import CLUSTER_ID, AppState, json_response, leader_bounds, state
+from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state
 from log_tables.errors import (
     CONSUMER,
     LeaderNotAvailableError,
@@ -47,11 +47,7 @@ def _members(groups: GroupCoordinator, group_id: str) -> dict[str, Member]:
 async def _lags(request: Request, group_id: str) -> list[PartitionLag]:
     """The partitions the group reads that still exist (bounds None: their leader, in a
     cluster, did not answer)."""
-    st = state(request)
-    st.group_admin.require_group(group_id)
-    bounds_of = await leader_bounds(request).ask(read_topics(st.groups, group_id))
-    return [r for r in group_lag(st.groups, group_id, bounds_of)
-            if r.bounds is not None or r.partition < (st.groups.partitions_of(r.topic) or 0)]
+    return await state(request).group_admin.lag(group_id, existing_only=True)
 
 
 def _known(rows: list[PartitionLag]) -> list[PartitionLag]:

@@ -13,7 +13,6 @@ from fastapi.responses import Response
 
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
-from consumer_groups.lag import group_lag, read_topics
 from consumer_groups.offsets import Committed
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.broker.group_admin import OffsetReset
@@ -34,7 +33,6 @@ from ingest_api.http.state import (
     AppState,
     json_body,
     json_response,
-    leader_bounds,
     state,
 )
 
@@ -134,22 +132,20 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
     st = state(request)
-    groups = st.groups
     st.group_admin.require_group(group_id)
-    group = groups.groups.get(group_id)
+    group = st.groups.groups.get(group_id)
     members = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
                 "member_epoch": m.epoch, "topics": sorted(m.topics),
                 "assignment": _tps(m.assigned), "revoking": _tps(m.revoking),
                 "session_timeout_ms": m.session_timeout_ms, "left": m.left}
                for m in (group.members.values() if group is not None else ())]
-    bounds_of = await leader_bounds(request).ask(read_topics(groups, group_id))
     rows = [{"topic_name": r.topic, "partition_id": r.partition,
              "committed_offset": r.committed.offset if r.committed else None,
              "metadata": r.committed.metadata if r.committed else None,
              "log_start_offset": r.bounds.log_start_offset if r.bounds else None,
              "log_end_offset": r.bounds.high_watermark if r.bounds else None,
              "lag": r.lag, "member_id": r.member_id}
-            for r in group_lag(groups, group_id, bounds_of)]
+            for r in await st.group_admin.lag(group_id)]
     return json_response({**_summary(st, group_id), "members": members, "offsets": rows})
 
 

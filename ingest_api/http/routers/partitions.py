@@ -12,7 +12,6 @@ from fastapi.responses import Response
 from ingest_api.broker.cluster_info import PartitionInfo
 from ingest_api.broker.metadata import (
     CLUSTER,
-    METADATA,
     collection,
     partition_url,
     related,
@@ -28,7 +27,6 @@ from log_tables.errors import (
     InvalidOffsetTypeError,
     LakelogError,
     NoReassignmentError,
-    UnknownReplicaError,
 )
 
 router = APIRouter(tags=["topics"])
@@ -98,7 +96,7 @@ async def list_topic_reassignments(cluster_id: str, topic_name: TopicName,
                                    request: Request) -> Response:
     """The topic's replica reassignments in progress: none."""
     check_cluster(cluster_id)
-    state(request).require_topic(topic_name)
+    state(request).topic_admin.describe(topic_name)
     return json_response(collection("KafkaReassignmentList",
                                     f"{topic_url(topic_name)}/partitions/-/reassignment", []))
 
@@ -118,7 +116,7 @@ async def get_reassignment(cluster_id: str, topic_name: TopicName, partition_id:
                            request: Request) -> Response:
     """404 as in Confluent when no reassignment is in progress, which here is always."""
     check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
+    state(request).cluster_info.require_partition(topic_name, partition_id)
     raise NoReassignmentError(f"no replica reassignment of {topic_name}/{partition_id} is "
                               "in progress (lakelog is one broker: partitions never move)")
 
@@ -128,23 +126,17 @@ async def list_replicas(cluster_id: str, topic_name: TopicName, partition_id: Pa
                         request: Request) -> Response:
     """The partition's replicas (its leader first)."""
     check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
-    placement = METADATA.placement(topic_name, partition_id)
+    replicas = state(request).cluster_info.replicas(topic_name, partition_id)
     return json_response(collection(
         "KafkaReplicaList", f"{partition_url(topic_name, partition_id)}/replicas",
-        [replica_body(topic_name, partition_id, b) for b in placement.replicas]))
+        [replica_body(topic_name, partition_id, b) for b in replicas]))
 
 
 @router.get(BASE + "/{topic_name}/partitions/{partition_id}/replicas/{broker_id}")
 async def get_replica(cluster_id: str, topic_name: TopicName, partition_id: PartitionId,
                       broker_id: BrokerId, request: Request) -> Response:
     check_cluster(cluster_id)
-    state(request).manager.log(topic_name, partition_id)
-    replicas = METADATA.placement(topic_name, partition_id).replicas
-    if broker_id not in replicas:
-        raise UnknownReplicaError(f"broker {broker_id} holds no replica of {topic_name}/"
-                                  f"{partition_id}; its replicas are on brokers "
-                                  f"{list(replicas)}")
+    state(request).cluster_info.require_replica(topic_name, partition_id, broker_id)
     return json_response(replica_body(topic_name, partition_id, broker_id))
 
 
