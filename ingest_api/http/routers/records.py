@@ -37,6 +37,12 @@ from ingest_api.http.produce_columns import produce_request, typed_request
 from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import AppState, json_body, json_response, state
+from log_tables.errors import (
+    EmptyBatchError,
+    InvalidBatchError,
+    InvalidRequestError,
+    TooManyEntriesError,
+)
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["records"])
@@ -280,19 +286,18 @@ def _decode_batch(body: bytes, max_entries: int
     return entries, rejected
 
 
-def _batch_error(message: str) -> ApiError:
+def _batch_error(message: str) -> InvalidBatchError:
     """A batch refused whole: Confluent's 422/42208 (an empty batch, a null body, ids used
     twice or missing)."""
-    return ApiError(422, message, error_code=42208, name="invalid_batch")
+    return InvalidBatchError(message)
 
 
 def _check_count(count: int, max_entries: int) -> None:
     if not count:
-        raise ApiError(422, "entries is empty: a batch needs at least one entry",
-                       error_code=42208, name="empty_batch")
+        raise EmptyBatchError("entries is empty: a batch needs at least one entry")
     if count > max_entries:
-        raise ApiError(413, f"{count} entries is over the limit of {max_entries} per request",
-                       name="too_many_entries")
+        raise TooManyEntriesError(f"{count} entries is over the limit of {max_entries} per "
+                                  "request")
 
 
 @router.get(BASE + "/partitions/{partition_id}/records", responses=ARROW_RESPONSE)
@@ -339,8 +344,8 @@ async def list_offsets(
     info = st.cluster_info
     info.require_partition(topic_name, partition_id)
     if spec == "timestamp" and timestamp is None:
-        raise ApiError(422, "spec=timestamp needs a timestamp query parameter (epoch ms)",
-                       name="invalid_request")
+        raise InvalidRequestError("spec=timestamp needs a timestamp query parameter "
+                                  "(epoch ms)")
     listed = await info.list_offset(topic_name, partition_id, spec, timestamp)
     return json_response({"topic_name": topic_name, "partition_id": partition_id, "spec": spec,
                           "timestamp": timestamp, "offset": listed.offset,
