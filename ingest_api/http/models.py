@@ -14,7 +14,7 @@ sight is what keeps decoding as fast in the server as in a bare endpoint.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from msgspec import Meta
@@ -82,6 +82,51 @@ class BatchEntry(ProduceRecord, kw_only=True, gc=False):
 
 class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
     entries: list[BatchEntry]
+
+
+EntryIdText = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class PlainEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
+    """A batch entry of an id, a key and a value only, the usual one: decoded without the
+    fields it has not (a body with any other field is decoded as a ``BatchRequest``)."""
+
+    key: Envelope | None = None
+    value: Envelope | None = None
+    id: EntryIdText
+    partition_id: ClassVar[None] = None
+    headers: ClassVar[None] = None
+    timestamp: ClassVar[None] = None
+    producer_id: ClassVar[None] = None
+    producer_epoch: ClassVar[None] = None
+    sequence: ClassVar[None] = None
+
+
+class ProducerEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
+    """An idempotent producer's batch entry, as lakelog's ``Producer`` sends it: a
+    partition, a key, a value and the producer's fields, each one there."""
+
+    partition_id: NonNegative
+    key: Envelope | None = None
+    value: Envelope | None = None
+    id: EntryIdText
+    producer_id: NonNegative
+    producer_epoch: Epoch
+    sequence: Sequence
+    headers: ClassVar[None] = None
+    timestamp: ClassVar[None] = None
+
+
+class PlainBatch(msgspec.Struct, forbid_unknown_fields=True):
+    entries: list[PlainEntry]
+
+
+class ProducerBatch(msgspec.Struct, forbid_unknown_fields=True):
+    entries: list[ProducerEntry]
+
+
+AnyEntry = BatchEntry | PlainEntry | ProducerEntry
+"""A decoded batch entry: the fast shapes are tried first (``routers.records``)."""
 
 
 class EntryId(msgspec.Struct):

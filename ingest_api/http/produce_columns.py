@@ -25,7 +25,15 @@ from ingest_api.broker.produce.request import (
     binary_column,
     optional_column,
 )
-from ingest_api.http.models import BinaryData, Envelope, JsonData, ProduceRecord, StringData
+from ingest_api.http.models import (
+    BinaryData,
+    Envelope,
+    JsonData,
+    PlainEntry,
+    ProduceRecord,
+    ProducerEntry,
+    StringData,
+)
 from log_tables.errors import InvalidRecordError, LakelogError
 
 _json = msgspec.json.Encoder()
@@ -69,18 +77,30 @@ EnvelopeTypes = str | list[str | None]
 """The ``type`` of every key (or value): one for all, or each one's (None: a null)."""
 
 
-def produce_request(records: Sequence[ProduceRecord]) -> ProduceRequest:
+Records = Sequence[ProduceRecord | PlainEntry | ProducerEntry]
+
+
+def produce_request(records: Records) -> ProduceRequest:
     """The records as the produce service takes them."""
     return typed_request(records)[0]
 
 
-def typed_request(records: Sequence[ProduceRecord]
-                  ) -> tuple[ProduceRequest, EnvelopeTypes, EnvelopeTypes]:
+def typed_request(records: Records) -> tuple[ProduceRequest, EnvelopeTypes, EnvelopeTypes]:
     """The records as the produce service takes them, and their keys' and values' types
-    (what their delivery reports say)."""
+    (what their delivery reports say). Entries of one of the usual shapes (``PlainEntry``,
+    ``ProducerEntry``) skip the columns they cannot have."""
     keys, key_types = _column(list(map(_key_of, records)))
     values, value_types = _column(list(map(_value_of, records)))
     request = ProduceRequest(keys, values)
+    shapes = set(map(type, records))
+    if shapes == {PlainEntry}:
+        return request, key_types, value_types
+    if shapes == {ProducerEntry}:
+        n = len(records)
+        request.partitions = np.fromiter(map(_partition_of, records), np.int64, n)
+        request.producers = ProducerColumns(
+            *(np.fromiter(map(get, records), np.int64, n) for get in _producer_of))
+        return request, key_types, value_types
     headers = list(map(_headers_of, records))
     if any(headers):
         request.headers = [_headers(hs) for hs in headers]

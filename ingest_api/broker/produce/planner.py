@@ -17,12 +17,11 @@ batch the log still finds too large. Idempotent sequences stay dense across ever
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import pairwise
-
 import numpy as np
 import pyarrow as pa
 
+from ingest_api.broker.produce.cuts import _idempotent_runs as _idempotent_runs
+from ingest_api.broker.produce.cuts import _next_in_run, cut_runs, split_by_size
 from ingest_api.broker.produce.request import Headers, ProducerColumns, ProduceRequest
 from ingest_api.broker.produce.runs import (
     RECORD_OVERHEAD,
@@ -39,7 +38,6 @@ from log_tables.errors import (
     UnknownPartitionError,
 )
 from log_tables.hot.log_manager import LogManager
-from log_tables.hot.producer_state import SEQUENCE_SPACE, seq_add
 from log_tables.partitioner import (
     StickyPartitioner,
     partition_for_key,
@@ -101,9 +99,9 @@ class ProducePlanner:
         key_arr, value_arr = request.keys, request.values
         record_bytes = binary_lengths(key_arr) + binary_lengths(value_arr)
         sizes = record_bytes + RECORD_OVERHEAD
-        plain = request.plain
-        if plain and (planned := self._plan_plain(meta, key_arr, value_arr, record_bytes, sizes,
-                                                  now_ms)) is not None:
+        if (request.headers is None and request.timestamps is None and not request.invalid
+                and (planned := self._plan_plain(meta, request, record_bytes, sizes,
+                                                 now_ms)) is not None):
             return planned
         headers = request.headers
         if headers is not None:
@@ -141,20 +139,34 @@ class ProducePlanner:
                       else pa.array(headers, HEADERS_TYPE).take(perm))
         batch = pa.RecordBatch.from_arrays(
             [ts_arr, key_arr.take(perm), value_arr.take(perm), header_arr], schema=RECORD_SCHEMA)
-        return result, _runs(batch, order, partitions[order], sizes, producers, record_limit)
+        return result, cut_runs(batch, order, partitions[order], sizes, producers, record_limit)
 
-    def _plan_plain(self, meta: TopicMetadata, key_arr: pa.Array, value_arr: pa.Array,
+    def _plan_plain(self, meta: TopicMetadata, request: ProduceRequest,
                     record_bytes: np.ndarray, sizes: np.ndarray, now_ms: int
                     ) -> tuple[ProduceResult, list[Run]] | None:
-        """The common large request: only keys and values, every record keyed (or none),
-        none too large. The fewest Arrow and numpy calls; None: use the general plan."""
+        """The common large request: keys and values, each record's partition named and
+        existing (else every record keyed, or none), producer fields whole and current on
+        each (or on none), none too large: the fewest Arrow and numpy calls, since no
+        record has an error. None: use the general plan."""
+        key_arr, value_arr, given = request.keys, request.values, request.partitions
         n = len(key_arr)
         config = meta.config
         hard_limit = batch_limit(config)[0]
         limit = hard_limit - BATCH_OVERHEAD
         if int(record_bytes.max()) > hard_limit:
             return None
-        if key_arr.null_count == 0:
+        producers = None
+        if request.producers is not None:
+            errors: dict[int, LakelogError] = {}
+            producers = self._producers(request.producers, errors)
+            if errors:
+                return None
+        if given is not None:
+            if int(given.min()) < 0 or int(given.max()) >= meta.partitions or (
+                    config.compact and key_arr.null_count):
+                return None
+            partitions = given
+        elif key_arr.null_count == 0:
             partitions = partitions_for_key_array(key_arr, meta.partitions)
         elif key_arr.null_count == n and not config.compact:
             partitions = self.partitioner.partition_many(meta.name, meta.partitions, sizes)
@@ -165,6 +177,10 @@ class ProducePlanner:
         batch = pa.RecordBatch.from_arrays(
             [pa.repeat(pa.scalar(now_ms, pa.int64()), n), key_arr.take(perm),
              value_arr.take(perm), null_headers(n)], schema=RECORD_SCHEMA)
+        result = ProduceResult(partitions, np.full(n, -1, np.int64), np.full(n, now_ms, np.int64),
+                               {}, record_bytes)
+        if producers is not None:
+            return result, cut_runs(batch, order, partitions[order], sizes, producers, limit)
         ends = np.cumsum(np.bincount(partitions, minlength=meta.partitions)).tolist()
         totals = np.bincount(partitions, weights=sizes, minlength=meta.partitions).tolist()
         runs: list[Run] = []
@@ -178,8 +194,6 @@ class ProducePlanner:
             else:
                 runs.extend(split_by_size(part, batch, order[lo:hi], sizes, lo, hi, limit))
             lo = hi
-        result = ProduceResult(partitions, np.full(n, -1, np.int64), np.full(n, now_ms, np.int64),
-                               {}, record_bytes)
         return result, runs
 
     def _plan_small(self, meta: TopicMetadata, request: ProduceRequest
@@ -316,79 +330,3 @@ def _by_producer(ids: np.ndarray, epochs: np.ndarray, whole: np.ndarray
                                           strict=True), strict=True):
         groups.setdefault(key, []).append(i)
     return {k: np.array(v, np.int64) for k, v in groups.items()}
-
-
-def _runs(batch: pa.RecordBatch, order: np.ndarray, sorted_parts: np.ndarray,
-          sizes: np.ndarray, producers: ProducerColumns | None, limit: int) -> list[Run]:
-    """The runs of ``batch`` (the valid records in partition order, ``order``): cut where
-    the partition or the producer changes or a sequence is not the next, all found over
-    the columns at once; a stretch over ``limit`` bytes is cut again by size."""
-    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
-    if producers is not None:
-        ids = producers.ids[order]
-        epochs, seqs = producers.epochs[order], producers.sequences[order]
-        cuts = np.union1d(cuts, np.flatnonzero(~_joined(ids, epochs, seqs)) + 1)
-    ends = np.cumsum(sizes[order])
-    bounds = [0, *cuts.tolist(), len(order)]
-    totals = np.diff(ends[np.array(bounds[1:]) - 1], prepend=0).tolist()
-    runs: list[Run] = []
-    for (lo, hi), total in zip(pairwise(bounds), totals, strict=True):
-        part = int(sorted_parts[lo])
-        producer = producers.at(int(order[lo])) if producers is not None else None
-        if total <= limit:
-            runs.append(Run(part, batch.slice(lo, hi - lo), order[lo:hi], int(total), producer))
-            continue
-        k = 0  # records of this producer's run before the cut
-        for run in split_by_size(part, batch, order[lo:hi], sizes, lo, hi, limit):
-            if producer is not None:
-                run.producer = (producer[0], producer[1], seq_add(producer[2], k))
-            k += len(run.indices)
-            runs.append(run)
-    return runs
-
-
-def _joined(ids: np.ndarray, epochs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-    """Whether each record but the first goes in one run with the one before it: both
-    without producer fields, or one producer's (id, epoch) and the next sequence."""
-    has = ids >= 0
-    follows = ((ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
-               & (seqs[1:] == (seqs[:-1] + 1) % SEQUENCE_SPACE))
-    return np.where(has[1:] & has[:-1], follows, ~has[1:] & ~has[:-1])
-
-
-def split_by_size(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
-                  lo: int, hi: int, limit: int) -> list[Run]:
-    """Cut one partition's records ``batch[lo:hi]`` into runs of at most ``limit`` bytes."""
-    run_sizes = sizes[idx]
-    total = int(run_sizes.sum())
-    if total <= limit:
-        return [Run(part, batch.slice(lo, hi - lo), idx, total)]
-    runs = []
-    cum = np.cumsum(run_sizes)
-    start = 0
-    while start < len(idx):
-        base = cum[start - 1] if start else 0
-        stop = int(np.searchsorted(cum, base + limit, side="right"))
-        stop = max(stop, start + 1)
-        runs.append(Run(part, batch.slice(lo + start, stop - start), idx[start:stop],
-                        int(cum[stop - 1] - base)))
-        start = stop
-    return runs
-
-
-def _idempotent_runs(part: int, batch: pa.RecordBatch, idx: np.ndarray, sizes: np.ndarray,
-                     lo: int, producers: ProducerColumns | Sequence[tuple[int, int, int] | None],
-                     limit: int) -> list[Run]:
-    """One partition's records ``batch[lo:lo + len(idx)]`` (request positions ``idx``) cut
-    into runs as ``plan`` cuts them; ``producers`` of the whole request."""
-    if not isinstance(producers, ProducerColumns):
-        producers = ProducerColumns.of(producers)
-    return _runs(batch.slice(lo, len(idx)), idx, np.full(len(idx), part), sizes, producers,
-                 limit)
-
-
-def _next_in_run(run: Run, producer: tuple[int, int, int] | None) -> bool:
-    if run.producer is None or producer is None:
-        return run.producer is None and producer is None
-    next_seq = seq_add(run.producer[2], len(run.indices))
-    return run.producer[:2] == producer[:2] and producer[2] == next_seq

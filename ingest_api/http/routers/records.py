@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from operator import attrgetter
 from typing import Annotated, Any, Literal
 
@@ -26,9 +26,12 @@ from ingest_api.http.body import (
 from ingest_api.http.errors import ApiError, error_body
 from ingest_api.http.forwarding import ProduceRoute, forwarded, principal_of
 from ingest_api.http.models import (
+    AnyEntry,
     BatchEntry,
     BatchRequest,
     EntryId,
+    PlainBatch,
+    ProducerBatch,
     ProduceRecord,
     ProducerInit,
     RawBatch,
@@ -53,6 +56,7 @@ AcksQuery = Annotated[Acks, Query(description="all: after fsync (default); 1: af
                                               "append; 0: once accepted")]
 _record = msgspec.json.Decoder(ProduceRecord)
 _batch = msgspec.json.Decoder(BatchRequest)
+_shapes = (msgspec.json.Decoder(PlainBatch), msgspec.json.Decoder(ProducerBatch))
 _producer = msgspec.json.Decoder(ProducerInit)
 _entry_id = attrgetter("id")
 
@@ -230,7 +234,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
 
 
 def _one_other_leader(st: AppState, request: Request, meta: TopicMetadata,
-                      entries: list[BatchEntry], rejected: list[tuple[str, ApiError]]
+                      entries: Sequence[AnyEntry], rejected: list[tuple[str, ApiError]]
                       ) -> BrokerInfo | None:
     """In a cluster, the leader's broker when every entry names a partition and one other
     broker leads them all (then the body goes there untouched: no planning here, no
@@ -251,7 +255,7 @@ def _one_other_leader(st: AppState, request: Request, meta: TopicMetadata,
 
 
 def _decode_batch(body: bytes, max_entries: int
-                  ) -> tuple[list[BatchEntry], list[tuple[str, ApiError]]]:
+                  ) -> tuple[Sequence[AnyEntry], list[tuple[str, ApiError]]]:
     """The valid entries, and (id, error) of those that are not records; 1 to
     ``max_entries`` in all.
 
@@ -261,6 +265,13 @@ def _decode_batch(body: bytes, max_entries: int
     """
     if not body.strip():
         raise _batch_error("the request body is empty: send {\"entries\": [...]}")
+    for shape in _shapes:  # the usual entries first: fewer fields to decode and look at
+        try:
+            usual: Sequence[AnyEntry] = shape.decode(body).entries
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            continue  # decoded below, and refused as before when it is invalid
+        _check_count(len(usual), max_entries)
+        return usual, []
     try:
         entries = decode(body, _batch).entries
         _check_count(len(entries), max_entries)
