@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from cluster.model import BrokerInfo
 from ingest_api.broker.metadata import METADATA
+from ingest_api.broker.peers import PartitionInfo as PartitionInfo
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownReplicaError
@@ -23,27 +24,6 @@ from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """One partition as this broker holds it: its placement, its bounds across the hot
-    log and the Delta tier, and its sizes."""
-
-    topic: str
-    partition: int
-    leader: int
-    replicas: tuple[int, ...]
-    in_sync: tuple[int, ...]
-    leader_epoch: int
-    log_start_offset: int
-    """Across both tiers."""
-    high_watermark: int
-    size_bytes: int
-    segments: int
-    hot_log_start_offset: int
-    tiered_offset: int
-    tiered_size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -132,6 +112,19 @@ class ClusterInfo:
         wanted = set(topics)
         return [(t.name, p) for t in self.manager.registry.list() if t.name in wanted
                 for p in range(t.partitions) if broker_id in METADATA.placement(t.name, p).replicas]
+
+    async def partition_anywhere(self, topic: str, partition: int, forwarded: bool,
+                                 principal: str | None = None) -> PartitionInfo:
+        """The partition; in a cluster its offsets and sizes are its leader's (asked for
+        ``principal``); an offline partition, or a leader that does not answer: this
+        broker's own view."""
+        leader = self.leader_elsewhere(topic, partition, forwarded)
+        if leader is not None:
+            assert self.link is not None
+            got = await self.link.peers.partition(leader, topic, partition, principal)
+            if got is not None:
+                return got
+        return self.partition(topic, partition)
 
     def leader_elsewhere(self, topic: str, partition: int, forwarded: bool
                          ) -> BrokerInfo | None:

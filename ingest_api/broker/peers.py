@@ -12,7 +12,7 @@ subclass carrying the answer as it was); a broker that does not answer is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -45,6 +45,27 @@ class PartitionBounds(NamedTuple):
     high_watermark: int
 
 
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as a broker holds it (``ingest_api.broker.cluster_info``): its
+    placement, its bounds across the hot log and the Delta tier, and its sizes."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    in_sync: tuple[int, ...]
+    leader_epoch: int
+    log_start_offset: int
+    """Across both tiers."""
+    high_watermark: int
+    size_bytes: int
+    segments: int
+    hot_log_start_offset: int
+    tiered_offset: int
+    tiered_size_bytes: int
+
+
 class Peers(Protocol):
     """The other brokers of this broker's cluster (asynchronous: called on the loop)."""
 
@@ -74,6 +95,25 @@ class Peers(Protocol):
 
     async def partitions(self, broker: BrokerInfo, topic: str) -> list[PartitionBounds]:
         """``topic``'s partitions as ``broker`` describes them (leader and bounds)."""
+        ...
+
+    async def partition(self, broker: BrokerInfo, topic: str, partition: int,
+                        principal: str | None) -> PartitionInfo | None:
+        """The partition as ``broker`` (its leader) holds it, asked for ``principal``;
+        None when ``broker`` does not answer."""
+        ...
+
+    async def delete_records(self, broker: BrokerInfo, topic: str,
+                             offsets: Mapping[int, int], principal: str | None
+                             ) -> dict[int, int]:
+        """Kafka's DeleteRecords at ``broker`` (the leader of those partitions), for
+        ``principal``: each partition's new log start."""
+        ...
+
+    async def seal(self, broker: BrokerInfo, topic: str, principal: str | None
+                   ) -> list[tuple[int, bool, int]]:
+        """``broker`` seals the partitions of ``topic`` it leads, for ``principal``:
+        (partition, rolled, end offset) of each."""
         ...
 
     def replica_channel(self, max_wait_ms: int) -> ReplicaChannel:

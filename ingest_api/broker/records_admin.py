@@ -1,9 +1,9 @@
 """Operator changes to a topic's records: Kafka's DeleteRecords (the log start moves up in
 both tiers) and the sealing of every partition's records for a tiering run now.
 
-In a cluster each partition's leader does it for its partitions: a front asks for the
-plan (what is done here, which brokers to ask for the rest), runs the local part here,
-and sends each other broker its part (the HTTP front: the same request, to it).
+In a cluster each partition's leader does it for its partitions: this broker does its
+own part and asks each other leader for its part through ``Peers`` (for the user who
+asked, whose rights the other broker checks).
 """
 
 from __future__ import annotations
@@ -74,24 +74,44 @@ class RecordsAdmin:
         return DeletePlan(local, [(leaders[b], dict(sorted(parts.items())))
                                   for b, parts in by_leader.items()])
 
-    async def delete_local(self, topic: str, targets: Mapping[int, int]) -> dict[int, int]:
-        """Delete here (``plan_delete``'s ``local``): each partition's new log start."""
-        if not targets:
-            return {}
-        return await asyncio.to_thread(self.tiered.delete_records, topic, dict(targets))
+    async def delete_records(self, topic: str, targets: Mapping[int, int], forwarded: bool,
+                             principal: str | None = None) -> dict[int, int]:
+        """Kafka's DeleteRecords: every record below ``targets[p]`` in each partition
+        ``p`` goes, here or at its leader; each partition's new log start."""
+        plan = self.plan_delete(topic, targets, forwarded)
+        starts: dict[int, int] = {}
+        if plan.elsewhere:
+            assert self.link is not None
+            peers = self.link.peers
+            for answer in await asyncio.gather(*(
+                    peers.delete_records(broker, topic, parts, principal)
+                    for broker, parts in plan.elsewhere), return_exceptions=True):
+                if isinstance(answer, BaseException):
+                    raise answer  # the first leader's error, in the plan's order
+                starts.update(answer)
+        if plan.local:
+            starts.update(await asyncio.to_thread(self.tiered.delete_records, topic,
+                                                  plan.local))
+        return starts
 
-    async def seal(self, topic: str, forwarded: bool) -> tuple[list[Sealed], list[BrokerInfo]]:
-        """Seal the topic's partitions this broker leads (alone: all of them), and the
-        other live brokers to ask to seal theirs (none for a forwarded request)."""
+    async def seal(self, topic: str, forwarded: bool, principal: str | None = None
+                   ) -> list[Sealed]:
+        """Seal the topic's partitions: alone, all of them; in a cluster, each broker the
+        partitions it leads (this one asks the others unless it was asked by one)."""
         self.topics.describe(topic)
         sealed = [Sealed(p, rolled, end) for p, rolled, end
                   in await asyncio.to_thread(self.tiered.seal, topic)]
         if self.link is None:
-            return sealed, []
+            return sealed
         link = self.link
         led = link.broker.led_partitions().get(topic, [])
         sealed = [s for s in sealed if s.partition in led]
         if forwarded:
-            return sealed, []
-        return sealed, [b for b in link.broker.view.live_brokers()
-                        if b.broker_id != link.broker_id]
+            return sealed
+        others = [b for b in link.broker.view.live_brokers() if b.broker_id != link.broker_id]
+        for answer in await asyncio.gather(*(link.peers.seal(b, topic, principal)
+                                             for b in others), return_exceptions=True):
+            if isinstance(answer, BaseException):
+                raise answer  # the first broker's error, in the brokers' order
+            sealed += [Sealed(p, rolled, end) for p, rolled, end in answer]
+        return sealed

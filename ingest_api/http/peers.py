@@ -24,7 +24,7 @@ from ingest_api.broker.cluster_link import ClusterLink
 from ingest_api.broker.credentials import forward_headers
 from ingest_api.broker.fetch import Format, RemoteFetch
 from ingest_api.broker.metadata import CLUSTER, partition_url, topic_url
-from ingest_api.broker.peers import PartitionBounds, PeerSetup
+from ingest_api.broker.peers import PartitionBounds, PartitionInfo, PeerSetup
 from ingest_api.http.errors import error_of
 from log_tables.errors import (
     BrokerNotAvailableError,
@@ -164,6 +164,44 @@ class HttpPeers:
                                 int(body["log_start_offset"]), int(body["high_watermark"]))
                 for body in r.json().get("data", [])
                 if isinstance(body.get("partition_id"), int)]
+
+    async def partition(self, broker: BrokerInfo, topic: str, partition: int,
+                        principal: str | None) -> PartitionInfo | None:
+        try:
+            r = await self.send(broker, "GET", partition_url(topic, partition),
+                                principal=principal)
+        except BrokerNotAvailableError:
+            return None
+        if r.status_code != 200:
+            raise error_of(r)
+        b = r.json()
+        return PartitionInfo(
+            b["topic_name"], b["partition_id"], b["leader_id"], tuple(b["replica_ids"]),
+            tuple(b["isr_ids"]), b["leader_epoch"], b["log_start_offset"],
+            b["high_watermark"], b["size_bytes"], b["segments"], b["hot_log_start_offset"],
+            b["tiered_offset"], b["tiered_size_bytes"])
+
+    async def delete_records(self, broker: BrokerInfo, topic: str,
+                             offsets: Mapping[int, int], principal: str | None
+                             ) -> dict[int, int]:
+        body = _encoder.encode({"partitions": [{"partition_id": p, "offset": o}
+                                               for p, o in offsets.items()]})
+        r = await self.send(broker, "POST", f"{topic_url(quote(topic, safe=''))}/records:delete",
+                            principal=principal, content=body,
+                            headers={"content-type": "application/json"})
+        if r.status_code != 200:
+            raise error_of(r)
+        return {int(row["partition_id"]): int(row["low_watermark"])
+                for row in r.json()["partitions"]}
+
+    async def seal(self, broker: BrokerInfo, topic: str, principal: str | None
+                   ) -> list[tuple[int, bool, int]]:
+        r = await self.send(broker, "POST", f"{topic_url(quote(topic, safe=''))}/segments:roll",
+                            principal=principal, headers={"content-type": "application/json"})
+        if r.status_code != 200:
+            raise error_of(r)
+        return [(int(row["partition_id"]), bool(row["rolled"]), int(row["end_offset"]))
+                for row in r.json()["partitions"]]
 
     def replica_channel(self, max_wait_ms: int) -> HttpReplicaChannel:
         headers = {} if self._credentials is None else forward_headers(self._credentials, None)

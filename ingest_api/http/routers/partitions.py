@@ -19,13 +19,11 @@ from ingest_api.broker.metadata import (
     resource,
     topic_url,
 )
-from ingest_api.http.errors import error_of
-from ingest_api.http.forwarding import forwarded
-from ingest_api.http.routers.cluster import check_cluster, send
+from ingest_api.http.forwarding import forwarded, principal_of
+from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import CLUSTER_ID, json_response, state
 from log_tables.errors import (
     InvalidOffsetTypeError,
-    LakelogError,
     NoReassignmentError,
 )
 
@@ -69,18 +67,8 @@ async def _partition_anywhere(request: Request, topic: str, partition: int
                               ) -> dict[str, object]:
     """A partition's body; in a cluster its offsets and sizes are its leader's (an
     offline partition, or a leader that does not answer: this broker's view)."""
-    info = state(request).cluster_info
-    leader = info.leader_elsewhere(topic, partition, forwarded(request))
-    if leader is not None:
-        try:
-            r = await send(request, leader, "GET", partition_url(topic, partition))
-        except LakelogError:
-            return partition_body(info.partition(topic, partition))
-        if r.status_code != 200:
-            raise error_of(r)
-        body: dict[str, object] = r.json()
-        return body
-    return partition_body(info.partition(topic, partition))
+    return partition_body(await state(request).cluster_info.partition_anywhere(
+        topic, partition, forwarded(request), principal_of(request)))
 
 
 @router.get(BASE + "/-/partitions/-/reassignment")
