@@ -9,6 +9,7 @@ request to that broker (the HTTP front forwards it; Kafka's answers NOT_COORDINA
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterable, Sequence
@@ -22,6 +23,7 @@ from consumer_groups.coordinator import GroupCoordinator
 from consumer_groups.lag import PartitionLag, group_lag, read_topics
 from consumer_groups.offsets import Change, Committed, OffsetKey
 from ingest_api.broker.leader_bounds import LeaderBounds
+from ingest_api.broker.peers import GroupSummary as GroupSummary
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import InvalidOptionError, LakelogError, NotCoordinatorError
@@ -118,6 +120,34 @@ class GroupAdmin:
             return GroupListing(local)
         return GroupListing(local, [b for b in link.broker.view.live_brokers()
                                     if b.broker_id != link.broker_id])
+
+    async def list_groups(self, names: Iterable[str], forwarded: bool,
+                          principal: str | None = None) -> list[GroupSummary]:
+        """Of ``names`` (the groups the caller may see), those this broker coordinates;
+        a cluster's first broker adds the other live brokers' (asked for ``principal``;
+        a broker that does not answer: its groups are unavailable until it is back), by
+        name."""
+        listing = self.listing(names, forwarded)
+        local = [self.summary(g) for g in listing.local]
+        if not listing.ask:
+            return local
+        assert self.link is not None
+        peers = self.link.peers
+        data = {s.group_id: s for s in local}
+        for answer in await asyncio.gather(*(peers.groups(b, principal) for b in listing.ask),
+                                           return_exceptions=True):
+            if not isinstance(answer, BaseException):
+                for s in answer:
+                    data.setdefault(s.group_id, s)
+        return [data[g] for g in sorted(data)]
+
+    def summary(self, group_id: str) -> GroupSummary:
+        """The group as this broker (its coordinator) holds it."""
+        group = self.groups.groups.get(group_id)
+        if group is None:
+            return GroupSummary(group_id, self.broker_id, "Empty", None, 0, 0)
+        return GroupSummary(group_id, self.broker_id, group.state(), group.assignor,
+                            group.epoch, len(group.members))
 
     def require_group(self, group_id: str) -> None:
         """The group has members or committed offsets; else 404 ``group_id_not_found``."""

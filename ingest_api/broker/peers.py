@@ -66,6 +66,20 @@ class PartitionInfo:
     tiered_size_bytes: int
 
 
+@dataclass(frozen=True)
+class GroupSummary:
+    """A consumer group as its coordinator lists it (``ingest_api.broker.group_admin``)."""
+
+    group_id: str
+    coordinator_id: int
+    state: str
+    """Kafka's state names (``Empty`` for a group that is only committed offsets)."""
+    assignor: str | None
+    """None: the group has no members now."""
+    group_epoch: int
+    members: int
+
+
 class Peers(Protocol):
     """The other brokers of this broker's cluster (asynchronous: called on the loop)."""
 
@@ -101,6 +115,10 @@ class Peers(Protocol):
                         principal: str | None) -> PartitionInfo | None:
         """The partition as ``broker`` (its leader) holds it, asked for ``principal``;
         None when ``broker`` does not answer."""
+        ...
+
+    async def groups(self, broker: BrokerInfo, principal: str | None) -> list[GroupSummary]:
+        """The groups ``broker`` coordinates that ``principal`` may describe."""
         ...
 
     async def delete_records(self, broker: BrokerInfo, topic: str,

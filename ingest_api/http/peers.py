@@ -24,7 +24,7 @@ from ingest_api.broker.cluster_link import ClusterLink
 from ingest_api.broker.credentials import forward_headers
 from ingest_api.broker.fetch import Format, RemoteFetch
 from ingest_api.broker.metadata import CLUSTER, partition_url, topic_url
-from ingest_api.broker.peers import PartitionBounds, PartitionInfo, PeerSetup
+from ingest_api.broker.peers import GroupSummary, PartitionBounds, PartitionInfo, PeerSetup
 from ingest_api.http.errors import error_of
 from log_tables.errors import (
     BrokerNotAvailableError,
@@ -180,6 +180,15 @@ class HttpPeers:
             tuple(b["isr_ids"]), b["leader_epoch"], b["log_start_offset"],
             b["high_watermark"], b["size_bytes"], b["segments"], b["hot_log_start_offset"],
             b["tiered_offset"], b["tiered_size_bytes"])
+
+    async def groups(self, broker: BrokerInfo, principal: str | None) -> list[GroupSummary]:
+        r = await self.send(broker, "GET", f"{CLUSTER}/consumer-groups", principal=principal)
+        if r.status_code != 200:
+            raise error_of(r)
+        return [GroupSummary(g["consumer_group_id"],
+                             int(g["coordinator"]["related"].rsplit("/", 1)[1]), g["state"],
+                             g["assignor"], g["group_epoch"], g["members"])
+                for g in r.json()["data"]]
 
     async def delete_records(self, broker: BrokerInfo, topic: str,
                              offsets: Mapping[int, int], principal: str | None

@@ -283,3 +283,24 @@ def test_records_delete_and_segments_roll_reach_every_leader(brokers: Brokers) -
     rows = r.json()["partitions"]
     assert [(row["partition_id"], row["end_offset"]) for row in rows] == [
         (p, 10) for p in range(6)], rows
+
+
+def test_every_broker_lists_every_group_as_its_coordinator_does(brokers: Brokers) -> None:
+    create(brokers, 1, "grouped", 3)
+    names = [f"listed-{i}" for i in range(6)]
+    for name in names:  # a member each, joined through broker 1 (forwarded to the coordinator)
+        r = httpx.post(brokers.url(1) + CLUSTER + f"/consumer-groups/{name}/members",
+                       json={"topics": ["grouped"], "assignor": "range"})
+        assert r.status_code == 200, r.text
+    coordinators = {name: httpx.get(brokers.url(1) + CLUSTER +
+                                    f"/consumer-groups/{name}/coordinator").json()["broker_id"]
+                    for name in names}
+    assert len(set(coordinators.values())) > 1  # spread over the brokers
+    listed = [{g["consumer_group_id"]: g for g in httpx.get(
+        brokers.url(i) + CLUSTER + "/consumer-groups").json()["data"]} for i in brokers.ids]
+    assert listed[0] == listed[1] == listed[2]  # each broker merges the others' answers
+    for name in names:
+        g = listed[0][name]
+        assert (g["state"], g["assignor"], g["partition_assignor"], g["members"]) == (
+            "Stable", "range", "range", 1), g
+        assert g["coordinator"]["related"].endswith(f"/brokers/{coordinators[name]}"), g

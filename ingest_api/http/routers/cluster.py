@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-import httpx
-import msgspec
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -23,7 +21,6 @@ from ingest_api.broker.metadata import (
     resource,
 )
 from ingest_api.http.auth import may
-from ingest_api.http.forwarding import principal_of
 from ingest_api.http.state import CLUSTER_ID, json_response, leader_bounds, state
 from log_tables.errors import (
     UnknownBrokerError,
@@ -45,19 +42,6 @@ async def forward(request: Request, broker: BrokerInfo) -> Response:
     link = state(request).cluster
     assert link is not None, "only a broker of a cluster names another broker"
     return await link.proxy(request, broker)
-
-
-async def send(request: Request, broker: BrokerInfo, method: str, path: str,
-               body: object = None) -> httpx.Response:
-    """A request of this broker's own to another (a service named it), as the caller's
-    principal; ``body``: JSON, or none."""
-    link = state(request).cluster
-    assert link is not None, "only a broker of a cluster names another broker"
-    if body is None:
-        return await link.send(broker, method, path, principal=principal_of(request))
-    return await link.send(broker, method, path, principal=principal_of(request),
-                           content=msgspec.json.encode(body),
-                           headers={"content-type": "application/json"})
 
 
 def cluster_body() -> dict[str, object]:

@@ -3,7 +3,6 @@ and delete (KIP-848-style: the server assigns; see ``consumer_groups.coordinator
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -12,14 +11,14 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from consumer_groups.assignors import TopicPartition
-from consumer_groups.coordinator import GroupCoordinator, Member, heartbeat_interval_ms
+from consumer_groups.coordinator import Member, heartbeat_interval_ms
 from consumer_groups.offsets import Committed
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.group_admin import OffsetReset
+from ingest_api.broker.group_admin import GroupSummary, OffsetReset
 from ingest_api.broker.metadata import CLUSTER, collection, related, resource
 from ingest_api.http.auth import may, require
 from ingest_api.http.body import decode, read_body
-from ingest_api.http.forwarding import forwarded
+from ingest_api.http.forwarding import forwarded, principal_of
 from ingest_api.http.models import (
     CommitRequest,
     HeartbeatRequest,
@@ -27,10 +26,9 @@ from ingest_api.http.models import (
     ResetRequest,
     SeekRequest,
 )
-from ingest_api.http.routers.cluster import check_cluster, forward, send
+from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import (
     CLUSTER_ID,
-    AppState,
     json_body,
     json_response,
     state,
@@ -62,16 +60,18 @@ def group_url(group_id: str) -> str:
     return f"{CLUSTER}/consumer-groups/{group_id}"
 
 
-def group_body(groups: GroupCoordinator, group_id: str, coordinator_id: int) -> dict[str, Any]:
-    """Confluent's ``ConsumerGroupData`` fields."""
-    group = groups.groups.get(group_id)
-    url = group_url(group_id)
-    return {**resource("KafkaConsumerGroup", url, f"consumer-group={group_id}"),
-            "cluster_id": CLUSTER_ID, "consumer_group_id": group_id, "is_simple": False,
-            "partition_assignor": group.assignor if group is not None else "",
-            "coordinator": related(f"{CLUSTER}/brokers/{coordinator_id}"),
+def _summary_body(s: GroupSummary) -> dict[str, Any]:
+    """Confluent's ``ConsumerGroupData`` with lakelog's fields (``state`` keeps Kafka's
+    state names, ``assignor`` lakelog's assignor names)."""
+    url = group_url(s.group_id)
+    return {**resource("KafkaConsumerGroup", url, f"consumer-group={s.group_id}"),
+            "cluster_id": CLUSTER_ID, "consumer_group_id": s.group_id, "is_simple": False,
+            "partition_assignor": s.assignor or "",
+            "coordinator": related(f"{CLUSTER}/brokers/{s.coordinator_id}"),
             "consumers": related(f"{url}/consumers"),
-            "lag_summary": related(f"{url}/lag-summary")}
+            "lag_summary": related(f"{url}/lag-summary"),
+            "state": s.state, "assignor": s.assignor, "group_epoch": s.group_epoch,
+            "members": s.members}
 
 
 async def to_coordinator(request: Request, group_id: str) -> Response | None:
@@ -90,35 +90,9 @@ async def list_groups(cluster_id: str, request: Request) -> Response:
     mine = [g for g in st.groups.known_groups() if may(request, "group", g, "describe")]
     # In a cluster each broker answers for the groups it coordinates; the first broker
     # asks the others and merges.
-    listing = st.group_admin.listing(mine, forwarded(request))
-    coordinated = [_summary(st, g) for g in listing.local]
-    if not listing.ask:
-        return _group_list(coordinated)
-    answers = await asyncio.gather(*(send(request, b, "GET", request.url.path)
-                                     for b in listing.ask), return_exceptions=True)
-    data = {g["consumer_group_id"]: g for g in coordinated}
-    for answer in answers:
-        if isinstance(answer, BaseException) or answer.status_code != 200:
-            continue  # a broker that is down: its groups are unavailable until it is back
-        for g in answer.json()["data"]:
-            data.setdefault(g["consumer_group_id"], g)
-    return _group_list([data[g] for g in sorted(data)])
-
-
-def _group_list(data: list[dict[str, Any]]) -> Response:
-    return json_response(collection("KafkaConsumerGroupList", f"{CLUSTER}/consumer-groups", data))
-
-
-def _summary(st: AppState, group_id: str) -> dict[str, Any]:
-    """Confluent's ``ConsumerGroupData`` with lakelog's fields (``state`` keeps Kafka's
-    state names, ``assignor`` lakelog's assignor names)."""
-    groups = st.groups
-    group = groups.groups.get(group_id)
-    return {**group_body(groups, group_id, st.group_admin.broker_id),
-            "state": group.state() if group is not None else "Empty",
-            "assignor": group.assignor if group is not None else None,
-            "group_epoch": group.epoch if group is not None else 0,
-            "members": len(group.members) if group is not None else 0}
+    groups = await st.group_admin.list_groups(mine, forwarded(request), principal_of(request))
+    return json_response(collection("KafkaConsumerGroupList", f"{CLUSTER}/consumer-groups",
+                                    [_summary_body(s) for s in groups]))
 
 
 @router.get(BASE + "/{group_id}")
@@ -146,7 +120,8 @@ async def describe_group(cluster_id: str, group_id: GroupId, request: Request) -
              "log_end_offset": r.bounds.high_watermark if r.bounds else None,
              "lag": r.lag, "member_id": r.member_id}
             for r in await st.group_admin.lag(group_id)]
-    return json_response({**_summary(st, group_id), "members": members, "offsets": rows})
+    return json_response({**_summary_body(st.group_admin.summary(group_id)), "members": members,
+                          "offsets": rows})
 
 
 @router.get(BASE + "/{group_id}/coordinator")
