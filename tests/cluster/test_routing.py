@@ -286,11 +286,11 @@ def test_records_delete_and_segments_roll_reach_every_leader(brokers: Brokers) -
 
 
 def test_every_broker_lists_every_group_as_its_coordinator_does(brokers: Brokers) -> None:
-    create(brokers, 1, "grouped", 3)
+    create(brokers, 1, "listed", 3)
     names = [f"listed-{i}" for i in range(6)]
     for name in names:  # a member each, joined through broker 1 (forwarded to the coordinator)
         r = httpx.post(brokers.url(1) + CLUSTER + f"/consumer-groups/{name}/members",
-                       json={"topics": ["grouped"], "assignor": "range"})
+                       json={"topics": ["listed"], "assignor": "range"})
         assert r.status_code == 200, r.text
     coordinators = {name: httpx.get(brokers.url(1) + CLUSTER +
                                     f"/consumer-groups/{name}/coordinator").json()["broker_id"]
