@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from ingest_api.broker.produce.planner import SMALL_REQUEST
 from ingest_api.broker.produce.request import (
     Headers,
     ProducerColumns,
@@ -120,9 +121,13 @@ def typed_request(records: Records) -> tuple[ProduceRequest, EnvelopeTypes, Enve
 _TAGS = {BinaryData: "BINARY", StringData: "STRING", JsonData: "JSON"}
 
 
-def _column(envelopes: list[Any]) -> tuple[pa.Array, EnvelopeTypes]:
+def _column(envelopes: list[Any]) -> tuple[pa.Array | list[bytes | None], EnvelopeTypes]:
     """Keys or values as a binary column, and their types: one Arrow call when all are
-    BINARY or all STRING envelopes (or nulls of one of those)."""
+    BINARY or all STRING envelopes (or nulls of one of those); a list for a few records
+    (planned record by record)."""
+    if len(envelopes) < SMALL_REQUEST:
+        return [envelope_bytes(e) for e in envelopes], [
+            None if e is None or e.data is None else _TAGS[e.__class__] for e in envelopes]
     classes = set(map(type, envelopes))
     if len(classes) == 1 and (cls := classes.pop()) in (BinaryData, StringData):
         data = list(map(_data_of, envelopes))
@@ -166,8 +171,8 @@ def forward_entries(request: ProduceRequest, indices: list[int], partitions: np.
     leads their partitions: each with its partition set, ``id`` its index in the request,
     key and value as the bytes stored (BINARY)."""
     where = pa.array(indices, pa.int64())
-    keys = request.keys.take(where).to_pylist()
-    values = request.values.take(where).to_pylist()
+    keys = request.key_array().take(where).to_pylist()
+    values = request.value_array().take(where).to_pylist()
     out = []
     for i, key, value in zip(indices, keys, values, strict=True):
         entry: dict[str, Any] = {"id": str(i), "partition_id": int(partitions[i]),

@@ -96,7 +96,7 @@ class ProducePlanner:
             return self._plan_small(meta, request)
         config = meta.config
         now_ms = self.manager.clock.now_ms()
-        key_arr, value_arr = request.keys, request.values
+        key_arr, value_arr = request.key_array(), request.value_array()
         record_bytes = binary_lengths(key_arr) + binary_lengths(value_arr)
         sizes = record_bytes + RECORD_OVERHEAD
         if (request.headers is None and request.timestamps is None and not request.invalid
@@ -148,7 +148,7 @@ class ProducePlanner:
         existing (else every record keyed, or none), producer fields whole and current on
         each (or on none), none too large: the fewest Arrow and numpy calls, since no
         record has an error. None: use the general plan."""
-        key_arr, value_arr, given = request.keys, request.values, request.partitions
+        key_arr, value_arr, given = request.key_array(), request.value_array(), request.partitions
         n = len(key_arr)
         config = meta.config
         hard_limit = batch_limit(config)[0]
@@ -209,7 +209,7 @@ class ProducePlanner:
         partitions = np.full(n, -1, np.int64)
         timestamps = np.full(n, now_ms, np.int64)
         producers = self._producers(request.producers, errors)
-        keys, values = request.keys.to_pylist(), request.values.to_pylist()
+        keys, values = request.key_list(), request.value_list()
         given_ts = None if request.timestamps is None else request.timestamps.tolist()
         given_parts = None if request.partitions is None else request.partitions.tolist()
         rows: list[Row | None] = []
@@ -269,7 +269,7 @@ class ProducePlanner:
                     errors: dict[int, LakelogError]) -> np.ndarray:
         """Each record's partition: the one it names (an error past the topic's), its
         key's, or the sticky partitioner's."""
-        key_arr = request.keys
+        key_arr = request.key_array()
         given = request.partitions
         if given is None:
             if key_arr.null_count == 0:

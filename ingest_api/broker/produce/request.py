@@ -49,10 +49,10 @@ class ProducerColumns(NamedTuple):
 class ProduceRequest:
     """A produce request's records, one column each field."""
 
-    keys: pa.Array
-    """Binary; null for a record without a key."""
-    values: pa.Array
-    """Binary; null for a null value."""
+    keys: pa.Array | list[bytes | None]
+    """Binary (or, for a few records, a list); null for a record without a key."""
+    values: pa.Array | list[bytes | None]
+    """Binary (or, for a few records, a list); null for a null value."""
     timestamps: np.ndarray | None = None
     """int64 epoch milliseconds; -1: the broker's time. None: every record's."""
     headers: list[Headers | None] | None = None
@@ -73,11 +73,30 @@ class ProduceRequest:
         return (self.headers is None and self.timestamps is None and self.partitions is None
                 and self.producers is None and not self.invalid)
 
-    def key(self, i: int) -> bytes | None:
-        return self.keys[i].as_py()  # type: ignore[no-any-return]
+    def key_array(self) -> pa.Array:
+        """The keys as an Arrow binary array (made once from a list)."""
+        if isinstance(self.keys, list):
+            self.keys = binary_column(self.keys)
+        return self.keys
 
-    def value(self, i: int) -> bytes | None:
-        return self.values[i].as_py()  # type: ignore[no-any-return]
+    def value_array(self) -> pa.Array:
+        if isinstance(self.values, list):
+            self.values = binary_column(self.values)
+        return self.values
+
+    def key_list(self) -> list[bytes | None]:
+        return self.keys if isinstance(self.keys, list) else self.keys.to_pylist()
+
+    def value_list(self) -> list[bytes | None]:
+        return self.values if isinstance(self.values, list) else self.values.to_pylist()
+
+    def key_sizes(self) -> list[int]:
+        """Each key's bytes (0 for a null)."""
+        if isinstance(self.keys, list):
+            return [0 if k is None else len(k) for k in self.keys]
+        offsets = np.frombuffer(self.keys.buffers()[1], np.int32, len(self.keys) + 1,
+                                self.keys.offset * 4)
+        return np.diff(offsets).tolist()  # type: ignore[no-any-return]
 
 
 def binary_column(items: Sequence[bytes | None]) -> pa.Array:

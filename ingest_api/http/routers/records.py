@@ -13,7 +13,7 @@ from starlette.requests import ClientDisconnect
 
 from cluster.model import BrokerInfo
 from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
-from ingest_api.broker.produce.runs import ProduceResult, binary_lengths
+from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks
 from ingest_api.http.body import (
     ObjectStream,
@@ -224,7 +224,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
         produce, key_types, value_types = typed_request(entries)
-        sizes = Envelopes(key_types, binary_lengths(produce.keys).tolist(), value_types)
+        sizes = Envelopes(key_types, produce.key_sizes(), value_types)
         acked = st.produce.start(meta, produce, acks, _route(st, request))
         del entries, produce  # the request is not needed while waiting for the append
         result = await acked
