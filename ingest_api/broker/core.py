@@ -142,8 +142,9 @@ class Broker:
         self.bounds = bounds = LeaderBounds(manager, tiered, link)
         metrics.attach(Sources(manager, tiered, groups, bounds.latest))
         # The services the fronts call: topic and group administration, views, replicas.
-        self.topic_admin = topics = TopicAdmin(manager, tiered, groups,
-                                               settings.default_replication_factor, link)
+        self.topic_admin = topics = TopicAdmin(
+            manager, tiered, groups, settings.default_replication_factor, link,
+            broker_defaults=settings.topic_defaults)
         self.group_admin = GroupAdmin(groups, manager, tiered, topics, bounds, link)
         self.cluster_info = ClusterInfo(manager, tiered, topics, link)
         self.records_admin = RecordsAdmin(tiered, topics, link)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -77,8 +77,12 @@ class TopicAdmin:
     """Creates, deletes and changes topics, here or through the cluster's controller."""
 
     def __init__(self, manager: LogManager, tiered: TieredStorage, groups: GroupCoordinator,
-                 default_replication_factor: int, link: ClusterLink | None = None) -> None:
+                 default_replication_factor: int, link: ClusterLink | None = None, *,
+                 broker_defaults: Mapping[str, str] | None = None) -> None:
         self.manager = manager
+        self.broker_defaults: Mapping[str, str] = dict(broker_defaults or {})
+        """This broker's own defaults of topic configs by Kafka name (Kafka's
+        STATIC_BROKER_CONFIG), which a topic's override wins over."""
         self.tiered = tiered
         self.groups = groups
         self.default_replication_factor = default_replication_factor

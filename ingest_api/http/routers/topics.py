@@ -176,9 +176,9 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request,
 @router.get(BASE + "/{topic_name}/configs")
 async def list_configs(cluster_id: str, topic_name: TopicName, request: Request) -> Response:
     check_cluster(cluster_id)
-    st = state(request)
-    meta = st.topic_admin.describe(topic_name)
-    broker = st.settings.topic_defaults
+    admin = state(request).topic_admin
+    meta = admin.describe(topic_name)
+    broker = admin.broker_defaults
     return json_response(collection("KafkaTopicConfigList", f"{topic_url(topic_name)}/configs",
                                     [config_body(meta, name, broker) for name in CONFIG_BY_NAME]))
 
@@ -187,9 +187,9 @@ async def list_configs(cluster_id: str, topic_name: TopicName, request: Request)
 async def get_config(cluster_id: str, topic_name: TopicName, name: str,
                      request: Request) -> Response:
     check_cluster(cluster_id)
-    st = state(request)
-    meta = st.topic_admin.config(topic_name, name)
-    return json_response(config_body(meta, name, st.settings.topic_defaults))
+    admin = state(request).topic_admin
+    return json_response(config_body(admin.config(topic_name, name), name,
+                                     admin.broker_defaults))
 
 
 @router.put(BASE + "/{topic_name}/configs/{name}", status_code=204,
