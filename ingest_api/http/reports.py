@@ -11,22 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import repeat
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
-from msgspec import StructMeta
 
 from ingest_api.broker.fetch import record_time
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.http.errors import ApiError, error_body
 from ingest_api.http.models import (
-    BatchEntry,
-    BinaryData,
-    JsonData,
     ProduceRecord,
-    StringData,
     Success,
 )
 from ingest_api.http.produce_columns import envelope_bytes
@@ -58,56 +52,12 @@ def report(topic: str, rec: ProduceRecord, result: ProduceResult, i: int) -> dic
 
 
 class Envelopes(NamedTuple):
-    """Per entry, what its delivery report says of its key and value beyond their sizes."""
+    """Per entry, what its delivery report says of its key and value beyond their sizes
+    (``produce_columns.typed_request`` gives the types, the request the key sizes)."""
 
     key_types: str | list[str | None]  # one type for all, or each one's (None: a null)
     key_sizes: list[int]
     value_types: str | list[str | None]
-
-
-_TAGS = {BinaryData: "BINARY", StringData: "STRING", JsonData: "JSON"}
-_key_of = attrgetter("key")
-_value_of = attrgetter("value")
-_data_of = attrgetter("data")
-
-
-def _one_class(envelopes: list[Any]) -> StructMeta | None:
-    """The envelopes' class when they all have one and none stores a null (the usual
-    batch): found without a Python step per record."""
-    classes = set(map(type, envelopes))
-    if len(classes) == 1 and (cls := classes.pop()) in _TAGS and (
-            None not in map(_data_of, envelopes)):
-        return cls
-    return None
-
-
-def _types(envelopes: list[Any], cls: StructMeta | None) -> str | list[str | None]:
-    """The one type of all the envelopes, or each one's (None for a null)."""
-    if cls is not None:
-        return _TAGS[cls]
-    return [None if e is None or e.data is None else _TAGS[e.__class__] for e in envelopes]
-
-
-_STORED_SIZE: dict[StructMeta, Any] = {
-    BinaryData: lambda data: map(len, data),
-    StringData: lambda data: map(len, map(str.encode, data)),
-    JsonData: lambda data: map(len, map(_encoder.encode, data)),
-}
-
-
-def envelopes(entries: list[BatchEntry]) -> Envelopes:
-    """What the entries' reports need of their keys and values, taken before the decoded
-    entries are let go."""
-    # The value's size is the record's stored bytes less the key's (the produce result
-    # has them), so only keys, which are short, are measured here.
-    keys = list(map(_key_of, entries))
-    values = list(map(_value_of, entries))
-    key_class, value_class = _one_class(keys), _one_class(values)
-    if key_class is not None:
-        sizes = list(_STORED_SIZE[key_class](list(map(_data_of, keys))))
-    else:
-        sizes = [0 if b is None else len(b) for b in map(envelope_bytes, keys)]
-    return Envelopes(_types(keys, key_class), sizes, _types(values, value_class))
 
 
 def _size_raws(types: str | list[str | None], sizes: list[int]) -> list[msgspec.Raw | None]:

@@ -67,12 +67,6 @@ class ProduceRequest:
     def __len__(self) -> int:
         return len(self.keys)
 
-    @property
-    def plain(self) -> bool:
-        """Keys and values only: nothing else to look at."""
-        return (self.headers is None and self.timestamps is None and self.partitions is None
-                and self.producers is None and not self.invalid)
-
     def key_array(self) -> pa.Array:
         """The keys as an Arrow binary array (made once from a list)."""
         if isinstance(self.keys, list):
