@@ -19,11 +19,10 @@ def cut_runs(batch: pa.RecordBatch, order: np.ndarray, sorted_parts: np.ndarray,
     """The runs of ``batch`` (the valid records in partition order, ``order``): cut where
     the partition or the producer changes or a sequence is not the next, all found over
     the columns at once; a stretch over ``limit`` bytes is cut again by size."""
-    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    breaks = sorted_parts[1:] != sorted_parts[:-1]
     if producers is not None:
-        ids = producers.ids[order]
-        epochs, seqs = producers.epochs[order], producers.sequences[order]
-        cuts = np.union1d(cuts, np.flatnonzero(~_joined(ids, epochs, seqs)) + 1)
+        breaks |= ~_joined(producers, order)
+    cuts = np.flatnonzero(breaks) + 1
     ends = np.cumsum(sizes[order])
     bounds = [0, *cuts.tolist(), len(order)]
     totals = np.diff(ends[np.array(bounds[1:]) - 1], prepend=0).tolist()
@@ -43,12 +42,17 @@ def cut_runs(batch: pa.RecordBatch, order: np.ndarray, sorted_parts: np.ndarray,
     return runs
 
 
-def _joined(ids: np.ndarray, epochs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-    """Whether each record but the first goes in one run with the one before it: both
-    without producer fields, or one producer's (id, epoch) and the next sequence."""
+def _joined(producers: ProducerColumns, order: np.ndarray) -> np.ndarray:
+    """Whether each record of ``order`` but the first goes in one run with the one before
+    it: both without producer fields, or one producer's (id, epoch) and the next sequence."""
+    seqs = producers.sequences[order]
+    follows = seqs[1:] == (seqs[:-1] + 1) % SEQUENCE_SPACE
+    ids, epochs = producers.ids, producers.epochs
+    if int(ids.min()) == int(ids.max()) >= 0 and int(epochs.min()) == int(epochs.max()):
+        return follows  # type: ignore[no-any-return]  # the usual: one producer's records
+    ids, epochs = ids[order], epochs[order]
     has = ids >= 0
-    follows = ((ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
-               & (seqs[1:] == (seqs[:-1] + 1) % SEQUENCE_SPACE))
+    follows &= (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
     return np.where(has[1:] & has[:-1], follows, ~has[1:] & ~has[:-1])
 
 

@@ -297,6 +297,15 @@ class ProducePlanner:
         if producers is None:
             return None
         ids, epochs, sequences = producers
+        pid, epoch = int(ids[0]), int(epochs[0])
+        if (pid >= 0 and epoch >= 0 and int(sequences.min()) >= 0 and int(ids.min()) == pid
+                and int(ids.max()) == pid and int(epochs.min()) == epoch
+                and int(epochs.max()) == epoch):  # the usual: one producer, every field
+            try:
+                self.manager.producer_ids.check(pid, epoch)
+            except LakelogError as exc:
+                errors.update(dict.fromkeys(range(len(ids)), exc) | errors)
+            return producers
         given = (ids >= 0).astype(np.int8) + (epochs >= 0) + (sequences >= 0)
         whole = given == 3
         partial = np.flatnonzero(given % 3)
