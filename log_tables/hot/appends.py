@@ -74,7 +74,7 @@ def check_append(name: str, config: TopicConfig, clock: Clock, records: pa.Recor
                        producer_id=producer_id, producer_epoch=producer_epoch,
                        base_sequence=base_sequence)
     if not config.log_append_time:  # the broker's own time is always in range
-        low = int(records.column(0).to_numpy(zero_copy_only=False).min())
+        low = prepared.min_timestamp
         if low < 0 or prepared.max_timestamp > MAX_TIMESTAMP_MS:
             raise InvalidRecordError(
                 f"{name}: record timestamp {low if low < 0 else prepared.max_timestamp} "

@@ -113,6 +113,8 @@ class PreparedBatch(NamedTuple):
     producer_epoch: int
     base_sequence: int
     partial_crc: int
+    min_timestamp: int = 0
+    """The records' earliest time (not in the header: the append checks it)."""
 
     @property
     def size(self) -> int:
@@ -131,7 +133,7 @@ def prepare(
     count = records.num_rows
     ts = records.column(0).to_numpy(zero_copy_only=True)
     first_ts = int(ts[0])
-    max_ts = first_ts if count == 1 else int(ts.max())
+    min_ts, max_ts = (first_ts, first_ts) if count == 1 else (int(ts.min()), int(ts.max()))
     body = _pad8(records.serialize())
     attributes = ATTR_LOG_APPEND_TIME if log_append_time else 0
     tail = HEADER.pack(
@@ -140,7 +142,8 @@ def prepare(
     )[_CRC_END:]
     crc = google_crc32c.extend(google_crc32c.value(tail), body)
     return PreparedBatch(
-        body, count, attributes, first_ts, max_ts, producer_id, producer_epoch, base_sequence, crc
+        body, count, attributes, first_ts, max_ts, producer_id, producer_epoch, base_sequence, crc,
+        min_ts,
     )
 
 

@@ -149,13 +149,16 @@ class ProduceService:
                 if info.duplicate_offsets:
                     offsets = np.array([info.offset_of(start + j) for j in range(count)],
                                        np.int64)
+                    end = int(offsets.max()) + 1
                 else:
-                    offsets = np.arange(info.base_offset + start,
-                                        info.base_offset + start + count)
+                    first_offset = info.base_offset + start
+                    end = first_offset + count
+                    offsets = np.arange(first_offset, end)
                 result.offsets[indices] = offsets
                 if info.log_append_time_ms >= 0:
                     result.timestamps[indices] = info.log_append_time_ms
-                end = int(offsets.max()) + 1
+                if acks != "all":  # nothing waits for a sync
+                    continue
                 prev = durable.get(run.partition)
                 if prev is None or end > prev[1]:
                     durable[run.partition] = (self.manager.log(meta.name, run.partition), end)
