@@ -1,7 +1,8 @@
 """Appending a partition's runs: coalesced into few batches, halved when too large.
 
-Runs queued during two event-loop turns are appended as few batches as the partition's
-bound allows (many concurrent single-record requests cost one write). Sizes were only
+Runs queued during two event-loop turns (more while each turn brings more, up to
+``MAX_WAIT_TURNS``) are appended as few batches as the partition's bound allows (many
+concurrent requests cost one write). Sizes were only
 estimated when planning: a batch the log still finds too large is split in two and tried
 again (Kafka's producer splits a batch its broker refuses as too large), so only a record
 that cannot fit alone is refused.
@@ -22,6 +23,10 @@ from log_tables.hot.partition_log import PartitionLog
 from log_tables.hot.producer_state import seq_add
 
 
+MAX_WAIT_TURNS = 8
+"""Loop turns a queued run waits at most for others to join its batch."""
+
+
 class PartitionAppender:
     """Coalesces the runs queued during two event-loop turns into batches of one partition."""
 
@@ -36,6 +41,8 @@ class PartitionAppender:
         self._queue: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         self._queued = 0
         self._scheduled = False
+        self._turns = 0
+        self._seen = 0
 
     def submit(self, run: Run) -> asyncio.Future[list[Piece]]:
         """Queue a run; the future gives the append and the run's index in its batch."""
@@ -49,10 +56,22 @@ class PartitionAppender:
         self._queued += count
         if not self._scheduled:
             self._scheduled = True
-            # Two loop turns: requests whose bodies complete in the next turn join
-            # this batch too (fewer, larger appends) at the cost of one turn of latency.
-            loop.call_soon(loop.call_soon, self._drain)
+            self._turns = 0
+            self._seen = len(self._queue)
+            loop.call_soon(self._tick)
         return future
+
+    def _tick(self) -> None:
+        """A loop turn since the first run queued: append after two turns, or while
+        runs keep coming (a busy server: more requests' runs in each batch, fewer
+        appends) after the first turn that adds none, at most ``MAX_WAIT_TURNS``."""
+        self._turns += 1
+        grew = len(self._queue) > self._seen
+        self._seen = len(self._queue)
+        if self._turns >= 2 and (not grew or self._turns >= MAX_WAIT_TURNS):
+            self._drain()
+        else:
+            asyncio.get_running_loop().call_soon(self._tick)
 
     def _drain(self) -> None:
         items, self._queue = self._queue, []
