@@ -93,12 +93,19 @@ class LogManager:
         plog = self._logs.get((topic, partition))
         if plog is not None:
             return plog
-        meta = self.registry.describe(topic)
-        raise UnknownPartitionError(topic, partition, meta.partitions)
+        with self._lock:  # a topic being mirrored is registered before its logs open
+            plog = self._logs.get((topic, partition))
+            if plog is not None:
+                return plog
+            meta = self.registry.describe(topic)
+            raise UnknownPartitionError(topic, partition, meta.partitions)
 
     def partitions(self, topic: str) -> list[PartitionLog]:
-        meta = self.registry.describe(topic)
-        return [self._logs[(topic, p)] for p in range(meta.partitions)]
+        """The topic's logs, in partition order. Under the lock: a topic that ZooKeeper's
+        watch is mirroring is in the registry before all its logs are open."""
+        with self._lock:
+            meta = self.registry.describe(topic)
+            return [self._logs[(topic, p)] for p in range(meta.partitions)]
 
     def all_logs(self) -> list[PartitionLog]:
         return list(self._logs.values())

@@ -22,7 +22,6 @@ from log_tables.errors import QueueFullError, RecordTooLargeError
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.hot.producer_state import seq_add
 
-
 MAX_WAIT_TURNS = 8
 """Loop turns a queued run waits at most for others to join its batch."""
 
