@@ -255,13 +255,6 @@ def test_the_dashboard_shows_the_cluster_and_each_partitions_placement(brokers: 
 
 def test_records_delete_and_segments_roll_reach_every_leader(brokers: Brokers) -> None:
     create(brokers, 1, "trimmed", 6)
-    deadline = time.monotonic() + 30
-    # Until every broker has opened the topic's logs (a broker that hears of a topic from
-    # ZooKeeper opens them a moment later).
-    while any(httpx.get(brokers.url(i) + CLUSTER + "/topics/trimmed/partitions").status_code
-              != 200 for i in brokers.ids):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
     assert sorted(leaders(brokers, 1, "trimmed")) == [1, 1, 2, 2, 3, 3]
     for p in range(6):  # each record through broker 1, which forwards to the leader
         for i in range(10):
