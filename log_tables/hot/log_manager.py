@@ -93,12 +93,16 @@ class LogManager:
         plog = self._logs.get((topic, partition))
         if plog is not None:
             return plog
-        with self._lock:  # a topic being mirrored is registered before its logs open
-            plog = self._logs.get((topic, partition))
-            if plog is not None:
-                return plog
-            meta = self.registry.describe(topic)
-            raise UnknownPartitionError(topic, partition, meta.partitions)
+        meta = self.registry.describe(topic)
+        if 0 <= partition < meta.partitions:
+            # Registered, not open: a topic being mirrored is registered before its logs
+            # open, under the lock (a partition beyond the topic never waits for it).
+            with self._lock:
+                plog = self._logs.get((topic, partition))
+                if plog is not None:
+                    return plog
+                meta = self.registry.describe(topic)
+        raise UnknownPartitionError(topic, partition, meta.partitions)
 
     def partitions(self, topic: str) -> list[PartitionLog]:
         """The topic's logs, in partition order. Under the lock: a topic that ZooKeeper's

@@ -86,3 +86,17 @@ def test_a_partition_beyond_the_topic_is_still_unknown(manager: LogManager) -> N
     manager.mirror_topic(TopicMetadata("mirrored", "id-1", 2))
     with pytest.raises(UnknownPartitionError):
         manager.log("mirrored", 5)
+
+
+def test_a_partition_beyond_the_topic_does_not_wait_for_a_mirror(
+        manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    reached, release = _hold_second_open(manager, monkeypatch)
+    mirror = _mirror_in_background(manager, TopicMetadata("mirrored", "id-1", 3))
+    try:
+        assert reached.wait(DEADLINE)
+        asker, out = _answer_in_background(lambda: manager.log("mirrored", 5))
+        asker.join(DEADLINE / 2)  # the mirror holds the lock until released
+        assert len(out) == 1 and isinstance(out[0], UnknownPartitionError), out
+    finally:
+        release.set()
+        mirror.join(DEADLINE)
