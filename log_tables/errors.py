@@ -19,6 +19,7 @@ import errno as _errno
 
 from log_tables.error_root import KAFKA_CODES as KAFKA_CODES  # the table's, with the root
 from log_tables.error_root import LakelogError as LakelogError
+from log_tables.moved import moved
 
 DISK_FULL = "disk_full"
 """``StorageError.detail`` of a full disk (ENOSPC, EDQUOT)."""
@@ -338,3 +339,6 @@ def for_name(error: str | None) -> type[LakelogError]:
     return BY_NAME.get(error or "", LakelogError)
 
 
+# An error body's class by its Confluent code is the HTTP front's now (the codes left this
+# floor); bodies are typed by name in lakelog.client.errors.class_of.
+__getattr__ = moved(__name__, {"for_code": "ingest_api.http.errors"})

@@ -5,7 +5,8 @@ A module that moved keeps its old file, holding only::
 
     __getattr__ = moved(__name__, {"read_topic": "lakelog.spark"})
 
-The targets are imported when a name is first asked for. An old path may name a
+A target ``"module:NewName"`` is a name that was renamed as it moved. The targets are
+imported when a name is first asked for. An old path may name a
 module above its own floor: it is a user's import kept working, not a dependency of
 the package, and ``tests/test_public_paths.py`` checks each one resolves."""
 
@@ -22,12 +23,14 @@ def moved(old: str, names: Mapping[str, str]) -> Callable[[str], object]:
     ``AttributeError``, as in a module that never had it."""
 
     def __getattr__(name: str) -> object:
-        new = names.get(name)
-        if new is None:
+        target = names.get(name)
+        if target is None:
             raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        new, _, renamed = target.partition(":")
+        now = renamed or name
         warnings.warn(f"{old}.{name} moved: import it from {new} "
-                      f"(`from {new} import {name}`); {old} will go in a later release",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(new), name)
+                      f"(`from {new} import {now}`); {old}.{name} will go in a later "
+                      "release", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(new), now)
 
     return __getattr__

@@ -111,6 +111,21 @@ class ApiError(e.LakelogError):
         self.retriable = status in (429, 503) if retriable is None else retriable
 
 
+def for_code(error_code: int, error: str | None = None) -> type[e.LakelogError]:
+    """The table's class of an error body: by its ``error_code``; by its ``error`` name
+    where one code has several classes (40002 is both a taken and an invalid topic name)
+    or none; ``LakelogError`` for what the table does not know. (Once
+    ``log_tables.errors.for_code``; the client types bodies by name:
+    ``lakelog.client.errors.class_of``.)"""
+    found = [cls for cls in e.ERRORS if HTTP.get(cls, (0, 0))[1] == error_code]
+    if found and (error is None or (len(found) == 1 and found[0].code == error)):
+        return found[0]  # without a name, a shared code's first class
+    for cls in found:
+        if cls.code == error:
+            return cls
+    return e.for_name(error)
+
+
 def wire_of(exc: e.LakelogError) -> tuple[int, int]:
     """(HTTP status, ``error_code``) of a lakelog error: its detail's, else its class's
     (or the nearest table class it derives from)."""

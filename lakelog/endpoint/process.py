@@ -40,6 +40,7 @@ from lakelog.local import free_port
 from lakelog.ports import describe_taken, port_free
 from log_tables.errors import PortTakenError
 from log_tables.layout import Layout
+from log_tables.moved import moved
 
 if TYPE_CHECKING:
     from ingest_api.broker.security import SecurityStore
@@ -305,3 +306,6 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+__getattr__ = moved(__name__, {"PortTaken": "log_tables.errors:PortTakenError"})

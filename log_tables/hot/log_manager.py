@@ -105,8 +105,12 @@ class LogManager:
         raise UnknownPartitionError(topic, partition, meta.partitions)
 
     def partitions(self, topic: str) -> list[PartitionLog]:
-        """The topic's logs, in partition order. Under the lock: a topic that ZooKeeper's
-        watch is mirroring is in the registry before all its logs are open."""
+        """The topic's logs, in partition order. A topic that ZooKeeper's watch is
+        mirroring is in the registry before all its logs are open: then under the lock."""
+        meta = self.registry.describe(topic)
+        logs = [self._logs.get((topic, p)) for p in range(meta.partitions)]
+        if None not in logs:  # the usual: no wait on the lock
+            return logs  # type: ignore[return-value]
         with self._lock:
             meta = self.registry.describe(topic)
             return [self._logs[(topic, p)] for p in range(meta.partitions)]

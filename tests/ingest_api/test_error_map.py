@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 
-from ingest_api.http.errors import HTTP, status_of, wire_of
+import pytest
+
+from ingest_api.http.errors import HTTP, for_code, status_of, wire_of
 from lakelog.client.errors import class_of
 from log_tables import errors as e
 
@@ -44,3 +46,31 @@ def test_a_class_outside_the_table_answers_as_the_table_class_it_derives_from() 
         pass
 
     assert wire_of(Narrower("g")) == (404, 40405)
+
+
+def test_each_code_and_name_pair_leads_back_to_its_class() -> None:
+    for cls in e.ERRORS:
+        assert for_code(HTTP[cls][1], cls.code) is cls, cls
+
+
+def test_for_code_resolves_shared_codes_by_name() -> None:
+    assert for_code(40002, "topic_already_exists") is e.TopicExistsError
+    assert for_code(40002, "invalid_topic") is e.InvalidTopicError
+    assert for_code(40403) is e.UnknownTopicError
+    assert for_code(40402, "unknown_topic_or_partition") is e.UnknownPartitionError
+    assert for_code(41001) is e.CorruptRecordError
+    assert for_code(50701, "storage_error") is e.StorageError  # a full disk's code
+    assert for_code(99999, "no_such_error") is e.LakelogError
+
+
+def test_the_old_paths_of_renamed_and_moved_error_names_still_import() -> None:
+    with pytest.warns(DeprecationWarning, match=r"log_tables\.errors\.for_code moved: "
+                                                r"import it from ingest_api\.http\.errors"):
+        from log_tables.errors import for_code as old_for_code
+    assert old_for_code is for_code
+    with pytest.warns(DeprecationWarning, match=r"lakelog\.endpoint\.process\.PortTaken "
+                                                r"moved: import it from log_tables\.errors "
+                                                r"\(`from log_tables\.errors import "
+                                                r"PortTakenError`\)"):
+        from lakelog.endpoint.process import PortTaken
+    assert PortTaken is e.PortTakenError

@@ -97,17 +97,17 @@ class PartitionAppender:
 
     def _append(self, group: list[tuple[Run, asyncio.Future[list[Piece]]]]) -> None:
         run0 = group[0][0]
-        if run0.rows is not None:
-            batch = rows_batch([row for r, _ in group for row in r.rows or []])
-        elif len(group) == 1:
-            batch = run0.to_batch()
-        else:
-            batch = pa.concat_batches([r.to_batch() for r, _ in group])
         kwargs = {}
         if run0.producer is not None:
             pid, epoch, seq = run0.producer
             kwargs = {"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq}
-        try:
+        try:  # the batch is made inside: a failure there too reaches every waiter
+            if run0.rows is not None:
+                batch = rows_batch([row for r, _ in group for row in r.rows or []])
+            elif len(group) == 1:
+                batch = run0.to_batch()
+            else:
+                batch = pa.concat_batches([r.to_batch() for r, _ in group])
             info = self.plog.append(batch, **kwargs)
         except RecordTooLargeError as exc:
             if len(group) > 1:  # the estimate was off: append the runs one by one
