@@ -1,8 +1,8 @@
 """Fetch and poll answers as Arrow: an IPC stream in the schema of Spark's Kafka source,
-sent when the request's ``Accept`` asks for ``application/vnd.apache.arrow.stream``.
+and its paging as fields (the HTTP front sends the stream when the request's ``Accept``
+asks for it, and the paging in ``Lakelog-*`` headers: ``ingest_api.http.arrow_headers``).
 
-The paging fields a JSON answer carries in its body travel in ``Lakelog-*`` response
-headers. Hot batches become Arrow rows without a loop per record: the stored body's
+Hot batches become Arrow rows without a loop per record: the stored body's
 key, value and headers columns are used as they are (sliced to the offset range), the
 offsets, the microsecond timestamps and the constant columns are made per batch.
 """
@@ -10,7 +10,7 @@ offsets, the microsecond timestamps and the constant columns are made per batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -19,45 +19,9 @@ from log_tables.cold.rows import to_table_rows
 from log_tables.cold.topic_reader import SPARK_SCHEMA, with_topic
 from log_tables.records import LogBatch
 
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-NEXT_OFFSET = "Lakelog-Next-Offset"
-HIGH_WATERMARK = "Lakelog-High-Watermark"
-LOG_START_OFFSET = "Lakelog-Log-Start-Offset"
-MEMBER_EPOCH = "Lakelog-Member-Epoch"
-RECORD_COUNT = "Lakelog-Record-Count"
-ARROW_RESPONSE: dict[int | str, dict[str, object]] = {200: {
-    "content": {ARROW_STREAM: {}},
-    "description": "JSON; with Accept: application/vnd.apache.arrow.stream an Arrow IPC "
-                   "stream (Spark's Kafka-source columns), the paging in Lakelog-* headers"}}
 SMALL_BATCH_ROWS = 64
 """Runs of batches this small are written as one IPC message (a message costs a few
 hundred bytes of metadata; single-record produces leave one batch per record)."""
-_JSON_RANGES = ("application/json", "application/*", "*/*")
-
-
-def wants_arrow(accept: str | None) -> bool:
-    """True when ``accept`` names the Arrow stream type with a quality at least that of
-    any range JSON matches (JSON stays the answer to a missing Accept and to ``*/*``)."""
-    if not accept or ARROW_STREAM not in accept:
-        return False
-    arrow_q = 0.0
-    json_q = 0.0
-    for part in accept.split(","):
-        fields = [f.strip() for f in part.split(";")]
-        media = fields[0].lower()
-        q = 1.0
-        for param in fields[1:]:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        if media == ARROW_STREAM:
-            arrow_q = max(arrow_q, q)
-        elif media in _JSON_RANGES:
-            json_q = max(json_q, q)
-    return arrow_q > 0 and arrow_q >= json_q
 
 
 def kafka_rows(batch: LogBatch, topic: str, partition: int, first_offset: int = 0
@@ -119,8 +83,20 @@ def stream(batches: Sequence[pa.RecordBatch],
     return memoryview(sink.getvalue())
 
 
-class ArrowAnswer(NamedTuple):
-    """An Arrow answer: the stream and the response headers that carry its paging."""
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """What a JSON answer carries in its body beside the records, for an Arrow one."""
+
+    record_count: int
+    next_offset: int | None = None
+    high_watermark: int | None = None
+    log_start_offset: int | None = None
+    member_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArrowAnswer:
+    """An Arrow answer: the stream and its paging."""
 
     body: memoryview
-    headers: dict[str, str]
+    paging: Paging

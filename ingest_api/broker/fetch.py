@@ -10,11 +10,8 @@ from typing import Any, Literal
 import msgspec
 
 from ingest_api.broker.arrow_answer import (
-    HIGH_WATERMARK,
-    LOG_START_OFFSET,
-    NEXT_OFFSET,
-    RECORD_COUNT,
     ArrowAnswer,
+    Paging,
     binary_bytes,
     data_bytes,
     kafka_rows,
@@ -203,7 +200,7 @@ class FetchService:
 
     async def fetch_arrow(self, topic: str, partition: int, offset: int, max_records: int,
                           max_bytes: int, timeout_ms: int) -> ArrowAnswer:
-        """``fetch`` as an Arrow stream (SPARK_SCHEMA), the paging in response headers."""
+        """``fetch`` as an Arrow stream (SPARK_SCHEMA) and its paging."""
         offset, result = await self._wait_read(topic, partition, offset, max_records,
                                                max_bytes, timeout_ms)
         rows = [kafka_rows(b, topic, partition) for b in result.batches]
@@ -212,9 +209,8 @@ class FetchService:
             self.metrics.records_out.labels(topic).inc(count)
             self.metrics.bytes_out.labels(topic).inc(sum(map(data_bytes, rows)))
         nxt = result.next_offset if result.next_offset is not None else offset
-        return ArrowAnswer(stream(rows), {
-            NEXT_OFFSET: str(nxt), HIGH_WATERMARK: str(result.high_watermark),
-            LOG_START_OFFSET: str(result.log_start_offset), RECORD_COUNT: str(count)})
+        return ArrowAnswer(stream(rows), Paging(count, nxt, result.high_watermark,
+                                                result.log_start_offset))
 
     async def _wait_read(self, topic: str, partition: int, offset: int, max_records: int,
                          max_bytes: int, timeout_ms: int) -> tuple[int, FetchResult]:

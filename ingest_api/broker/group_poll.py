@@ -23,10 +23,9 @@ from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.errors import NoOffsetError
 from ingest_api.broker.arrow_answer import (
-    MEMBER_EPOCH,
     POSITIONS,
-    RECORD_COUNT,
     ArrowAnswer,
+    Paging,
     data_bytes,
     kafka_rows,
     stream,
@@ -141,13 +140,13 @@ class GroupPoll:
     async def poll_arrow(self, group: str, member_id: str, max_records: int, max_bytes: int,
                          timeout_ms: int, max_partition_bytes: int | None = None
                          ) -> ArrowAnswer:
-        """``poll`` as an Arrow stream (SPARK_SCHEMA); the member epoch in a header."""
+        """``poll`` as an Arrow stream (SPARK_SCHEMA); the member epoch in its paging."""
         member, batches = await self._poll(group, member_id, max_records, max_bytes,
                                            timeout_ms, "BINARY", True, max_partition_bytes)
         count = sum(b.num_rows for b in batches)
         positions = {POSITIONS: _encoder.encode(_positions(member, self.coordinator.topic_id_of))}
-        return ArrowAnswer(stream(batches, positions), {MEMBER_EPOCH: str(member.epoch),
-                                                        RECORD_COUNT: str(count)})
+        return ArrowAnswer(stream(batches, positions),
+                           Paging(count, member_epoch=member.epoch))
 
     async def _poll(self, group: str, member_id: str, max_records: int, max_bytes: int,
                     timeout_ms: int, fmt: Format, arrow: bool, max_partition_bytes: int | None

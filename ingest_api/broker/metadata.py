@@ -1,5 +1,6 @@
-"""Cluster metadata as the HTTP answers show it: brokers, and each partition's leader and
-replicas; and the resource URLs that Confluent REST v3 shapes link between.
+"""Cluster metadata as the answers show it: brokers, and each partition's leader and
+replicas (the resource URLs Confluent REST v3 links them with are the HTTP front's:
+``ingest_api.http.resources``).
 
 Without ZooKeeper lakelog runs as a cluster of one: broker 1 is the controller, leads
 every partition and is its only (in-sync) replica. In a cluster the answers come from the
@@ -16,7 +17,6 @@ from cluster.view import ClusterView
 CLUSTER_ID = "lakelog"
 """The one cluster id a broker answers to (Confluent's paths name it)."""
 BROKER_ID = 1
-CLUSTER = f"/v3/clusters/{CLUSTER_ID}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,43 +76,3 @@ class ClusterMetadata:
 
 
 METADATA = ClusterMetadata()
-
-
-# -- URLs and the Resource envelope ---------------------------------------------------
-
-def topic_url(topic: str) -> str:
-    return f"{CLUSTER}/topics/{topic}"
-
-
-def partition_url(topic: str, partition: int) -> str:
-    return f"{CLUSTER}/topics/{topic}/partitions/{partition}"
-
-
-def broker_url(broker_id: int) -> str:
-    return f"{CLUSTER}/brokers/{broker_id}"
-
-
-def related(url: str) -> dict[str, str]:
-    """A Confluent ``Relationship``."""
-    return {"related": url}
-
-
-def resource(kind: str, url: str, crn: str) -> dict[str, object]:
-    """The ``kind`` and ``metadata`` every Confluent resource starts with."""
-    name = f"crn:///kafka={CLUSTER_ID}" + (f"/{crn}" if crn else "")
-    return {"kind": kind, "metadata": {"self": url, "resource_name": name}}
-
-
-def collection(kind: str, url: str, data: list[dict[str, object]]) -> dict[str, object]:
-    """A Confluent ``ResourceCollection`` (every list is whole: ``next`` is null)."""
-    return {"kind": kind, "metadata": {"self": url, "next": None}, "data": data}
-
-
-def replica_body(topic: str, partition: int, broker_id: int) -> dict[str, object]:
-    placement = METADATA.placement(topic, partition)
-    url = f"{partition_url(topic, partition)}/replicas/{broker_id}"
-    return {**resource("KafkaReplica", url, f"topic={topic}/partition={partition}/"
-                                            f"replica={broker_id}"),
-            "cluster_id": CLUSTER_ID, "topic_name": topic, "partition_id": partition,
-            "broker_id": broker_id, "is_leader": broker_id == placement.leader,
-            "is_in_sync": broker_id in placement.in_sync, "broker": related(broker_url(broker_id))}

@@ -16,7 +16,6 @@ import msgspec
 from fastapi import Request
 
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
-from ingest_api.broker.metadata import CLUSTER
 from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import ProduceResult, Run
 from ingest_api.broker.security import is_broker_principal
@@ -24,6 +23,7 @@ from ingest_api.http.errors import error_of, relayed
 from ingest_api.http.peers import FORWARDED, INTERNAL, HttpLink
 from ingest_api.http.peers import principal_of as principal_of
 from ingest_api.http.produce_columns import forward_entries
+from ingest_api.http.resources import CLUSTER
 from log_tables.errors import LakelogError
 
 

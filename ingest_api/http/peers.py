@@ -19,13 +19,13 @@ from fastapi.responses import Response
 
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from cluster.replica_protocol import CONTENT_TYPE, EPOCH_END_PATH, FETCH_PATH
-from ingest_api.broker.arrow_answer import ARROW_STREAM, NEXT_OFFSET
 from ingest_api.broker.cluster_link import ClusterLink
 from ingest_api.broker.credentials import forward_headers
 from ingest_api.broker.fetch import Format, RemoteFetch
-from ingest_api.broker.metadata import CLUSTER, partition_url, topic_url
 from ingest_api.broker.peers import GroupSummary, PartitionBounds, PartitionInfo, PeerSetup
+from ingest_api.http.arrow_headers import ARROW_STREAM, NEXT_OFFSET
 from ingest_api.http.errors import error_of
+from ingest_api.http.resources import CLUSTER, partition_url, topic_url
 from log_tables.errors import (
     BrokerNotAvailableError,
     NotLeaderError,
@@ -93,7 +93,7 @@ class HttpPeers:
                             principal=principal_of(request),
                             params=dict(request.query_params), content=body or None,
                             headers=headers)
-        # Lakelog-* headers carry an Arrow fetch's paging (ingest_api.broker.arrow_answer).
+        # Lakelog-* headers carry an Arrow fetch's paging (ingest_api.http.arrow_headers).
         keep = {k: v for k, v in r.headers.items()
                 if k.lower() in ("content-type", "retry-after", "location")
                 or k.lower().startswith("lakelog-")}

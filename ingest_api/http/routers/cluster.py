@@ -10,17 +10,16 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cluster.model import BrokerInfo
-from ingest_api.broker.metadata import (
+from ingest_api.broker.metadata import METADATA, Broker
+from ingest_api.http.auth import may
+from ingest_api.http.resources import (
     CLUSTER,
-    METADATA,
-    Broker,
     broker_url,
     collection,
     related,
     replica_body,
     resource,
 )
-from ingest_api.http.auth import may
 from ingest_api.http.state import CLUSTER_ID, json_response, leader_bounds, state
 from log_tables.errors import (
     UnknownBrokerError,

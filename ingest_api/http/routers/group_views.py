@@ -22,7 +22,7 @@ from fastapi.responses import Response
 
 from consumer_groups.coordinator import GroupCoordinator, Member
 from consumer_groups.lag import PartitionLag
-from ingest_api.broker.metadata import collection, partition_url, related, resource
+from ingest_api.http.resources import collection, partition_url, related, resource
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.routers.groups import BASE, GroupId, MemberId, group_url, to_coordinator
 from ingest_api.http.state import CLUSTER_ID, AppState, json_response, state

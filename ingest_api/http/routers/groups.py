@@ -13,9 +13,8 @@ from fastapi.responses import Response
 from consumer_groups.assignors import TopicPartition
 from consumer_groups.coordinator import Member, heartbeat_interval_ms
 from consumer_groups.offsets import Committed
-from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.broker.group_admin import GroupSummary, OffsetReset
-from ingest_api.broker.metadata import CLUSTER, collection, related, resource
+from ingest_api.http.arrow_headers import ARROW_RESPONSE, arrow_response, wants_arrow
 from ingest_api.http.auth import may, require
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.forwarding import forwarded, principal_of
@@ -26,6 +25,7 @@ from ingest_api.http.models import (
     ResetRequest,
     SeekRequest,
 )
+from ingest_api.http.resources import CLUSTER, collection, related, resource
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import (
     CLUSTER_ID,
@@ -208,7 +208,7 @@ async def poll(
               min(timeout_ms, s.max_fetch_wait_ms))
     if wants_arrow(request.headers.get("accept")):
         arrow = await st.poll.poll_arrow(group_id, member_id, *limits, max_partition_bytes)
-        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
+        return arrow_response(arrow)
     body = await st.poll.poll(group_id, member_id, *limits, format, max_partition_bytes)
     return Response(body, media_type="application/json")
 

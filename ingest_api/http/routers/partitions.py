@@ -10,7 +10,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from ingest_api.broker.cluster_info import PartitionInfo
-from ingest_api.broker.metadata import (
+from ingest_api.http.forwarding import forwarded, principal_of
+from ingest_api.http.resources import (
     CLUSTER,
     collection,
     partition_url,
@@ -19,7 +20,6 @@ from ingest_api.broker.metadata import (
     resource,
     topic_url,
 )
-from ingest_api.http.forwarding import forwarded, principal_of
 from ingest_api.http.routers.cluster import check_cluster
 from ingest_api.http.state import CLUSTER_ID, json_response, state
 from log_tables.errors import (

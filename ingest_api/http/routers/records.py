@@ -12,9 +12,9 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from cluster.model import BrokerInfo
-from ingest_api.broker.arrow_answer import ARROW_RESPONSE, ARROW_STREAM, wants_arrow
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks
+from ingest_api.http.arrow_headers import ARROW_RESPONSE, arrow_response, wants_arrow
 from ingest_api.http.body import (
     ObjectStream,
     chunks,
@@ -334,7 +334,7 @@ async def fetch(
     if wants_arrow(request.headers.get("accept")):
         arrow = await st.fetch.fetch_arrow(topic_name, partition_id, offset, max_records,
                                            max_bytes, timeout_ms)
-        return Response(arrow.body, media_type=ARROW_STREAM, headers=arrow.headers)
+        return arrow_response(arrow)
     body = await st.fetch.fetch(topic_name, partition_id, offset, max_records, max_bytes,
                                 timeout_ms, format)
     return Response(body, media_type="application/json")

@@ -9,19 +9,13 @@ import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from ingest_api.broker.metadata import (
-    CLUSTER,
-    METADATA,
-    collection,
-    related,
-    resource,
-    topic_url,
-)
+from ingest_api.broker.metadata import METADATA
 from ingest_api.broker.topics import NewTopic, ReplicaAssignment
 from ingest_api.http.auth import may
 from ingest_api.http.body import decode_request
 from ingest_api.http.forwarding import internal as is_internal
 from ingest_api.http.models import ConfigAlter, ConfigUpdate, TopicCreate, TopicPatch
+from ingest_api.http.resources import CLUSTER, collection, related, resource, topic_url
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import CLUSTER_ID, json_body, json_response, state
 from log_tables.config import CONFIG_BY_NAME, TopicConfig, config_value
