@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from cluster.model import OFFSETS_TOPIC, BrokerInfo
 from consumer_groups.coordinator import GroupCoordinator
 from ingest_api.broker.metadata import METADATA
+from log_tables.cluster_errors import LeaderNotAvailableError
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.config import CONFIG_BY_NAME
 from log_tables.errors import (
@@ -93,6 +94,21 @@ class TopicAdmin:
         """The broker whose topic changes these are, when that is another broker (the
         cluster's controller); None: this broker makes them."""
         return None if self.link is None else self.link.controller()
+
+    async def read_back(self, name: str) -> None:
+        """After the controller's broker answered that it changed topic ``name`` (a change
+        sent on to it): read the topic from ZooKeeper now, so that this broker's own next
+        answers show the change rather than wait for its watches (read your writes
+        through any broker). Unreachable ZooKeeper: the watches bring it later."""
+        if self.link is None:
+            return
+        broker = self.link.broker
+        try:
+            exists = await asyncio.to_thread(broker.ensure_topic, name)
+        except LeaderNotAvailableError:
+            return
+        if not exists and broker.view.topic(name) is not None:
+            await asyncio.to_thread(broker.forget_topic, name)
 
     def describe(self, name: str) -> TopicMetadata:
         """The topic; in a cluster, one made through another broker a moment ago is read

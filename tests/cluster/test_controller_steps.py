@@ -413,6 +413,41 @@ def test_killed_after_topic_written(brokers: Brokers, zk: KazooClient) -> None:
         assert (r.status_code, r.json()["error"]) == (400, "topic_already_exists"), r.text
 
 
+def test_topic_changes_through_a_broker_whose_watches_lag_show_at_once_there(
+        brokers: Brokers, zk: KazooClient) -> None:
+    """A broker that sends a topic change on to the controller reads the topic back once
+    the controller answers, so its own next answer shows the change, however late its
+    ZooKeeper watches are (a suite run saw a leader of -1 listed right after a creation
+    through such a broker). Broker 2 applies its watches of ``lag-*`` topics 3 s late."""
+    start(brokers, 1)
+    wait_for("broker 1 controls", lambda: controller_id(zk) == 1)
+    launch_with(brokers, 2, "slow-watches:lag-+3")
+    brokers.start(2, WAIT_S)
+    start(brokers, 3)
+    wait_for("three brokers registered", lambda: live_brokers(zk) == {1, 2, 3})
+    base = brokers.url(2) + CLUSTER
+
+    def leaders() -> list[int]:
+        r = httpx.get(f"{base}/topics/lag-t/partitions", timeout=10)
+        assert r.status_code == 200, r.text
+        return sorted(p["leader_id"] for p in r.json()["data"])
+
+    r = create(brokers, 2, "lag-t", 6)
+    assert r.status_code == 201, r.text
+    assert leaders() == [1, 1, 2, 2, 3, 3]
+    r = httpx.patch(f"{base}/topics/lag-t", json={"partitions_count": 9}, timeout=30)
+    assert r.status_code == 200 and r.json()["partitions_count"] == 9, r.text
+    assert leaders() == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    r = httpx.put(f"{base}/topics/lag-t/configs/retention.ms", json={"value": "60000"},
+                  timeout=30)
+    assert r.status_code == 204, r.text
+    r = httpx.get(f"{base}/topics/lag-t/configs/retention.ms", timeout=10)
+    assert r.json()["value"] == "60000", r.text
+    assert httpx.delete(f"{base}/topics/lag-t", timeout=30).status_code == 204
+    r = httpx.get(f"{base}/topics/lag-t", timeout=10)
+    assert r.status_code == 404, r.text
+
+
 def test_an_election_interrupted_after_elected_is_finished_by_its_session(
         zk: KazooClient) -> None:
     """Step 1a, interrupted without a death (a ConnectionLoss between the two writes, say):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from ingest_api.broker.metadata import METADATA
-from ingest_api.broker.topics import NewTopic, ReplicaAssignment
+from ingest_api.broker.topics import NewTopic, ReplicaAssignment, TopicAdmin
 from ingest_api.http.auth import may
 from ingest_api.http.body import decode_request
 from ingest_api.http.forwarding import internal as is_internal
@@ -23,6 +23,9 @@ from log_tables.errors import (
     InvalidParameterError,
 )
 from log_tables.registry import TopicMetadata
+
+if TYPE_CHECKING:
+    from cluster.model import BrokerInfo
 
 router = APIRouter(tags=["topics"])
 BASE = "/v3/clusters/{cluster_id}/topics"
@@ -80,7 +83,7 @@ async def create_topic(cluster_id: str, request: Request) -> Response:
     check_cluster(cluster_id)
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, None)
     body = await decode_request(request, _create, ADMIN_BODY_LIMIT, 400)
     made = await admin.create(NewTopic(
         body.topic_name, body.partitions_count, body.replication_factor,
@@ -149,7 +152,7 @@ async def update_topic(cluster_id: str, topic_name: TopicName, request: Request,
     include = _include_operations(include_authorized_operations)
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, topic_name)
     body = await decode_request(request, _patch, ADMIN_BODY_LIMIT, 400)
     meta = await admin.add_partitions(topic_name, body.partitions_count)
     return json_response(_with_operations(request, topic_body(meta), include))
@@ -162,7 +165,7 @@ async def delete_topic(cluster_id: str, topic_name: TopicName, request: Request,
     _include_operations(include_authorized_operations)  # validated; a 204 has no body
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, topic_name)
     await admin.delete(topic_name)
     return Response(status_code=204)
 
@@ -194,7 +197,7 @@ async def set_config(cluster_id: str, topic_name: TopicName, name: str,
     check_cluster(cluster_id)
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, topic_name)
     body = await decode_request(request, _update, ADMIN_BODY_LIMIT, 400)
     await admin.set_config(topic_name, name, body.value)
     return Response(status_code=204)
@@ -207,7 +210,7 @@ async def reset_config(cluster_id: str, topic_name: TopicName, name: str,
     check_cluster(cluster_id)
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, topic_name)
     await admin.set_config(topic_name, name, None)
     return Response(status_code=204)
 
@@ -220,8 +223,26 @@ async def alter_configs(cluster_id: str, topic_name: TopicName, request: Request
     check_cluster(cluster_id)
     admin = state(request).topic_admin
     if (controller := admin.controller()) is not None:
-        return await forward(request, controller)
+        return await _forward_change(request, admin, controller, topic_name)
     body = await decode_request(request, _alter, ADMIN_BODY_LIMIT, 400)
     await admin.alter_configs(topic_name, [(e.name, None if e.operation == "DELETE" else e.value)
                                            for e in body.data], body.validate_only)
     return Response(status_code=204)
+
+
+async def _forward_change(request: Request, admin: TopicAdmin, controller: BrokerInfo,
+                          topic: str | None) -> Response:
+    """A topic change sent on to the controller's broker; once that answers that it made
+    the change, this broker reads the topic back (``TopicAdmin.read_back``), so that its
+    own next answers show it. ``topic`` None: a creation (the name is in its answer)."""
+    answer = await forward(request, controller)
+    if answer.status_code < 300:
+        name = topic
+        if name is None:
+            try:
+                name = msgspec.json.decode(answer.body).get("topic_name")
+            except (msgspec.DecodeError, AttributeError):
+                name = None
+        if isinstance(name, str):
+            await admin.read_back(name)
+    return answer
