@@ -21,12 +21,24 @@ OpenLog = Callable[..., PartitionLog]
 # Every server the tests start (by any route) runs without a SQL endpoint, which would
 # start a JVM and take port 15002: the endpoint's tests turn it on, on a port of their own.
 os.environ.setdefault("LAKELOG_SQL_PORT", "0")
-# Every JVM the tests start (Spark's, in this process and in job, endpoint and notebook
-# processes, and ZooKeeper's) compiles with C1 only and the serial collector: the tests'
-# JVMs live for seconds, and start-up is most of their time. The notebooks and
-# tests/lakelog/test_cli.py ran in 187 s against 245 s with Java's defaults (two workers).
-# lakelog's own JVMs keep Java's defaults; Java says "Picked up JDK_JAVA_OPTIONS" on stderr.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Every JVM the tests start (Spark's, in this process and in job, endpoint and notebook
+processes, and ZooKeeper's) compiles with C1 only and the serial collector, and maps a
+class-data-sharing archive of Spark's classes (``tests/jvm_archive.py``): the tests' JVMs
+live for seconds, and start-up is most of their time. The notebooks and
+tests/lakelog/test_cli.py ran in 187 s against 245 s with Java's defaults (two workers),
+before the archive. lakelog's own JVMs keep Java's defaults; Java says "Picked up
+JDK_JAVA_OPTIONS" on stderr."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once per run, in the process that starts the workers (they inherit it): the JVMs'
+    options, the archive built first if need be (unless JDK_JAVA_OPTIONS is set)."""
+    if hasattr(config, "workerinput") or "JDK_JAVA_OPTIONS" in os.environ:
+        return
+    from tests.jvm_archive import jvm_options
+
+    os.environ["JDK_JAVA_OPTIONS"] = jvm_options(JVM_OPTIONS)
 
 
 @pytest.fixture
