@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,14 +32,29 @@ before the archive. lakelog's own JVMs keep Java's defaults; Java says "Picked u
 JDK_JAVA_OPTIONS" on stderr."""
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Once per run, in the process that starts the workers (they inherit it): the JVMs'
-    options, the archive built first if need be (unless JDK_JAVA_OPTIONS is set)."""
-    if hasattr(config, "workerinput") or "JDK_JAVA_OPTIONS" in os.environ:
-        return
-    from tests.jvm_archive import jvm_options
+SOURCES = ("ingest_api", "log_tables", "cluster", "compaction_jobs", "consumer_groups",
+           "lakelog", "tests", "bench")
+"""The packages every process the tests start imports from this checkout."""
 
-    os.environ["JDK_JAVA_OPTIONS"] = jvm_options(JVM_OPTIONS)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once per run, in the process that starts the workers (they inherit what it sets):
+    this checkout's modules byte-compiled, and the JVMs' options (the archive built in the
+    background if need be; none added if JDK_JAVA_OPTIONS is set).
+
+    Where PYTHONDONTWRITEBYTECODE is set (CI's machines), Python reads the bytecode it
+    finds but writes none, so every server, broker, job and command the tests start
+    compiled lakelog's modules anew: importing the server's took 1.5 s of CPU against 1.1
+    s compiled."""
+    if hasattr(config, "workerinput"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    for name in SOURCES:
+        compileall.compile_dir(root / name, quiet=2, workers=0)
+    if "JDK_JAVA_OPTIONS" not in os.environ:
+        from tests.jvm_archive import jvm_options
+
+        os.environ["JDK_JAVA_OPTIONS"] = jvm_options(JVM_OPTIONS)
 
 
 @pytest.fixture
