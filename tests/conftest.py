@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     this checkout's modules byte-compiled, and the JVMs' options (the archive built in the
     background if need be; none added if JDK_JAVA_OPTIONS is set).
 
-    Where PYTHONDONTWRITEBYTECODE is set (CI's machines), Python reads the bytecode it
+    Where PYTHONDONTWRITEBYTECODE is set (as on this machine), Python reads the bytecode it
     finds but writes none, so every server, broker, job and command the tests start
     compiled lakelog's modules anew: importing the server's took 1.5 s of CPU against 1.1
     s compiled."""
