@@ -107,7 +107,7 @@ class TopicAdmin:
             exists = await asyncio.to_thread(broker.ensure_topic, name)
         except LeaderNotAvailableError:
             return
-        if not exists and broker.view.topic(name) is not None:
+        if not exists:  # deleted: gone here at once (forgetting an unknown one is a no-op)
             await asyncio.to_thread(broker.forget_topic, name)
 
     def describe(self, name: str) -> TopicMetadata:

@@ -446,6 +446,11 @@ def test_topic_changes_through_a_broker_whose_watches_lag_show_at_once_there(
     assert httpx.delete(f"{base}/topics/lag-t", timeout=30).status_code == 204
     r = httpx.get(f"{base}/topics/lag-t", timeout=10)
     assert r.status_code == 404, r.text
+    # A creation only validated is read back too: nothing there, nothing made here.
+    r = httpx.post(f"{base}/topics", json={"topic_name": "lag-v", "partitions_count": 2,
+                                            "validate_only": True}, timeout=30)
+    assert r.status_code == 200 and r.json()["topic_name"] == "lag-v", r.text
+    assert httpx.get(f"{base}/topics/lag-v", timeout=10).status_code == 404
 
 
 def test_an_election_interrupted_after_elected_is_finished_by_its_session(
