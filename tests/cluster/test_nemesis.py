@@ -43,3 +43,19 @@ def test_nothing_acknowledged_is_lost_under_the_nemesis(seed: int, tmp_path: Pat
     assert verdict.dealt >= verdict.scheduled // 2, verdict.summary()  # faults, not skips
     assert verdict.ok, (f"replay: LAKELOG_NEMESIS_SEED={seed} LAKELOG_NEMESIS_SECONDS="
                         f"{SECONDS:g}; {verdict.summary()}; examples: {verdict.examples}")
+
+
+def test_networks_one_after_another_in_one_process_each_get_their_names() -> None:
+    """A seed's network is made right after the last one's closed, in the same process
+    (two seeds here, many in ``python -m tests.cluster.nemesis``): closing deletes each
+    veth pair at once. The kernel removes a deleted namespace's interfaces only later, so
+    the next network found its veth names taken ("File exists": three seeds of eight in a
+    long run, and the second of two networks made back to back)."""
+    from tests.cluster.nemesis.network import network
+
+    for seed in range(10):
+        try:
+            with network(3, seed) as net:
+                assert sorted(net.namespaces) == [1, 2, 3]
+        except NetworkUnavailable as exc:
+            pytest.fail(f"network {seed}: {exc}", pytrace=False)

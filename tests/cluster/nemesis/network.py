@@ -82,6 +82,7 @@ class Network:
         self.bridge = _bridge_name(self.pid)
         self.gateway = f"{self.prefix}.1"
         self.namespaces: dict[int, str] = {}
+        self.veths: dict[int, str] = {}
         self._made_bridge = False
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
@@ -100,6 +101,7 @@ class Network:
         _ip("netns", "add", ns)
         self.namespaces[i] = ns
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        self.veths[i] = veth
         _ip("link", "set", veth, "master", self.bridge)
         _ip("link", "set", veth, "up")
         _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
@@ -133,6 +135,13 @@ class Network:
         self._iptables(i, "-F", "INPUT")
 
     def close(self) -> None:
+        # Each veth pair goes first, at once: a deleted namespace's interfaces go only when
+        # the kernel's cleanup gets to it, and the next Network of this process (the next
+        # seed) would find its veth's name taken ("File exists").
+        for veth in self.veths.values():
+            with contextlib.suppress(NetworkUnavailable):
+                _ip("link", "del", veth)
+        self.veths = {}
         for ns in self.namespaces.values():
             with contextlib.suppress(NetworkUnavailable):
                 _ip("netns", "del", ns)
