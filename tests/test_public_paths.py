@@ -40,6 +40,13 @@ SHOWN_BEFORE: dict[tuple[str, str], str] = {
 MOVED_BESIDE: dict[tuple[str, str], str] = {
     ("log_tables.spark_session", "attach"): "lakelog.spark",
     ("log_tables.spark_source", "LakelogDataSource"): "lakelog.spark",
+    # The broker core's HTTP shapes, moved to the HTTP front after a landing (issue 36).
+    **{("ingest_api.broker.metadata", name): "ingest_api.http.resources" for name in (
+        "CLUSTER", "topic_url", "partition_url", "broker_url", "related", "resource",
+        "collection", "replica_body")},
+    **{("ingest_api.broker.arrow_answer", name): "ingest_api.http.arrow_headers"
+       for name in ("ARROW_STREAM", "NEXT_OFFSET", "HIGH_WATERMARK", "LOG_START_OFFSET",
+                    "MEMBER_EPOCH", "RECORD_COUNT", "ARROW_RESPONSE", "wants_arrow")},
 }
 
 

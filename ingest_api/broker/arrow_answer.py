@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from log_tables.cold.rows import to_table_rows
 from log_tables.cold.topic_reader import SPARK_SCHEMA, with_topic
+from log_tables.moved import moved
 from log_tables.records import LogBatch
 
 SMALL_BATCH_ROWS = 64
@@ -100,3 +101,10 @@ class ArrowAnswer:
 
     body: memoryview
     paging: Paging
+
+
+__getattr__ = moved(__name__, {name: "ingest_api.http.arrow_headers" for name in (
+    "ARROW_STREAM", "NEXT_OFFSET", "HIGH_WATERMARK", "LOG_START_OFFSET", "MEMBER_EPOCH",
+    "RECORD_COUNT", "ARROW_RESPONSE", "wants_arrow")})
+"""The media type, the ``Lakelog-*`` header names and the Accept check went to the HTTP
+front (issue 36)."""

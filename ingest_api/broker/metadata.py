@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.view import ClusterView
+from log_tables.moved import moved
 
 CLUSTER_ID = "lakelog"
 """The one cluster id a broker answers to (Confluent's paths name it)."""
@@ -76,3 +77,9 @@ class ClusterMetadata:
 
 
 METADATA = ClusterMetadata()
+
+
+__getattr__ = moved(__name__, {name: "ingest_api.http.resources" for name in (
+    "CLUSTER", "topic_url", "partition_url", "broker_url", "related", "resource",
+    "collection", "replica_body")})
+"""The REST v3 URLs and resource shapes went to the HTTP front (issue 36)."""
