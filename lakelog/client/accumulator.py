@@ -23,24 +23,30 @@ import logging
 import threading
 import time
 from collections import deque
-from operator import attrgetter
+from collections.abc import Callable
+from operator import add, attrgetter
 
-import pyarrow as pa
+import numpy as np
 
 from lakelog.client.batches import Batch, key_bytes
 from lakelog.client.errors import LakelogTimeoutError
 from lakelog.client.futures import Deliveries, FutureRecordMetadata
 from lakelog.client.structs import TopicPartition
-from log_tables.partitioner import partitions_for_key_array, partitions_for_keys
+from log_tables.partitioner import partitions_for_keys, partitions_for_same_length_keys
 
 log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.0005  # the sender thread's shortest sleep
 DATA_TYPES = frozenset({bytes, str, type(None), bytearray, memoryview})
 """What a key or value may be (``send`` does not look: the sender thread does, in bulk)."""
-ARROW_KEYS = 256
-"""From this many keys, murmur2 reads them from an Arrow array (0.06 us a key at 1,000,
-against 0.12 us for ``partitions_for_keys``, which is faster below)."""
+DRAIN_AT = 512
+"""Records in ``incoming`` at which ``send`` moves them to their partitions' queues itself
+(as Kafka's producer partitions on the caller's thread): on one core the sender thread
+would find them evicted from the CPU's caches by the records sent after them."""
+VECTOR_KEYS = 256
+"""From this many keys of one length, murmur2 runs over their bytes joined (0.05 us a key
+at 1,000, against 0.12 us for ``partitions_for_keys``, which is faster below). Not over
+an Arrow array: making one from Python objects loads pandas (0.2-0.4 s, once)."""
 _size = attrgetter("_size")
 _enqueued_at = attrgetter("_enqueued_at")
 _key = attrgetter("_key")
@@ -49,7 +55,7 @@ _value = attrgetter("_value")
 
 class RecordAccumulator:
     """The records waiting for a request: ``incoming`` (from ``send``) and each partition's
-    queue (in send order), guarded by ``cond``, which the sender thread waits on."""
+    queue (in send order), guarded by ``cond``."""
 
     def __init__(self, partitions: dict[str, int], deliveries: Deliveries, *, linger_s: float,
                  batch_records: int, batch_bytes: int, max_buffered: int) -> None:
@@ -59,7 +65,6 @@ class RecordAccumulator:
         self.max_buffered = max_buffered
         lock = threading.Lock()
         self.cond = threading.Condition(lock)
-        """What the sender thread waits on: records, answers, a flush, close."""
         self.room_freed = threading.Condition(lock)
         """What a ``send`` waiting for room waits on: a request took records."""
         self.incoming: deque[FutureRecordMetadata] = deque()
@@ -75,6 +80,8 @@ class RecordAccumulator:
         self._record_bytes = 1
         """The mean bytes of the records last drained."""
         self.closed = False
+        self.waker: Callable[[], None] = lambda: None
+        """Wakes the sender thread from its wait (set by the sender)."""
         self.flush_requested = 0
         self.queued = 0
         """Records in the partitions' queues."""
@@ -114,20 +121,19 @@ class RecordAccumulator:
                         f"send to {topic}: {waiting} records were still waiting to be "
                         f"sent to {url} after max_block_ms={max_block_ms:g}")
                 self.sleeping = False
-                self.cond.notify_all()  # the sender thread may not have seen them yet
+                self.waker()  # the sender thread may not have seen them yet
                 self.room_freed.wait(left)
 
     def wake(self) -> None:
-        with self.cond:
-            self.sleeping = False
-            self.cond.notify_all()
+        self.sleeping = False
+        self.waker()
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.room = 0  # send takes the slow path, which says the producer is closed
-            self.cond.notify_all()
             self.room_freed.notify_all()
+        self.wake()
 
     def leftovers(self) -> list[FutureRecordMetadata]:
         """Records a ``send`` that raced with ``close`` appended after the sender thread
@@ -180,18 +186,21 @@ class RecordAccumulator:
         return ok
 
     def _place(self, topic: str, records: list[FutureRecordMetadata]) -> int:
-        """Queue records of one topic, each in its partition, in order; their bytes."""
-        groups: dict[int, list[FutureRecordMetadata]] = {}
-        for r, p in zip(records, self._partitions_of(topic, records), strict=True):
-            k, v = r._key, r._value
-            r._size = (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
-            group = groups.get(p)
-            if group is None:
-                groups[p] = [r]
-            else:
-                group.append(r)
+        """Queue records of one topic, each in its partition, in order; their bytes.
+        Made of whole-list calls (no Python frame per record but one attribute set)."""
+        parts = self._partitions_of(topic, records)
+        keys, values = list(map(_key, records)), list(map(_value, records))
+        if None in keys or None in values:
+            sizes = [(len(k) if k is not None else 0) + (len(v) if v is not None else 0)
+                     for k, v in zip(keys, values, strict=True)]
+        else:
+            sizes = list(map(add, map(len, keys), map(len, values)))
+        for r, size in zip(records, sizes, strict=True):
+            r._size = size
         added = 0
-        for partition, group in groups.items():
+        for partition, indexes in _groups(parts):
+            group = records if indexes is None else list(map(records.__getitem__, indexes))
+            size = sum(sizes) if indexes is None else sum(map(sizes.__getitem__, indexes))
             tp = TopicPartition(topic, partition)
             queue = self._queues.get(tp)
             if queue is None:
@@ -200,7 +209,6 @@ class RecordAccumulator:
             if not queue:
                 self._first_at[tp] = group[0]._enqueued_at
             queue.extend(group)
-            size = sum(map(_size, group))
             self._queued_bytes[tp] += size
             added += size
         return added
@@ -211,9 +219,15 @@ class RecordAccumulator:
         given = [r._partition for r in records]
         keys = [r._key for r in records]
         if given.count(None) == len(given) and None not in keys:  # the usual: all keyed
-            return _partitions_for_keys(
-                [k if k.__class__ is bytes else key_bytes(k)  # type: ignore[arg-type]
-                 for k in keys], self._partitions[topic])
+            kinds = set(map(type, keys))
+            raw: list[bytes]
+            if kinds == {str}:
+                raw = list(map(str.encode, keys))  # type: ignore[arg-type]
+            elif kinds == {bytes}:
+                raw = keys  # type: ignore[assignment]
+            else:
+                raw = list(map(key_bytes, keys))  # type: ignore[arg-type]
+            return _partitions_for_keys(raw, self._partitions[topic])
         out: list[int] = []
         keyed: list[int] = []
         for i, (p, k) in enumerate(zip(given, keys, strict=True)):
@@ -286,7 +300,24 @@ class RecordAccumulator:
 
 
 def _partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]:
-    if len(keys) >= ARROW_KEYS:
-        return partitions_for_key_array(  # type: ignore[no-any-return]
-            pa.array(keys, pa.binary()), partitions).tolist()
+    if len(keys) >= VECTOR_KEYS:
+        lengths = set(map(len, keys))
+        if len(lengths) == 1 and (length := lengths.pop()) > 0:
+            return partitions_for_same_length_keys(  # type: ignore[no-any-return]
+                keys, length, partitions).tolist()
     return partitions_for_keys(keys, partitions)
+
+
+def _groups(parts: list[int]) -> list[tuple[int, list[int] | None]]:
+    """Each partition of ``parts`` with the indexes that go to it, in order (None: all
+    of them), by one stable numpy sort."""
+    first = parts[0]
+    if parts.count(first) == len(parts):
+        return [(first, None)]
+    array = np.asarray(parts)
+    order = np.argsort(array, kind="stable")
+    ordered = array[order]
+    cuts = (np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist()
+    starts, ends = [0, *cuts], [*cuts, len(parts)]
+    indexes = order.tolist()
+    return [(int(ordered[a]), indexes[a:b]) for a, b in zip(starts, ends, strict=True)]

@@ -98,6 +98,17 @@ class FailoverTransport(httpx.HTTPTransport):
             self._urls.append(u)
             self._current = len(self._urls) - 1
 
+    def failed(self, url: str) -> None:
+        """``url`` could not be reached: the next broker is asked first (if ``url`` was
+        the first)."""
+        u = httpx.URL(url)
+        with self._lock:
+            for i, known in enumerate(self._urls):
+                if (known.scheme, known.host, known.port) == (u.scheme, u.host, u.port) \
+                        and i == self._current:
+                    self._current = (i + 1) % len(self._urls)
+                    return
+
     def _moved_on(self, index: int) -> None:
         with self._lock:
             if self._current == index:

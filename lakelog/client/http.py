@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ssl
 from collections.abc import Sequence
 from urllib.parse import urlsplit
@@ -36,6 +37,14 @@ def http_auth(api_key: str | None) -> httpx.BasicAuth | None:
     if not sep:
         raise ValueError("an API key is '<key id>:<secret>'")
     return httpx.BasicAuth(key_id, secret)
+
+
+def authorization(api_key: str | None) -> str | None:
+    """The ``Authorization`` header's value of ``http_auth`` (None: send none)."""
+    if api_key is None:
+        return None
+    http_auth(api_key)  # the same check of the key's form
+    return "Basic " + base64.b64encode(api_key.encode()).decode("ascii")
 
 
 def api_client(url: str | Sequence[str], path: str, api_key: str | None,

@@ -3,7 +3,8 @@
 Records are queued per partition; a partition's batch is ready when it holds
 ``batch_size`` bytes or ``batch_records`` records, or its first record has waited
 ``linger_ms`` (Kafka's meanings). A sender thread puts ready batches of one topic and
-leader into a ``records:batch`` request and runs it on a worker thread, up to
+leader into a ``records:batch`` request and sends it over its own HTTP/1.1 connections
+(one thread and a selector, no thread per request), up to
 ``max_in_flight_requests_per_connection`` requests per broker at once, but never two
 for one partition: Kafka keeps several of a partition's batches in flight because they
 go in order on one TCP connection, and its broker refuses a batch whose sequence skips
@@ -14,12 +15,13 @@ answer. The ready partitions are spread over the requests a broker has room for.
 Keyed records are partitioned client-side with Kafka's murmur2 (the server's and Kafka's
 Java client's partition).
 
-``send`` does as little as it can on the caller's thread (Kafka's split): it appends
-the record to the accumulator's incoming queue without a lock and answers with a light
-Future (``futures.FutureRecordMetadata``); the sender thread moves what came in to the
-partitions' queues in bulk, murmur2 over numpy for all the keys at once
-(``accumulator.py``), and takes the ready batches into requests (``sender.py``); a
-request encodes each record with one format (``batches.entries``), and its answer
+``send`` does little on the caller's thread (Kafka's split): it appends the record to
+the accumulator's incoming queue without a lock and answers with a light Future
+(``futures.FutureRecordMetadata``); what came in is moved to the partitions' queues in
+bulk, murmur2 over numpy for all the keys at once (``accumulator.py``), by the sender
+thread or, every ``DRAIN_AT`` records, by ``send`` itself; the sender thread takes the
+ready batches into requests (``sender.py``); a request is encoded in one call
+(``batches.encode_body``), and its answer
 completes its records together, under one lock per producer (``futures.Deliveries``).
 ``send_many`` counts the answers of many records in a ``Tally`` (no Future each:
 ``lakelog produce``).
@@ -61,12 +63,12 @@ from typing import Literal
 
 import httpx
 
-from lakelog.client.accumulator import RecordAccumulator
+from lakelog.client.accumulator import DRAIN_AT, RecordAccumulator
 from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
 from lakelog.client.bootstrap import bootstrap_urls, describe_servers
 from lakelog.client.errors import raise_for
 from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally
-from lakelog.client.http import api_client, default_api_key
+from lakelog.client.http import api_client, authorization, default_api_key, tls_verify
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import (
     MAX_RETRIES,
@@ -148,7 +150,9 @@ class Producer:
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
                               self.policy, url=where, acks=acks, idempotent=idempotent,
                               delivery_timeout_ms=delivery_timeout_ms,
-                              max_in_flight=max_in_flight_requests_per_connection)
+                              max_in_flight=max_in_flight_requests_per_connection,
+                              authorization=authorization(key),
+                              verify=tls_verify(verify))
 
     @property
     def requests_sent(self) -> int:
@@ -190,6 +194,9 @@ class Producer:
         # Read after the append: see accumulator.py on waking without a race.
         if acc.sleeping or len(incoming) == acc.wake_count or acc.closed:
             self._appended()
+        elif len(incoming) >= DRAIN_AT:  # partitioned here while still in the cache
+            with acc.cond:
+                acc.drain()
         return record
 
     def _appended(self) -> None:
@@ -224,8 +231,7 @@ class Producer:
         with acc.cond:
             records = acc.waiting() + self._sender.in_flight()
             acc.flush_requested += 1
-            acc.sleeping = False
-            acc.cond.notify_all()
+        acc.wake()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             if self._deliveries.wait(records, timeout_s):

@@ -114,13 +114,21 @@ class Attempts:
     def again(self, failure: BaseException) -> bool:
         """After a retriable failure: wait the backoff (cut at the deadline, where one last
         attempt is made) and say whether to try again."""
+        wait_s = self.backoff(failure)
+        if wait_s is None:
+            return False
+        time.sleep(wait_s)
+        return True
+
+    def backoff(self, failure: BaseException) -> float | None:
+        """``again`` without the wait: how long to wait before the next attempt (None:
+        give up), for a caller that waits otherwise (the producer's sender thread)."""
         self.last = failure
         self.made += 1
         left = self.deadline - time.monotonic()
         if self.made > self.policy.retries or left <= 0:
-            return False
-        time.sleep(min(self.policy.backoff_s(self.made - 1), left))
-        return True
+            return None
+        return min(self.policy.backoff_s(self.made - 1), left)
 
     def gave_up(self) -> LakelogTimeoutError:
         took = time.monotonic() - self.started

@@ -1,18 +1,38 @@
-"""The producer's sender thread and its requests (Kafka's Sender): it takes ready
-batches from the ``RecordAccumulator`` into ``records:batch`` requests, one topic and
-leader each, and runs each on a worker thread: up to ``max_in_flight`` per broker, never
-two for one partition (``producer.py``'s docstring says why), with the producer id, epoch
-and sequences of idempotence, the retries, and what an answer changes (points 1-4 of
-``producer.py``'s docstring)."""
+"""The producer's sender thread (Kafka's Sender): it takes ready batches from the
+``RecordAccumulator`` into ``records:batch`` requests, one topic and leader each, up to
+``max_in_flight`` per broker and never two for one partition (``producer.py``'s
+docstring says why), with the producer id, epoch and sequences of idempotence, the
+retries, and what an answer changes (points 1-4 of ``producer.py``'s docstring).
+
+One thread does all of it, as Kafka's sender does: the requests go over non-blocking
+HTTP/1.1 connections (``wire.py``) that one selector watches, with the accumulator's
+wake-ups (``send``, ``flush``, ``close``) on a socket pair in the same selector. A
+request waiting for its retry backoff waits in the loop, not on a thread. On one core a
+worker thread per request and httpx cost about twice the CPU a record (thread wake-ups
+alone were a tenth of the producer's time).
+
+A request's steps (``Flight``): ``_begin`` (records past their delivery timeout fail;
+the producer id and sequences; the body, encoded once), ``_attempt`` (to the leader, or
+to a bootstrap broker, which forwards), then ``_answered`` or ``_broke``, each ending in
+``_finish`` or in another attempt after the backoff.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import itertools
+import logging
 import math
+import selectors
+import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -38,29 +58,65 @@ from lakelog.client.errors import (
     raise_for,
 )
 from lakelog.client.futures import Deliveries, FutureRecordMetadata
+from lakelog.client.http import CLUSTER, transport_of
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import Attempts, RetryPolicy, call, describe, never_sent, permanent
 from lakelog.client.structs import TopicPartition
+from lakelog.client.wire import Answer, Connection, Server
+
+log = logging.getLogger(__name__)
 
 MOVED = ("not_leader_or_follower", "broker_not_available")
 """Errors after which a request goes to the bootstrap broker (which forwards) while the
 metadata is read again."""
 
 MAX_IN_FLIGHT = 5  # Kafka's bound with idempotence (its broker remembers 5 batches)
-JSON_BODY = {"content-type": "application/json"}
 _enqueued_at = attrgetter("_enqueued_at")
 
 Taken = list[tuple[TopicPartition, Batch]]
 """One request's records: a batch of each of its partitions."""
 
 
+@dataclass(slots=True, eq=False)
+class Flight:
+    """One ``records:batch`` request, from its records' taking to its end."""
+
+    id: int
+    topic: str
+    taken: Taken
+    leader: str
+    """The broker it counts against (``max_in_flight``)."""
+    target: str | None = None
+    """Where its attempts go: the leader, or None for the bootstrap brokers."""
+    attempts: Attempts | None = None
+    live: Taken = field(default_factory=list)
+    every: list[FutureRecordMetadata] = field(default_factory=list)
+    ident: tuple[int, int] | None = None
+    firsts: dict[TopicPartition, int] = field(default_factory=dict)
+    sequences: list[int] = field(default_factory=list)
+    """Each entry's sequence, unbounded (modulo ``SEQUENCE_SPACE`` on the wire)."""
+    body: bytes = b""
+    maybe_appended: bool = False
+    """An attempt whose outcome is unknown was made."""
+    conn: Connection | None = None
+    url: str = ""
+    """The broker of the current attempt."""
+    deadline: float = 0.0
+    """When the current attempt times out."""
+    due: float | None = None
+    """When the next attempt goes (after a backoff)."""
+    tried: int = 0
+    """Bootstrap brokers that refused the current attempt's connection."""
+
+
 class Sender:
-    """Runs the requests of one producer: a thread that starts them, and workers."""
+    """The thread that runs one producer's requests."""
 
     def __init__(self, accumulator: RecordAccumulator, deliveries: Deliveries,
                  leaders: Leaders, http: httpx.Client, policy: RetryPolicy, *, url: str,
                  acks: str, idempotent: bool, delivery_timeout_ms: float,
-                 max_in_flight: int) -> None:
+                 max_in_flight: int, authorization: str | None = None,
+                 verify: bool | ssl.SSLContext = True) -> None:
         self.accumulator = accumulator
         self.deliveries = deliveries
         self.leaders = leaders
@@ -73,20 +129,30 @@ class Sender:
         self.max_in_flight = max_in_flight
         self.requests_sent = 0
         """``records:batch`` requests sent so far (attempts; retries included)."""
+        self._headers = [("content-type", "application/json")]
+        if authorization is not None:
+            self._headers.append(("authorization", authorization))
+        self._verify = verify
+        self._tls: ssl.SSLContext | None = None
+        """Made for the first https broker (httpx's defaults for ``verify``)."""
         self._in_flight: dict[int, Batch] = {}
+        self._flights: dict[int, Flight] = {}
         self._busy: set[TopicPartition] = set()
         """Partitions with a request awaiting its answer: one each."""
         self._requests_by_leader: dict[str, int] = {}
         self._request_ids = itertools.count()
-        self._urls: dict[tuple[httpx.Client, str], httpx.URL] = {}
-        self._ident_lock = threading.Lock()
-        """Guards the producer id, the epoch and the sequences (several requests at once)."""
         self._producer: tuple[int, int] | None = None
         self._new_epoch = False
         """The sequences may disagree with the server's: take a new epoch before the next send."""
         self._sequences: dict[TopicPartition, int] = {}
-        self._workers = concurrent.futures.ThreadPoolExecutor(
-            MAX_IN_FLIGHT * 2, thread_name_prefix="lakelog-producer-request")
+        self._servers: dict[str, Server] = {}
+        self._idle: dict[str, list[Connection]] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        accumulator.waker = self._wake
         self._thread = threading.Thread(target=self._run, name="lakelog-producer", daemon=True)
         self._thread.start()
 
@@ -100,38 +166,93 @@ class Sender:
 
     def join(self) -> None:
         """Wait for the sender thread (after the accumulator is closed) and the requests."""
+        self._wake()
         self._thread.join()
-        self._workers.shutdown(wait=True)
+
+    def _wake(self) -> None:
+        # Full (a wake-up is pending anyway) or closed (the thread ended): nothing to do.
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # -- the loop ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            for conns in self._idle.values():
+                for conn in conns:
+                    conn.close()
+            for flight in list(self._flights.values()):
+                if flight.conn is not None:
+                    flight.conn.close()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _loop(self) -> None:
         """Start requests as partitions become ready, up to ``max_in_flight`` per broker
-        and one per partition; each runs on a worker thread."""
+        and one per partition; then wait for sockets, wake-ups, backoffs and lingers."""
         acc = self.accumulator
         while True:
+            started: list[Flight] = []
             with acc.cond:
-                while True:
-                    acc.drain()
-                    now = time.monotonic()
+                acc.drain()
+                now = time.monotonic()
+                ready = acc.ready(now, self._busy)
+                while ready and (job := self._take(ready)) is not None:
+                    started.append(self._register(*job))
                     ready = acc.ready(now, self._busy)
-                    job = self._take(ready) if ready else None
-                    if job is not None or (acc.closed and acc.empty() and not self._in_flight):
-                        break
-                    wait_s = acc.wait_s(now, ready, self._busy, bool(self._in_flight))
-                    acc.sleeping = wait_s is None or wait_s > acc.linger_s
-                    if acc.incoming:  # sent before the flag was up: take it first
-                        acc.sleeping = False
-                        continue
-                    acc.cond.wait(wait_s)
-                    acc.sleeping = False
-                if job is None:
+                if started:
+                    acc.room_freed.notify_all()
+                if acc.closed and acc.empty() and not self._flights:
                     return
-                topic, leader, taken = job
-                request = next(self._request_ids)
-                self._in_flight[request] = [r for _, batch in taken for r in batch]
-                self._busy.update(tp for tp, _ in taken)
-                self._requests_by_leader[leader] = self._requests_by_leader.get(leader, 0) + 1
-                acc.room_freed.notify_all()
-            self._workers.submit(self._request, request, topic, taken, leader)
+                wait_s = acc.wait_s(now, ready, self._busy, bool(self._flights))
+                acc.sleeping = wait_s is None or wait_s > acc.linger_s
+                if acc.incoming:  # sent before the flag was up: take it first
+                    acc.sleeping, wait_s = False, 0.0
+            for flight in started:
+                self._guarded(self._begin, flight)
+            events = self._selector.select(self._timeout(wait_s) if not started else 0)
+            acc.sleeping = False
+            for key, mask in events:
+                if key.data is None:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                else:
+                    self._guarded(self._on_event, key.data, mask)
+            self._timers(time.monotonic())
+
+    def _timeout(self, wait_s: float | None) -> float | None:
+        """How long the selector may wait: the accumulator's wait, the next backoff's end,
+        the next attempt's deadline."""
+        now = time.monotonic()
+        ends = [f.due if f.due is not None else f.deadline
+                for f in self._flights.values() if f.due is not None or f.conn is not None]
+        if ends:
+            first = max(0.0, min(ends) - now)
+            wait_s = first if wait_s is None else min(wait_s, first)
+        return wait_s
+
+    def _timers(self, now: float) -> None:
+        for flight in list(self._flights.values()):
+            if flight.due is not None and now >= flight.due:
+                self._guarded(self._attempt, flight)
+            elif flight.conn is not None and now >= flight.deadline:
+                conn = flight.conn
+                self._drop(flight)
+                self._guarded(self._broke, flight, conn.timed_out())
+
+    def _guarded(self, step: Callable[..., None], flight: Flight, *args: Any) -> None:
+        try:
+            step(flight, *args)
+        except Exception as exc:  # a bug: fail the request's records rather than the thread
+            log.exception("lakelog producer: a request to %s failed", flight.url or self.url)
+            self.deliveries.fail(self._in_flight.get(flight.id, ()), exc)
+            self._finish(flight)
 
     def _take(self, ready: list[TopicPartition]) -> tuple[str, str, Taken] | None:
         """One request's records: a batch of each of its share of the ready partitions of
@@ -159,19 +280,26 @@ class Sender:
             taken.append((tp, batch))
         return topic, leader, taken
 
-    def _request(self, request: int, topic: str, taken: Taken, leader: str) -> None:
-        try:
-            self._send(topic, taken, leader)
-        except Exception as exc:  # never leave a future waiting forever
-            self.deliveries.fail(self._in_flight.get(request, ()), exc)
-        finally:
-            # After _send re-queued what goes again: the partitions free up only now, so
-            # their next request carries the re-queued records first.
-            with self.accumulator.cond:
-                self._in_flight.pop(request, None)
-                self._busy.difference_update(tp for tp, _ in taken)
-                self._requests_by_leader[leader] -= 1
-                self.accumulator.cond.notify_all()
+    def _register(self, topic: str, leader: str, taken: Taken) -> Flight:
+        """A request's records are in flight (under ``cond``)."""
+        flight = Flight(next(self._request_ids), topic, taken, leader)
+        self._flights[flight.id] = flight
+        self._in_flight[flight.id] = [r for _, batch in taken for r in batch]
+        self._busy.update(tp for tp, _ in taken)
+        self._requests_by_leader[leader] = self._requests_by_leader.get(leader, 0) + 1
+        return flight
+
+    def _finish(self, flight: Flight) -> None:
+        """The request is over: its partitions may go again (after ``_complete`` re-queued
+        what goes again, so that their next request carries those records first)."""
+        if self._flights.pop(flight.id, None) is None:
+            return
+        if flight.conn is not None:
+            self._drop(flight)
+        with self.accumulator.cond:
+            self._in_flight.pop(flight.id, None)
+            self._busy.difference_update(tp for tp, _ in flight.taken)
+            self._requests_by_leader[flight.leader] -= 1
 
     # -- one request ---------------------------------------------------------------------
 
@@ -218,90 +346,169 @@ class Sender:
             oldest = min(oldest, first)
         return live, oldest
 
-    def _send(self, topic: str, taken: Taken, leader: str) -> None:
-        live, oldest = self._live(taken)
-        if not live:
+    def _begin(self, flight: Flight) -> None:
+        flight.live, oldest = self._live(flight.taken)
+        if not flight.live:
+            self._finish(flight)
             return
-        attempts = Attempts(self.policy, oldest + self.delivery_timeout_ms / 1000,
-                            f"POST /topics/{topic}/records:batch", self.url,
-                            f"delivery_timeout_ms={self.delivery_timeout_ms:g}")
-        every = [r for _, b in live for r in b]
-        body_entries: list[Entry] = []
-        sequences: list[int] = []  # each entry's, unbounded (modulo SEQUENCE_SPACE on the wire)
-        firsts: dict[TopicPartition, int] = {}
-        with self._ident_lock:
-            try:
-                ident = self._producer_id(attempts) if self.idempotent else None
-            except LakelogClientError as exc:
-                self.deliveries.fail(every, exc)
-                return
-            for tp, batch in live:
-                seq = firsts[tp] = self._sequences.get(tp, 0)
-                body_entries += batch_entries(batch, tp.partition, len(body_entries), ident,
-                                              seq)
-                if ident is not None:
-                    sequences += range(seq, seq + len(batch))
-                    self._sequences[tp] = (seq + len(batch)) % SEQUENCE_SPACE
-        body = encode_body(body_entries)  # the whole request in one call
-        maybe_appended = False  # an attempt whose outcome is unknown was made
-        http = self.leaders.client(leader)
-        while True:
-            try:
-                self.requests_sent += 1
-                r = http.post(self._url(http, topic), content=body, headers=JSON_BODY,
-                              timeout=attempts.timeout_s())
-            except httpx.TransportError as exc:
-                sent = not never_sent(exc)
-                if http is not self.http:  # that broker is gone: ask any (they forward)
-                    self.leaders.invalidate(topic)
-                    http = self.http
-                if permanent(exc) or (sent and not self.idempotent):
-                    self.deliveries.fail(every, LakelogConnectionError(
-                        f"{attempts.what} at {self.url}: {describe(exc)}" + (
-                            "; whether the records were appended is unknown (a producer "
-                            "with idempotent=False does not send them again)" if sent else "")))
-                    self._after_failure(ident, firsts, maybe_appended or sent)
-                    return
-                maybe_appended |= sent
-                if attempts.again(exc):
-                    continue
-                self.deliveries.fail(every, attempts.gave_up())
-                self._after_failure(ident, firsts, maybe_appended)
-                return
-            error = error_from(r) if r.status_code >= 400 else None
-            if error is not None and http is not self.http and \
-                    error.code in MOVED:  # the leader moved: any broker forwards
-                self.leaders.invalidate(topic)
-                http = self.http
-            if error is not None and again(error):
-                if self.idempotent or r.status_code == 429:  # 429: refused, nothing appended
-                    maybe_appended |= r.status_code != 429
-                    if attempts.again(error):
-                        continue
-                    error = attempts.gave_up()
-                self.deliveries.fail(every, error)
-                self._after_failure(ident, firsts, maybe_appended or r.status_code != 429)
-                return
-            if error is not None:  # refused whole: this attempt appended nothing
-                self.deliveries.fail(every, error)
-                self._after_failure(ident, firsts, maybe_appended)
-                return
-            answer = decode_answer(r.content)
-            retry = [f for f in answer.failures if again(entry_error(f))]
-            if retry and self.idempotent and attempts.again(entry_error(retry[0])):
-                continue
-            self._complete(ident, settle(answer, live, sequences, self.idempotent, self.url,
-                                         self.deliveries))
+        attempts = flight.attempts = Attempts(
+            self.policy, oldest + self.delivery_timeout_ms / 1000,
+            f"POST /topics/{flight.topic}/records:batch", self.url,
+            f"delivery_timeout_ms={self.delivery_timeout_ms:g}")
+        flight.every = [r for _, b in flight.live for r in b]
+        try:
+            ident = flight.ident = self._producer_id(attempts) if self.idempotent else None
+        except LakelogClientError as exc:
+            self.deliveries.fail(flight.every, exc)
+            self._finish(flight)
             return
+        entries: list[Entry] = []
+        for tp, batch in flight.live:
+            seq = flight.firsts[tp] = self._sequences.get(tp, 0)
+            entries += batch_entries(batch, tp.partition, len(entries), ident, seq)
+            if ident is not None:
+                flight.sequences += range(seq, seq + len(batch))
+                self._sequences[tp] = (seq + len(batch)) % SEQUENCE_SPACE
+        flight.body = encode_body(entries)  # the whole request in one call
+        flight.target = None if flight.leader == self.leaders.bootstrap else flight.leader
+        self._attempt(flight)
 
-    def _url(self, http: httpx.Client, topic: str) -> httpx.URL:
-        """``records:batch`` of ``topic`` at ``http``'s server, made once (httpx's merging of
-        a relative path and its params took a fifth of a request's client time)."""
-        url = self._urls.get((http, topic))
-        if url is None:
-            url = self._urls[(http, topic)] = http.base_url.join(
-                f"topics/{topic}/records:batch").copy_merge_params({"acks": self.acks})
-        return url
+    def _attempt(self, flight: Flight) -> None:
+        """Send the request (again) to its leader, or to the bootstrap broker first in
+        line."""
+        assert flight.attempts is not None
+        flight.due = None
+        url = flight.url = flight.target or self._bootstrap()
+        self.requests_sent += 1
+        flight.deadline = time.monotonic() + flight.attempts.timeout_s()
+        server = self._servers.get(url) or self._servers.setdefault(url, Server.of(url))
+        try:
+            conn = self._connection(server)
+        except httpx.TransportError as exc:
+            self._broke(flight, exc)
+            return
+        try:
+            conn.start("POST", f"{server.path}{CLUSTER}/topics/"
+                       f"{quote(flight.topic, safe='')}/records:batch?acks={self.acks}",
+                       self._headers, flight.body)
+        except BaseException:
+            conn.close()
+            raise
+        self._selector.register(conn, conn.want(), flight)
+        flight.conn = conn
+
+    def _connection(self, server: Server) -> Connection:
+        """An idle connection to ``server`` that may carry another request, else a new one."""
+        idle = self._idle.get(server.url)
+        while idle:
+            conn = idle.pop()
+            if not conn.stale():
+                return conn
+            conn.close()
+        if server.tls and self._tls is None:
+            self._tls = httpx.create_ssl_context(verify=self._verify)
+        return Connection(server, self._tls)
+
+    def _bootstrap(self) -> str:
+        transport = transport_of(self.http)
+        return transport.current if transport is not None else self.leaders.bootstrap
+
+    def _drop(self, flight: Flight) -> None:
+        """Close the request's connection (broken, or its attempt timed out)."""
+        conn, flight.conn = flight.conn, None
+        if conn is not None:
+            with contextlib.suppress(KeyError):
+                self._selector.unregister(conn)
+            conn.close()
+
+    def _on_event(self, flight: Flight, mask: int) -> None:
+        conn = flight.conn
+        assert conn is not None
+        try:
+            answer = conn.on_event(mask)
+        except httpx.TransportError as exc:
+            self._drop(flight)
+            self._broke(flight, exc)
+            return
+        if answer is None:
+            self._selector.modify(conn, conn.want(), flight)
+            return
+        self._selector.unregister(conn)
+        flight.conn = None
+        if conn.reusable:
+            self._idle.setdefault(conn.server.url, []).append(conn)
+        else:
+            conn.close()
+        self._answered(flight, answer)
+
+    def _retry(self, flight: Flight, failure: BaseException) -> bool:
+        """Schedule the next attempt after the backoff; False when there is none."""
+        assert flight.attempts is not None
+        wait_s = flight.attempts.backoff(failure)
+        if wait_s is None:
+            return False
+        flight.due = time.monotonic() + wait_s
+        return True
+
+    def _broke(self, flight: Flight, exc: httpx.TransportError) -> None:
+        """The attempt failed without an answer (as ``FailoverTransport`` and the retry
+        rules say: a bootstrap broker that refuses the connection is skipped at once)."""
+        assert flight.attempts is not None
+        sent = not never_sent(exc)
+        if flight.target is None:
+            transport = transport_of(self.http)
+            if transport is not None:
+                transport.failed(flight.url)
+                flight.tried += 1
+                if not sent and flight.tried < len(transport.urls):
+                    self._attempt(flight)
+                    return
+        flight.tried = 0
+        if flight.target is not None:  # that broker is gone: ask any (they forward)
+            self.leaders.invalidate(flight.topic)
+            flight.target = None
+        if permanent(exc) or (sent and not self.idempotent):
+            self._fail(flight, LakelogConnectionError(
+                f"{flight.attempts.what} at {self.url}: {describe(exc)}" + (
+                    "; whether the records were appended is unknown (a producer "
+                    "with idempotent=False does not send them again)" if sent else "")),
+                flight.maybe_appended or sent)
+            return
+        flight.maybe_appended |= sent
+        if not self._retry(flight, exc):
+            self._fail(flight, flight.attempts.gave_up(), flight.maybe_appended)
+
+    def _answered(self, flight: Flight, answer: Answer) -> None:
+        assert flight.attempts is not None
+        status = answer.status
+        error = error_from(answer.response(flight.url)) if status >= 400 else None
+        if error is not None and flight.target is not None and error.code in MOVED:
+            self.leaders.invalidate(flight.topic)  # the leader moved: any broker forwards
+            flight.target = None
+        if error is not None and again(error):
+            if self.idempotent or status == 429:  # 429: refused, nothing appended
+                flight.maybe_appended |= status != 429
+                if self._retry(flight, error):
+                    return
+                error = flight.attempts.gave_up()
+            self._fail(flight, error, flight.maybe_appended or status != 429)
+            return
+        if error is not None:  # refused whole: this attempt appended nothing
+            self._fail(flight, error, flight.maybe_appended)
+            return
+        decoded = decode_answer(answer.body)
+        retry = [f for f in decoded.failures if again(entry_error(f))]
+        if retry and self.idempotent and self._retry(flight, entry_error(retry[0])):
+            return
+        self._complete(flight.ident, settle(decoded, flight.live, flight.sequences,
+                                            self.idempotent, self.url, self.deliveries))
+        self._finish(flight)
+
+    def _fail(self, flight: Flight, error: BaseException, maybe_appended: bool) -> None:
+        """The request failed whole: its records fail, and the sequences are mended."""
+        self.deliveries.fail(flight.every, error)
+        self._after_failure(flight.ident, flight.firsts, maybe_appended)
+        self._finish(flight)
 
     def _after_failure(self, ident: tuple[int, int] | None, firsts: dict[TopicPartition, int],
                        maybe_appended: bool) -> None:
@@ -310,24 +517,21 @@ class Sender:
         new epoch meanwhile: then every partition starts again at 0 anyway)."""
         if not self.idempotent:
             return
-        with self._ident_lock:
-            if maybe_appended:
-                self._new_epoch = True
-            elif ident == self._producer:
-                self._sequences.update(firsts)
+        if maybe_appended:
+            self._new_epoch = True
+        elif ident == self._producer:
+            self._sequences.update(firsts)
 
     def _complete(self, ident: tuple[int, int] | None, outcome: Outcome) -> None:
         """Take what a request's answer changed (``batches.settle``); what it says of the
         sequences holds only for the epoch the request was sent under."""
-        with self._ident_lock:
-            self._new_epoch |= outcome.new_epoch
-            if ident == self._producer:
-                if outcome.forget_producer:
-                    self._producer = None
-                self._sequences.update(outcome.sequences)
+        self._new_epoch |= outcome.new_epoch
+        if ident == self._producer:
+            if outcome.forget_producer:
+                self._producer = None
+            self._sequences.update(outcome.sequences)
         resend = [(tp, records) for tp, records in outcome.again if records]
         if resend:
             with self.accumulator.cond:
                 for tp, records in resend:
                     self.accumulator.requeue(tp, records)
-                self.accumulator.cond.notify_all()

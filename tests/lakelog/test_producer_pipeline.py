@@ -5,6 +5,7 @@ requests in flight, and a server restart with requests in flight duplicates noth
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -16,7 +17,7 @@ import pytest
 from lakelog.client import Producer, RecordMetadata
 from lakelog.client.batches import Tally
 from lakelog.client.futures import FutureRecordMetadata
-from lakelog.client.sender import Sender
+from lakelog.client.sender import Flight, Sender
 from lakelog.client.structs import TopicPartition
 from tests.lakelog.helpers import make_topic, values
 from tests.server import ServerProcess
@@ -79,37 +80,35 @@ def test_a_full_batch_goes_at_once_however_long_the_linger(server: ServerProcess
 
 def test_several_requests_in_flight_keep_each_partitions_order(
         server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Eight partitions, small batches, each request slowed by 20 ms: up to
-    max_in_flight_requests_per_connection requests are out at once, never two for one
-    partition, and every partition holds its records in send order, once."""
+    """Eight partitions, small batches, the server paused (SIGSTOP) while the records are
+    sent: up to max_in_flight_requests_per_connection requests are out at once, never two
+    for one partition, and every partition holds its records in send order, once."""
     make_topic(server, "t", 8)
-    lock = threading.Lock()
     out: list[TopicPartition] = []
     seen: list[int] = []
     overlap: list[TopicPartition] = []
-    active = 0
-    original = Sender._send
+    register, finish = Sender._register, Sender._finish
 
-    def slow_send(self: Sender, topic: str, taken: list[tuple[TopicPartition, list[object]]],
-                  leader: str) -> None:
-        nonlocal active
+    # Both run on the sender thread only: watched, not changed.
+    def watched_register(self: Sender, topic: str, leader: str,
+                         taken: list[tuple[TopicPartition, list[object]]]) -> Flight:
         tps = [tp for tp, _ in taken]
-        with lock:
-            overlap.extend(tp for tp in tps if tp in out)
-            out.extend(tps)
-            active += 1
-            seen.append(active)
-        time.sleep(0.02)
-        try:
-            original(self, topic, taken, leader)  # type: ignore[arg-type]
-        finally:
-            with lock:
-                active -= 1
-                for tp in tps:
-                    out.remove(tp)
+        overlap.extend(tp for tp in tps if tp in out)
+        out.extend(tps)
+        flight = register(self, topic, leader, taken)  # type: ignore[arg-type]
+        seen.append(len(self._flights))
+        return flight
 
-    monkeypatch.setattr(Sender, "_send", slow_send)
+    def watched_finish(self: Sender, flight: Flight) -> None:
+        if flight.id in self._flights:
+            for tp, _ in flight.taken:
+                out.remove(tp)
+        finish(self, flight)
+
+    monkeypatch.setattr(Sender, "_register", watched_register)
+    monkeypatch.setattr(Sender, "_finish", watched_finish)
     sent: dict[int, list[str]] = defaultdict(list)
+    assert server.proc is not None
     with Producer(server.url, linger_ms=1, batch_records=20,
                   max_in_flight_requests_per_connection=3) as producer:
         futures = []
@@ -117,6 +116,15 @@ def test_several_requests_in_flight_keep_each_partitions_order(
             p = i % 8
             sent[p].append(f"p{p}-{i}")
             futures.append(producer.send("t", f"p{p}-{i}", partition=p))
+            if i == 0:  # the producer id and the metadata first, with the server running
+                producer.flush()
+                server.proc.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while max(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
         producer.flush()
         metas: list[RecordMetadata] = [f.result(timeout=60) for f in futures]
     assert not overlap, "two requests for one partition were in flight at once"
