@@ -54,6 +54,7 @@ How records go on the wire, and what an answer does to each (2 and 4), is in
 
 from __future__ import annotations
 
+import logging
 import ssl
 import time
 from collections.abc import Iterable, Sequence
@@ -78,6 +79,8 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.sender import MAX_IN_FLIGHT, Sender
+
+log = logging.getLogger(__name__)
 
 
 class Producer:
@@ -226,7 +229,15 @@ class Producer:
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued and wait for the answers (records sent again after a
-        refusal of a record before them included) and for their callbacks to have run."""
+        refusal of a record before them included) and for their callbacks to have run.
+        Not from a record's callback: that runs on the thread that sends the records, so
+        the flush would wait for itself (``RuntimeError``, as Kafka's producer since
+        KIP-1118)."""
+        if self._sender.on_thread():
+            raise RuntimeError(
+                "Producer.flush() was called from a record's callback, which runs on the "
+                "producer's sender thread: it would wait for that thread forever. Flush "
+                "from the thread that sends, not from a callback")
         acc = self._accumulator
         with acc.cond:
             records = acc.waiting() + self._sender.in_flight()
@@ -243,8 +254,14 @@ class Producer:
                 acc.flush_requested -= 1
 
     def close(self) -> None:
-        """Send what is queued (within ``delivery_timeout_ms``), then stop."""
+        """Send what is queued (within ``delivery_timeout_ms``), then stop. From a
+        record's callback (the sender thread), it does not wait: the thread sends what is
+        queued and then ends (Kafka's producer closes at once there too)."""
         self._accumulator.close()
+        if self._sender.on_thread():
+            log.warning("Producer.close() from a record's callback: not waiting for the "
+                        "records queued (the thread that sends them is running the callback)")
+            return
         self._sender.join()
         # A send that raced with close may have come after the sender thread's last look.
         self._deliveries.fail(self._accumulator.leftovers(),

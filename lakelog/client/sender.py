@@ -164,6 +164,10 @@ class Sender:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def on_thread(self) -> bool:
+        """The caller is the sender thread (a record's callback runs there)."""
+        return threading.current_thread() is self._thread
+
     def join(self) -> None:
         """Wait for the sender thread (after the accumulator is closed) and the requests."""
         self._wake()

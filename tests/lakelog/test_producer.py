@@ -203,10 +203,36 @@ def test_flush_returns_once_every_records_callback_has_run(server: ServerProcess
         producer.flush(60)
         assert len(answered) == 1500
 
+        refused: list[BaseException] = []
+
         def inside(future: FutureRecordMetadata) -> None:  # flush from a callback: no hang
-            producer.flush(0)
+            try:
+                producer.flush()
+            except RuntimeError as exc:  # as Kafka's (KIP-1118): it would wait for itself
+                refused.append(exc)
             answered.append(-1)
 
         producer.send("callbacks", b"last").add_done_callback(inside)
         producer.flush(60)
     assert answered[-1] == -1 and len(answered) == 1501
+    assert len(refused) == 1 and "callback" in str(refused[0])
+
+
+def test_close_from_a_callback_sends_what_is_queued_without_waiting(
+        server: ServerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    """A callback runs on the sender thread: close() there cannot wait for that thread
+    (it would wait for itself); it says so, and the thread sends what is queued, then
+    ends."""
+    make_topic(server, "closing", 2)
+    producer = Producer(server.url, linger_ms=200)
+    futures = [producer.send("closing", f"v{i}".encode(), partition=i % 2) for i in range(100)]
+    futures[0].add_done_callback(lambda _: producer.close())
+    deadline = time.monotonic() + 60
+    while producer._sender.alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not producer._sender.alive(), "the sender thread did not end after close()"
+    assert all(f.exception(timeout=0) is None for f in futures)
+    assert "from a record's callback" in caplog.text
+    producer.close()  # again, from here: returns at once
+    with pytest.raises(RuntimeError, match="closed"):
+        producer.send("closing", b"after")
