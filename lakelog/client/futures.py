@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 _in_callback = threading.local()
 """Set on a thread while it runs records' callbacks."""
 
+
+
+def in_callback() -> bool:
+    """This thread is running records' callbacks (the sender thread, or a ``send`` that
+    took a turn of its loop)."""
+    return bool(getattr(_in_callback, "active", False))
+
+
 MAX_TALLY_FAILURES = 10_000  # failures a Tally keeps one by one; past it, only counts
 
 
@@ -167,9 +175,10 @@ class FutureRecordMetadata(msgspec.Struct, eq=False):
     ``RecordMetadata`` (Kafka's ``FutureRecordMetadata``).
 
     It has the methods of ``concurrent.futures.Future`` that callers use: ``result``,
-    ``exception``, ``done``, ``add_done_callback`` (its callbacks run on the producer's
-    thread that received the answer, as Kafka's: keep them short, since that request's
-    partitions wait for them), ``cancel``/``cancelled`` (a record in the producer
+    ``exception``, ``done``, ``add_done_callback`` (its callbacks run where the answer is
+    read: on the producer's sender thread, as Kafka's, or on a thread in ``send`` taking a
+    turn of the sender's loop; keep them short, since every request waits for them, and
+    do not ``flush`` in them: it raises), ``cancel``/``cancelled`` (a record in the producer
     cannot be taken back: always False) and ``running``. It is not a
     ``concurrent.futures.Future``: ``concurrent.futures.wait`` and ``as_completed`` do not
     take it (``Producer.flush`` waits for every record sent before it).

@@ -43,6 +43,12 @@ class Leaders:
         leader = leaders[partition] if partition < len(leaders) else -1
         return self._brokers.get(leader, self.bootstrap)
 
+    def cached(self, topic: str) -> bool:
+        """``url`` of the topic's partitions answers without asking a broker."""
+        with self._lock:
+            known = self._leaders.get(topic)
+        return known is not None and time.monotonic() - known[0] <= REFRESH_AFTER_S
+
     def invalidate(self, topic: str) -> None:
         with self._lock:
             self._leaders.pop(topic, None)

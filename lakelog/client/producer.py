@@ -68,7 +68,7 @@ from lakelog.client.accumulator import DRAIN_AT, RecordAccumulator
 from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
 from lakelog.client.bootstrap import bootstrap_urls, describe_servers
 from lakelog.client.errors import raise_for
-from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally
+from lakelog.client.futures import Deliveries, FutureRecordMetadata, Tally, in_callback
 from lakelog.client.http import api_client, authorization, default_api_key, tls_verify
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import (
@@ -197,9 +197,8 @@ class Producer:
         # Read after the append: see accumulator.py on waking without a race.
         if acc.sleeping or len(incoming) == acc.wake_count or acc.closed:
             self._appended()
-        elif len(incoming) >= DRAIN_AT:  # partitioned here while still in the cache
-            with acc.cond:
-                acc.drain()
+        elif len(incoming) % DRAIN_AT == 0:  # sent from here while still in the CPU's caches
+            self._sender.assist()
         return record
 
     def _appended(self) -> None:
@@ -233,7 +232,7 @@ class Producer:
         Not from a record's callback: that runs on the thread that sends the records, so
         the flush would wait for itself (``RuntimeError``, as Kafka's producer since
         KIP-1118)."""
-        if self._sender.on_thread():
+        if self._sender.on_thread() or in_callback():
             raise RuntimeError(
                 "Producer.flush() was called from a record's callback, which runs on the "
                 "producer's sender thread: it would wait for that thread forever. Flush "
@@ -258,7 +257,7 @@ class Producer:
         record's callback (the sender thread), it does not wait: the thread sends what is
         queued and then ends (Kafka's producer closes at once there too)."""
         self._accumulator.close()
-        if self._sender.on_thread():
+        if self._sender.on_thread() or in_callback():
             log.warning("Producer.close() from a record's callback: not waiting for the "
                         "records queued (the thread that sends them is running the callback)")
             return

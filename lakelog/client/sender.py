@@ -70,6 +70,9 @@ MOVED = ("not_leader_or_follower", "broker_not_available")
 """Errors after which a request goes to the bootstrap broker (which forwards) while the
 metadata is read again."""
 
+ASSIST_WAIT_S = 0.05
+"""How long ``send`` waits for the sender thread's turn to end before it goes on without
+taking one."""
 MAX_IN_FLIGHT = 5  # Kafka's bound with idempotence (its broker remembers 5 batches)
 _enqueued_at = attrgetter("_enqueued_at")
 
@@ -147,6 +150,12 @@ class Sender:
         self._sequences: dict[TopicPartition, int] = {}
         self._servers: dict[str, Server] = {}
         self._idle: dict[str, list[Connection]] = {}
+        self._sleep_until = math.inf
+        """When the sender thread's current wait ends (``assist`` wakes it sooner if a
+        request it started needs it)."""
+        self._turn = threading.Lock()
+        """Held by whichever thread runs a turn of the loop (the sender thread, or a
+        ``send`` assisting): everything below is the turn's."""
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -199,36 +208,79 @@ class Sender:
         and one per partition; then wait for sockets, wake-ups, backoffs and lingers."""
         acc = self.accumulator
         while True:
-            started: list[Flight] = []
-            with acc.cond:
-                acc.drain()
-                now = time.monotonic()
-                ready = acc.ready(now, self._busy)
-                while ready and (job := self._take(ready)) is not None:
-                    started.append(self._register(*job))
-                    ready = acc.ready(now, self._busy)
-                if started:
-                    acc.room_freed.notify_all()
-                if acc.closed and acc.empty() and not self._flights:
+            with self._turn:
+                started, wait_s, stop = self._start(assist=False)
+                if stop:
                     return
-                wait_s = acc.wait_s(now, ready, self._busy, bool(self._flights))
-                acc.sleeping = wait_s is None or wait_s > acc.linger_s
-                if acc.incoming:  # sent before the flag was up: take it first
-                    acc.sleeping, wait_s = False, 0.0
+                for flight in started:
+                    self._guarded(self._begin, flight)
+                timeout = 0 if started else self._timeout(wait_s)
+                self._sleep_until = math.inf if timeout is None else time.monotonic() + timeout
+            events = self._selector.select(timeout)
+            acc.sleeping = False
+            with self._turn:
+                self._handle(events, assist=False)
+
+    def assist(self) -> None:
+        """A turn of the loop on the caller's thread (``send``, every ``DRAIN_AT``
+        records), unless the sender thread is in one: the batches that are ready go, and
+        the answers that came are read, while the records are still in the CPU's caches.
+        Nothing here waits: a request that needs the metadata or a producer id first is
+        left to the sender thread."""
+        if (self.idempotent and (self._producer is None or self._new_epoch)) or \
+                not self._turn.acquire(timeout=ASSIST_WAIT_S):
+            return
+        try:
+            started, _, _ = self._start(assist=True)
             for flight in started:
                 self._guarded(self._begin, flight)
-            events = self._selector.select(self._timeout(wait_s) if not started else 0)
-            acc.sleeping = False
-            for key, mask in events:
-                if key.data is None:
-                    try:
+            self._handle(self._selector.select(0), assist=True)
+            # A deadline or backoff set here that ends before the sender thread wakes:
+            # wake it, so that it waits no longer than that.
+            wait_s = self._timeout(None)
+            if wait_s is not None and time.monotonic() + wait_s < self._sleep_until:
+                self._wake()
+        finally:
+            self._turn.release()
+
+    def _start(self, *, assist: bool) -> tuple[list[Flight], float | None, bool]:
+        """Under ``_turn``: the requests that can start now, how long the sender thread
+        may sleep, and whether it is done (closed, nothing left)."""
+        acc = self.accumulator
+        started: list[Flight] = []
+        with acc.cond:
+            acc.drain()
+            now = time.monotonic()
+            ready = acc.ready(now, self._busy)
+            while ready and (job := self._take(ready, assist)) is not None:
+                started.append(self._register(*job))
+                ready = acc.ready(now, self._busy)
+            if started:
+                acc.room_freed.notify_all()
+            if assist:
+                return started, None, False
+            if acc.closed and acc.empty() and not self._flights:
+                return started, None, True
+            wait_s = acc.wait_s(now, ready, self._busy, bool(self._flights))
+            acc.sleeping = wait_s is None or wait_s > acc.linger_s
+            if acc.incoming:  # sent before the flag was up: take it first
+                acc.sleeping, wait_s = False, 0.0
+        return started, wait_s, False
+
+    def _handle(self, events: list[tuple[selectors.SelectorKey, int]], *, assist: bool) -> None:
+        """Under ``_turn``: what the selector reported, then the timers. An event another
+        turn handled first (its request is over, or its connection moved on) is passed
+        over; the wake-ups are the sender thread's (it must see a close)."""
+        for key, mask in events:
+            flight = key.data
+            if flight is None:
+                if not assist:
+                    with contextlib.suppress(OSError):
                         while self._wake_r.recv(4096):
                             pass
-                    except OSError:
-                        pass
-                else:
-                    self._guarded(self._on_event, key.data, mask)
-            self._timers(time.monotonic())
+            elif flight.id in self._flights and flight.conn is key.fileobj:
+                self._guarded(self._on_event, flight, mask)
+        self._timers(time.monotonic())
 
     def _timeout(self, wait_s: float | None) -> float | None:
         """How long the selector may wait: the accumulator's wait, the next backoff's end,
@@ -258,13 +310,16 @@ class Sender:
             self.deliveries.fail(self._in_flight.get(flight.id, ()), exc)
             self._finish(flight)
 
-    def _take(self, ready: list[TopicPartition]) -> tuple[str, str, Taken] | None:
+    def _take(self, ready: list[TopicPartition], assist: bool = False
+              ) -> tuple[str, str, Taken] | None:
         """One request's records: a batch of each of its share of the ready partitions of
         one topic that one broker leads (in a cluster, straight to the leader), if that
         broker has room for another request in flight. The share spreads the ready
         partitions over the requests the broker has room for, so that they go in parallel
         rather than in one request that keeps every partition busy."""
         for first in ready:
+            if assist and not self.leaders.cached(first.topic):
+                continue  # reading the metadata would wait: the sender thread's to do
             leader = self.leaders.url(first.topic, first.partition)
             free = self.max_in_flight - self._requests_by_leader.get(leader, 0)
             if free > 0:

@@ -236,3 +236,33 @@ def test_close_from_a_callback_sends_what_is_queued_without_waiting(
     producer.close()  # again, from here: returns at once
     with pytest.raises(RuntimeError, match="closed"):
         producer.send("closing", b"after")
+
+
+def test_a_callback_may_run_on_the_sending_thread_and_flush_there_is_refused(
+        server: ServerProcess) -> None:
+    """``send`` takes turns of the sender's loop every DRAIN_AT records, so answers that
+    came meanwhile complete there and their callbacks run on the caller's thread too: a
+    flush() in any callback is refused (it would wait for the turn it is in), never a
+    hang, and every record is acknowledged once."""
+    make_topic(server, "turns", 4)
+    threads: set[str] = set()
+    refused: list[BaseException] = []
+    answered: list[int] = []
+
+    def callback(future: FutureRecordMetadata) -> None:
+        threads.add(threading.current_thread().name)
+        answered.append(future.result().offset)
+        if len(answered) % 997 == 0:
+            try:
+                producer.flush()
+            except RuntimeError as exc:
+                refused.append(exc)
+
+    with Producer(server.url, linger_ms=0) as producer:
+        for i in range(20_000):
+            producer.send("turns", f"v{i}", key=f"k{i % 100}").add_done_callback(callback)
+        producer.flush(60)
+    assert len(answered) == 20_000
+    assert len(refused) == 20_000 // 997
+    print(f"\nmeasured: callbacks ran on {sorted(threads)}")
+    assert threads <= {threading.current_thread().name, "lakelog-producer"}, threads
