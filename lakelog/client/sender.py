@@ -57,7 +57,7 @@ from lakelog.client.errors import (
     error_from,
     raise_for,
 )
-from lakelog.client.futures import Deliveries, FutureRecordMetadata
+from lakelog.client.futures import Deliveries, FutureRecordMetadata, in_callback
 from lakelog.client.http import CLUSTER, transport_of
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import Attempts, RetryPolicy, call, describe, never_sent, permanent
@@ -227,8 +227,9 @@ class Sender:
         the answers that came are read, while the records are still in the CPU's caches.
         Nothing here waits: a request that needs the metadata or a producer id first is
         left to the sender thread."""
-        if (self.idempotent and (self._producer is None or self._new_epoch)) or \
-                not self._turn.acquire(timeout=ASSIST_WAIT_S):
+        if in_callback() or (self.idempotent and (self._producer is None or self._new_epoch)):
+            return  # in a callback, this thread's turn is the one running
+        if not self._turn.acquire(timeout=ASSIST_WAIT_S):
             return
         try:
             started, _, _ = self._start(assist=True)

@@ -266,3 +266,25 @@ def test_a_callback_may_run_on_the_sending_thread_and_flush_there_is_refused(
     assert len(refused) == 20_000 // 997
     print(f"\nmeasured: callbacks ran on {sorted(threads)}")
     assert threads <= {threading.current_thread().name, "lakelog-producer"}, threads
+
+
+def test_records_sent_from_callbacks_are_delivered(server: ServerProcess) -> None:
+    """A callback that sends (a chain of records) runs inside a turn of the sender's
+    loop: its sends are delivered, and do not wait for that turn (this thread's own)."""
+    make_topic(server, "chain", 2)
+    chained: list[FutureRecordMetadata] = []
+
+    def forward(future: FutureRecordMetadata) -> None:
+        chained.append(producer.send("chain", b"next", partition=1))
+
+    with Producer(server.url, linger_ms=0) as producer:
+        started = time.monotonic()
+        for i in range(3000):
+            producer.send("chain", f"v{i}", partition=0).add_done_callback(forward)
+        producer.flush(60)
+        producer.flush(60)  # the chained records sent during the first flush
+        took = time.monotonic() - started
+    assert len(chained) == 3000 and all(f.exception(timeout=0) is None for f in chained)
+    # A send in a callback that waited for the turn it runs in would cost 50 ms every
+    # DRAIN_AT records: 3000 / 512 of them, about 0.3 s; far less is spent here.
+    print(f"\nmeasured: 6,000 records, 3,000 of them sent from callbacks, in {took:.2f} s")
