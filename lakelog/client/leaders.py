@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
@@ -23,12 +22,10 @@ REFRESH_AFTER_S = 60.0  # metadata.max.age.ms: look again now and then even with
 
 
 class Leaders:
-    def __init__(self, bootstrap: str, http: httpx.Client,
-                 client_for: Callable[[str], httpx.Client]) -> None:
+    def __init__(self, bootstrap: str, http: httpx.Client) -> None:
         self.bootstrap = bootstrap.rstrip("/")
         self._scheme = urlsplit(self.bootstrap).scheme or "http"
         self._http = http
-        self._client_for = client_for
         self._lock = threading.Lock()
         self._brokers: dict[int, str] = {}
         self._leaders: dict[str, tuple[float, list[int]]] = {}
@@ -52,9 +49,6 @@ class Leaders:
     def invalidate(self, topic: str) -> None:
         with self._lock:
             self._leaders.pop(topic, None)
-
-    def client(self, url: str) -> httpx.Client:
-        return self._http if url == self.bootstrap else self._client_for(url)
 
     def _load(self, topic: str) -> tuple[float, list[int]] | None:
         try:

@@ -62,8 +62,6 @@ from time import monotonic
 from types import TracebackType
 from typing import Literal
 
-import httpx
-
 from lakelog.client.accumulator import DRAIN_AT, RecordAccumulator
 from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
 from lakelog.client.bootstrap import bootstrap_urls, describe_servers
@@ -129,10 +127,8 @@ class Producer:
                                   resolve_request_timeout_ms(request_timeout_ms, timeout_s, 30_000))
         self._http = api_client(self.bootstrap_servers, "", api_key, verify,
                                 self.policy.request_timeout_ms / 1000)
-        self._brokers: dict[str, httpx.Client] = {}
         key = api_key or default_api_key(self.bootstrap_servers)
-        self._leaders = Leaders(self.url, self._http, lambda u: self._brokers.setdefault(
-            u, api_client(u, "", key, verify, self.policy.request_timeout_ms / 1000)))
+        self._leaders = Leaders(self.url, self._http)
         self._where = where
         self.acks = acks
         self.linger_s = linger_ms / 1000
@@ -224,6 +220,8 @@ class Producer:
         tally._add(len(made))
         # Through the incoming queue, as send's records: a partition's keep their order.
         self._accumulator.append_many(made, topic, self.max_block_ms, self._where)
+        if len(made) >= DRAIN_AT:
+            self._sender.assist()  # as send does: a turn of the loop while they are cached
         return tally
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -266,8 +264,6 @@ class Producer:
         self._deliveries.fail(self._accumulator.leftovers(),
                               RuntimeError("the producer is closed"))
         self._http.close()
-        for client in self._brokers.values():
-            client.close()
 
     def __enter__(self) -> Producer:
         return self
