@@ -89,17 +89,20 @@ class RecordAccumulator:
         """Partition counts by topic (the producer's: ``send`` asks before it appends)."""
         self._deliveries = deliveries
         self._round_robin = itertools.count()
+        self._refused: list[tuple[list[FutureRecordMetadata], BaseException]] = []
+        """Records ``drain`` refused, failed by ``deliver_refusals`` after ``cond``."""
         self._queues: dict[TopicPartition, deque[FutureRecordMetadata]] = {}
         self._queued_bytes: dict[TopicPartition, int] = {}
         self._first_at: dict[TopicPartition, float] = {}
 
     def append_many(self, records: list[FutureRecordMetadata], topic: str,
-                    max_block_ms: float, url: str) -> None:
-        """Append records of one topic (``send_many``), in chunks of half the bound."""
+                    max_block_ms: float, url: str, *, wait: bool = True) -> None:
+        """Append records of one topic (``send_many``), in chunks of half the bound
+        (waiting for room unless ``wait`` is False: a callback's, which cannot)."""
         step = max(1, self.max_buffered // 2)
         for i in range(0, len(records), step):
             chunk = records[i:i + step]
-            if len(self.incoming) + len(chunk) > self.room:
+            if len(self.incoming) + len(chunk) > self.room and (wait or self.closed):
                 self.wait_for_room(topic, len(chunk), max_block_ms, url)
             self.incoming.extend(chunk)
             self.wake()
@@ -166,7 +169,7 @@ class RecordAccumulator:
                 added += self._place(topic, mine)
             except Exception as exc:  # a bug: fail these records rather than the thread
                 log.exception("lakelog producer: queueing records of %s failed", topic)
-                self._deliveries.fail(mine, exc)
+                self._refused.append((mine, exc))
                 records = [r for r in records if r._topic != topic]
         self.queued += len(records)
         self.room -= len(records)
@@ -181,9 +184,16 @@ class RecordAccumulator:
             if wrong is None:
                 ok.append(r)
             else:
-                self._deliveries.fail([r], TypeError(
-                    f"a key or value is bytes, str or None, not {type(wrong).__name__}"))
+                self._refused.append(([r], TypeError(
+                    f"a key or value is bytes, str or None, not {type(wrong).__name__}")))
         return ok
+
+    def deliver_refusals(self) -> None:
+        """Fail the records ``drain`` refused (not under ``cond``: their callbacks may
+        send, or close the producer)."""
+        while self._refused:
+            records, exc = self._refused.pop(0)
+            self._deliveries.fail(records, exc)
 
     def _place(self, topic: str, records: list[FutureRecordMetadata]) -> int:
         """Queue records of one topic, each in its partition, in order; their bytes.

@@ -185,7 +185,9 @@ class Producer:
             to_entry(0, key, value, *extra)  # raises here what could not be sent
         acc = self._accumulator
         incoming = acc.incoming
-        if len(incoming) >= acc.room:
+        if len(incoming) >= acc.room and (acc.closed or not in_callback()):
+            # A callback runs in the turn that frees room: it cannot wait for it (its
+            # records go over the bound, one for each record answered).
             acc.wait_for_room(topic, 1, self.max_block_ms, self._where)
         record = FutureRecordMetadata(self._deliveries, topic, monotonic(), key, value,
                                       partition, extra)
@@ -219,7 +221,8 @@ class Producer:
                 for k, v in records]
         tally._add(len(made))
         # Through the incoming queue, as send's records: a partition's keep their order.
-        self._accumulator.append_many(made, topic, self.max_block_ms, self._where)
+        self._accumulator.append_many(made, topic, self.max_block_ms, self._where,
+                                      wait=not in_callback())
         if len(made) >= DRAIN_AT:
             self._sender.assist()  # as send does: a turn of the loop while they are cached
         return tally

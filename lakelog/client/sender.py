@@ -62,7 +62,7 @@ from lakelog.client.http import CLUSTER, transport_of
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import Attempts, RetryPolicy, call, describe, never_sent, permanent
 from lakelog.client.structs import TopicPartition
-from lakelog.client.wire import Answer, Connection, Server
+from lakelog.client.wire import Address, Answer, Connection, Server, addresses
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +149,13 @@ class Sender:
         """The sequences may disagree with the server's: take a new epoch before the next send."""
         self._sequences: dict[TopicPartition, int] = {}
         self._servers: dict[str, Server] = {}
+        self._addresses: dict[str, tuple[list[Address], int]] = {}
+        """Each server's addresses, the one to try first first, and how many were tried."""
         self._idle: dict[str, list[Connection]] = {}
         self._sleep_until = math.inf
         """When the sender thread's current wait ends (``assist`` wakes it sooner if a
         request it started needs it)."""
+        self._stopped = False
         self._turn = threading.Lock()
         """Held by whichever thread runs a turn of the loop (the sender thread, or a
         ``send`` assisting): everything below is the turn's."""
@@ -193,6 +196,11 @@ class Sender:
         try:
             self._loop()
         finally:
+            with self._turn:
+                self._stopped = True
+                self._close_all()
+
+    def _close_all(self) -> None:
             for conns in self._idle.values():
                 for conn in conns:
                     conn.close()
@@ -211,6 +219,7 @@ class Sender:
             with self._turn:
                 started, wait_s, stop = self._start(assist=False)
                 if stop:
+                    self._stopped = True  # a send's turn after this finds nothing to do
                     return
                 for flight in started:
                     self._guarded(self._begin, flight)
@@ -227,19 +236,25 @@ class Sender:
         the answers that came are read, while the records are still in the CPU's caches.
         Nothing here waits: a request that needs the metadata or a producer id first is
         left to the sender thread."""
-        if in_callback() or (self.idempotent and (self._producer is None or self._new_epoch)):
+        if in_callback() or not self._turn.acquire(timeout=ASSIST_WAIT_S):
             return  # in a callback, this thread's turn is the one running
-        if not self._turn.acquire(timeout=ASSIST_WAIT_S):
-            return
         try:
+            if self._stopped or (self.idempotent and (
+                    self._producer is None or self._new_epoch)):
+                return
             started, _, _ = self._start(assist=True)
             for flight in started:
                 self._guarded(self._begin, flight)
+            flights = len(self._flights)
             self._handle(self._selector.select(0), assist=True)
-            # A deadline or backoff set here that ends before the sender thread wakes:
-            # wake it, so that it waits no longer than that.
+            # Wake the sender thread if it would otherwise wait too long: a deadline or
+            # backoff set here ends before its wait does, or requests ended here (their
+            # partitions may go again) while it waits past a linger.
+            now = time.monotonic()
             wait_s = self._timeout(None)
-            if wait_s is not None and time.monotonic() + wait_s < self._sleep_until:
+            if (wait_s is not None and now + wait_s < self._sleep_until) or (
+                    len(self._flights) < flights and
+                    self._sleep_until - now > self.accumulator.linger_s):
                 self._wake()
         finally:
             self._turn.release()
@@ -258,15 +273,15 @@ class Sender:
                 ready = acc.ready(now, self._busy)
             if started:
                 acc.room_freed.notify_all()
-            if assist:
-                return started, None, False
-            if acc.closed and acc.empty() and not self._flights:
-                return started, None, True
-            wait_s = acc.wait_s(now, ready, self._busy, bool(self._flights))
-            acc.sleeping = wait_s is None or wait_s > acc.linger_s
-            if acc.incoming:  # sent before the flag was up: take it first
-                acc.sleeping, wait_s = False, 0.0
-        return started, wait_s, False
+            stop = acc.closed and acc.empty() and not self._flights
+            wait_s = None
+            if not (assist or stop):
+                wait_s = acc.wait_s(now, ready, self._busy, bool(self._flights))
+                acc.sleeping = wait_s is None or wait_s > acc.linger_s
+                if acc.incoming:  # sent before the flag was up: take it first
+                    acc.sleeping, wait_s = False, 0.0
+        acc.deliver_refusals()  # their callbacks run without the accumulator's lock
+        return started, wait_s, stop
 
     def _handle(self, events: list[tuple[selectors.SelectorKey, int]], *, assist: bool) -> None:
         """Under ``_turn``: what the selector reported, then the timers. An event another
@@ -299,9 +314,9 @@ class Sender:
             if flight.due is not None and now >= flight.due:
                 self._guarded(self._attempt, flight)
             elif flight.conn is not None and now >= flight.deadline:
-                conn = flight.conn
+                failure = flight.conn.timed_out()  # whether any of it left: before closing
                 self._drop(flight)
-                self._guarded(self._broke, flight, conn.timed_out())
+                self._guarded(self._broke, flight, failure)
 
     def _guarded(self, step: Callable[..., None], flight: Flight, *args: Any) -> None:
         try:
@@ -451,14 +466,19 @@ class Sender:
             conn.start("POST", f"{server.path}{CLUSTER}/topics/"
                        f"{quote(flight.topic, safe='')}/records:batch?acks={self.acks}",
                        self._headers, flight.body)
+            self._selector.register(conn, conn.want(), flight)
+        except httpx.TransportError as exc:  # a kept-alive connection broke as it was used
+            conn.close()
+            self._broke(flight, exc)
+            return
         except BaseException:
             conn.close()
             raise
-        self._selector.register(conn, conn.want(), flight)
         flight.conn = conn
 
     def _connection(self, server: Server) -> Connection:
-        """An idle connection to ``server`` that may carry another request, else a new one."""
+        """An idle connection to ``server`` that may carry another request, else a new one
+        (to the first of the server's addresses that did not refuse one last)."""
         idle = self._idle.get(server.url)
         while idle:
             conn = idle.pop()
@@ -467,7 +487,17 @@ class Sender:
             conn.close()
         if server.tls and self._tls is None:
             self._tls = httpx.create_ssl_context(verify=self._verify)
-        return Connection(server, self._tls)
+        found = self._addresses.get(server.url)
+        if found is None:
+            found = self._addresses[server.url] = (addresses(server.host, server.port), 0)
+        return Connection(server, self._tls, found[0][0])
+
+    def _unreachable(self, url: str) -> None:
+        """A connection to ``url`` failed: its next address next time (and, once each was
+        tried, a new lookup)."""
+        found = self._addresses.pop(url, None)
+        if found is not None and found[1] + 1 < len(found[0]):
+            self._addresses[url] = (found[0][1:] + found[0][:1], found[1] + 1)
 
     def _bootstrap(self) -> str:
         transport = transport_of(self.http)
@@ -515,6 +545,8 @@ class Sender:
         rules say: a bootstrap broker that refuses the connection is skipped at once)."""
         assert flight.attempts is not None
         sent = not never_sent(exc)
+        if not sent:
+            self._unreachable(flight.url)
         if flight.target is None:
             transport = transport_of(self.http)
             if transport is not None:

@@ -28,6 +28,7 @@ import h11
 import httpx
 
 READ_BYTES = 1 << 18
+Address = tuple[socket.AddressFamily, tuple[str, int]]
 IDLE_S = 4.0
 """An idle connection older than this is closed rather than used (uvicorn closes its
 side after 5 s)."""
@@ -74,9 +75,10 @@ class Connection:
     """One socket to one server; ``want`` says which selector events it waits for and
     ``on_event`` moves it on (an ``Answer`` when the response is whole)."""
 
-    def __init__(self, server: Server, tls: ssl.SSLContext | None) -> None:
+    def __init__(self, server: Server, tls: ssl.SSLContext | None,
+                 target: Address | None = None) -> None:
         self.server = server
-        family, address = _address(server.host, server.port)
+        family, address = target or addresses(server.host, server.port)[0]
         self.sock: socket.socket | ssl.SSLSocket = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setblocking(False)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -103,20 +105,24 @@ class Connection:
         return self.sock.fileno()
 
     def want(self) -> int:
-        """The selector events this connection waits for."""
-        if self._state == "connecting" or self._out:
+        """The selector events this connection waits for (a handshake's before the
+        request's bytes: a socket waiting to read must not be watched for writing, which
+        it always is)."""
+        if self._state in ("connecting", "handshake-write"):
             return 2  # selectors.EVENT_WRITE
-        if self._state == "handshake-write":
-            return 2
-        return 1  # EVENT_READ
+        if self._state == "handshake":
+            return 1  # EVENT_READ
+        return 2 if self._out else 1
 
     def stale(self) -> bool:
         """An idle connection that may not carry another request: old, or closed by the
-        server (readable while idle means end of stream or a stray byte)."""
+        server (readable while idle means end of stream or a stray byte). ``poll``, not
+        ``select``, which refuses descriptors from 1024 on."""
         if self._state != "ready" or time.monotonic() - self.idle_since > IDLE_S:
             return True
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        return bool(readable)
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     def start(self, method: str, target: str, headers: list[tuple[str, str]],
               body: bytes) -> None:
@@ -141,6 +147,12 @@ class Connection:
             err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
                 raise httpx.ConnectError(f"{self.server.netloc}: {os.strerror(err)}")
+            try:  # an event meant for a socket closed before and its number reused
+                self.sock.getpeername()
+            except OSError as exc:
+                if exc.errno == errno.ENOTCONN:
+                    return None
+                raise httpx.ConnectError(f"{self.server.netloc}: {exc}") from exc
             if self._tls is None:
                 self._state = "ready"
             else:
@@ -152,7 +164,16 @@ class Connection:
             if self._state != "ready":
                 return None
         if self._out:
-            self._write()
+            try:
+                self._write()
+            except httpx.WriteError:
+                # The server may have answered before it read it all (a refusal) and
+                # closed: its answer says what happened, if it came whole.
+                with contextlib.suppress(httpx.TransportError):
+                    answer = self._read()
+                    if answer is not None:
+                        return answer
+                raise
             if self._out:
                 return None
         if mask & 1 or isinstance(self.sock, ssl.SSLSocket):
@@ -160,10 +181,11 @@ class Connection:
         return None
 
     def timed_out(self) -> httpx.TransportError:
-        """The failure an attempt past its deadline ends with."""
-        if self._state != "ready":
-            return httpx.ConnectTimeout(f"{self.server.netloc}: no connection within the "
-                                        "request's timeout")
+        """The failure an attempt past its deadline ends with: the request never left
+        (``ConnectTimeout``) only if none of its bytes did, whatever the state now."""
+        if not self.sent:
+            return httpx.ConnectTimeout(f"{self.server.netloc}: the request could not be "
+                                        "sent within its timeout")
         return httpx.ReadTimeout(f"{self.server.netloc}: no answer within the request's "
                                  "timeout")
 
@@ -240,12 +262,16 @@ class Connection:
             self._h11.their_state is h11.DONE
 
 
-def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[str, int]]:
-    """Where to connect: the first IPv4 address of ``host``, else its first (a blocking
-    lookup, as httpx's; none for an address written as one)."""
+def addresses(host: str, port: int) -> list[Address]:
+    """Where ``host`` may be reached, IPv4 first (a blocking lookup, as httpx's; none for
+    an address written as one)."""
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise httpx.ConnectError(f"{host}:{port}: {exc}") from exc
-    family, _, _, _, address = next((a for a in found if a[0] == socket.AF_INET), found[0])
-    return family, address[:2]  # type: ignore[return-value]
+    out: list[Address] = []
+    for family, _, _, _, address in sorted(found, key=lambda a: a[0] != socket.AF_INET):
+        target = (family, (str(address[0]), int(address[1])))
+        if target not in out:
+            out.append(target)
+    return out

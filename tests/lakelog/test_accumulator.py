@@ -68,6 +68,8 @@ def test_a_key_or_value_of_another_type_fails_its_record_alone() -> None:
     also_good = _append(acc, bytearray(b"k"), memoryview(b"v"))  # type: ignore[arg-type]
     with acc.cond:
         acc.drain()
+        assert not wrong.done()  # failed after the lock: its callbacks may send or close
+    acc.deliver_refusals()
     assert isinstance(wrong.exception(timeout=0), TypeError)
     assert "not int" in str(wrong.exception())
     assert not good.done() and not also_good.done()

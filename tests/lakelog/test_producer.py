@@ -5,6 +5,7 @@ SIGKILL of the server with every acknowledged record stored exactly once."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -12,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from lakelog.client import LakelogClientError, LakelogTimeoutError, Producer, RecordMetadata
+from lakelog.client import (
+    LakelogClientError,
+    LakelogConnectionError,
+    LakelogTimeoutError,
+    Producer,
+    RecordMetadata,
+)
 from lakelog.client.futures import FutureRecordMetadata
 from tests.lakelog.helpers import make_topic, values
 from tests.server import ServerProcess
@@ -288,3 +295,51 @@ def test_records_sent_from_callbacks_are_delivered(server: ServerProcess) -> Non
     # A send in a callback that waited for the turn it runs in would cost 50 ms every
     # DRAIN_AT records: 3000 / 512 of them, about 0.3 s; far less is spent here.
     print(f"\nmeasured: 6,000 records, 3,000 of them sent from callbacks, in {took:.2f} s")
+
+
+def test_a_request_that_timed_out_on_a_paused_server_is_not_sent_again_without_idempotence(
+        server: ServerProcess) -> None:
+    """Found in review: a request past its timeout was read as never sent, so a producer
+    with idempotent=False sent its records again (a duplicate once the server went on).
+    Its records fail saying the outcome is unknown, and the log holds each at most once."""
+    make_topic(server, "paused", 1)
+    assert server.proc is not None
+    with Producer(server.url, idempotent=False, linger_ms=0, request_timeout_ms=500,
+                  delivery_timeout_ms=3000) as producer:
+        producer.send("paused", b"warm", partition=0).result(timeout=30)
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            future = producer.send("paused", b"once", partition=0)
+            failure = future.exception(timeout=30)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+    assert isinstance(failure, LakelogConnectionError), failure
+    assert "unknown" in str(failure)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "once" not in values(server, "paused", 0):
+        time.sleep(0.05)  # the paused server may still append the one it received
+    assert values(server, "paused", 0).count("once") <= 1
+
+
+def test_a_callback_sends_even_when_the_buffer_is_full(server: ServerProcess) -> None:
+    """Found in review: a send in a callback waited for room that only the turn running
+    the callback could free (the answers stalled for max_block_ms). It goes over the
+    bound instead, one record for each answered."""
+    make_topic(server, "full", 2)
+    failures: list[BaseException] = []
+    chained: list[FutureRecordMetadata] = []
+
+    def forward(future: FutureRecordMetadata) -> None:
+        try:
+            chained.append(producer.send("full", b"next", partition=1))
+        except Exception as exc:
+            failures.append(exc)
+
+    with Producer(server.url, linger_ms=0, max_buffered_records=10,
+                  max_block_ms=5000) as producer:
+        for i in range(500):
+            producer.send("full", f"v{i}", partition=0).add_done_callback(forward)
+        producer.flush(60)
+        producer.flush(60)
+    assert not failures, failures[:3]
+    assert len(chained) == 500 and all(f.exception(timeout=0) is None for f in chained)

@@ -5,6 +5,7 @@ each read as the retry rules need (``never_sent``: the request surely never left
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import threading
@@ -164,3 +165,81 @@ def test_an_attempt_past_its_deadline_says_whether_it_connected() -> None:
     assert Server.of("https://example.com/base/").path == "/base"
     assert Server.of("https://example.com").port == 443
     assert Server.of("http://[::1]:8080").netloc == "[::1]:8080"
+
+
+def test_an_attempt_that_timed_out_after_its_bytes_left_may_have_been_received(
+        serve: Callable[[Script], Server]) -> None:
+    """Found in review: the sender closed a timed-out connection before asking what the
+    timeout meant, and a closed connection said "never sent", so an idempotent=False
+    producer sent the records again and an idempotent one did not take a new epoch."""
+    got, release = threading.Event(), threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        _read_request(conn)  # and never answers
+        got.set()
+        release.wait(WAIT_S)
+
+    conn = Connection(serve(script), None)
+    _post(conn)
+    with selectors.DefaultSelector() as selector:
+        selector.register(conn, conn.want())
+        deadline = time.monotonic() + WAIT_S
+        while not got.is_set() and time.monotonic() < deadline:
+            for _, mask in selector.select(0.05):
+                assert conn.on_event(mask) is None
+                selector.modify(conn, conn.want())
+    assert got.is_set()
+    conn.close()  # as the sender does at the deadline, before it reads the failure
+    release.set()
+    failure = conn.timed_out()
+    assert isinstance(failure, httpx.ReadTimeout) and not never_sent(failure)
+
+
+def test_a_tls_handshake_waiting_for_the_server_does_not_spin() -> None:
+    """Found in review: while the handshake waited to read, the request's bytes made the
+    connection ask to be woken when writable, which a socket always is: a core spun for
+    the handshake's whole wait."""
+    import ssl
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts, never speaks TLS
+        server = Server.of(f"https://127.0.0.1:{listener.getsockname()[1]}")
+        conn = Connection(server, ssl.create_default_context())
+        _post(conn)
+        events = 0
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn, conn.want())
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                for _, mask in selector.select(0.05):
+                    events += 1
+                    assert conn.on_event(mask) is None
+                    selector.modify(conn, conn.want())
+        conn.close()
+    assert events <= 3, f"{events} wake-ups in 0.5 s of a handshake waiting to read"
+
+
+def test_a_connection_numbered_past_1024_can_be_checked_for_staleness(
+        serve: Callable[[Script], Server]) -> None:
+    """Found in review: the staleness check used select(), which refuses descriptors from
+    1024 on, and every reuse of such a connection failed its request."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+
+    def script(conn: socket.socket) -> None:
+        _read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        conn.recv(1)  # until the client closes
+
+    conn = Connection(serve(script), None)
+    _post(conn)
+    assert _drive(conn).status == 200
+    high = os.dup2(conn.sock.fileno(), 2000)
+    conn.sock.close()
+    conn.sock = socket.socket(fileno=high)
+    try:
+        assert not conn.stale()
+    finally:
+        conn.close()
