@@ -195,6 +195,9 @@ def client_cases(work: Path, port: int, pid: int, records: int, seconds: int, lu
     path = work / "lines.txt"
     pairs = lines_file(path, records)
     print(f"  Producer: {records:,} records", flush=True)
+    # As every wrk case: no dirty pages of the cases before (nor of the lines file) for
+    # the kernel to write back while the Producer's acks=all requests wait for fdatasync.
+    os.sync()
     out = subprocess.run(["taskset", "-c", "1", sys.executable, "-c", PRODUCER, base, "client",
                           str(path)], capture_output=True, text=True, check=True).stdout
     measured = json.loads(out.splitlines()[-1])
@@ -205,6 +208,7 @@ def client_cases(work: Path, port: int, pid: int, records: int, seconds: int, lu
     row_wrk = measure("wrk", pid, f"{base}/v3/clusters/lakelog/topics/client/records:batch"
                       "?acks=all", body_path, "POST", per_request, 5, seconds, lua)
     print(f"  lakelog produce: {records:,} lines", flush=True)
+    os.sync()
     started = time.perf_counter()
     with path.open("rb") as stdin:
         subprocess.run(["taskset", "-c", "1", str(BIN / "lakelog"), "produce", "client",
