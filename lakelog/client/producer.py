@@ -18,11 +18,11 @@ Java client's partition).
 ``send`` does little on the caller's thread (Kafka's split): it appends the record to
 the accumulator's incoming queue without a lock and answers with a light Future
 (``futures.FutureRecordMetadata``); what came in is moved to the partitions' queues in
-bulk, murmur2 over numpy for all the keys at once (``accumulator.py``), by the sender
-thread or, every ``DRAIN_AT`` records, by ``send`` itself; the sender thread takes the
-ready batches into requests (``sender.py``); a request is encoded in one call
-(``batches.encode_body``), and its answer
-completes its records together, under one lock per producer (``futures.Deliveries``).
+bulk, murmur2 over numpy for all the keys at once (``accumulator.py``), and the ready
+batches are taken into requests (``sender.py``, ``flights.py``), by the sender thread or,
+every ``DRAIN_AT`` records, by ``send`` itself taking a turn of the sender's loop; a
+request is encoded in one call (``batches.encode_body``), and its answer completes its
+records together, under one lock per producer (``futures.Deliveries``).
 ``send_many`` counts the answers of many records in a ``Tally`` (no Future each:
 ``lakelog produce``).
 
