@@ -243,3 +243,38 @@ def test_a_connection_numbered_past_1024_can_be_checked_for_staleness(
         assert not conn.stale()
     finally:
         conn.close()
+
+
+def test_after_one_address_refuses_the_next_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server name with two addresses, the first refusing (nothing listens on
+    127.0.0.2 at the port; the server listens on 127.0.0.1 only): after the refusal the
+    next connection goes to the other address. The two-address name is the one thing
+    mocked (this machine's resolver gives one address per name)."""
+    from lakelog.client import connections
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        monkeypatch.setattr(connections, "addresses", lambda host, p: [
+            (socket.AF_INET, ("127.0.0.2", p)), (socket.AF_INET, ("127.0.0.1", p))])
+        pool = connections.Connections(True)
+        server = pool.server(f"http://two-addresses:{port}")
+        with pytest.raises(httpx.ConnectError):
+            first = pool.get(server)
+            try:
+                _post(first)
+                _drive(first)
+            finally:
+                first.close()
+        pool.unreachable(server.url)
+        second = pool.get(server)
+        try:
+            _post(second)
+            with selectors.DefaultSelector() as selector:
+                selector.register(second, second.want())
+                assert selector.select(WAIT_S), "no connection to the second address"
+                assert second.on_event(2) is None  # connected; the request is going
+            conn, address = listener.accept()
+            conn.close()
+            assert address[0] == "127.0.0.1"
+        finally:
+            second.close()
