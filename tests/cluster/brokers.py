@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
 
 from tests.server import ServerProcess
 
@@ -21,14 +22,32 @@ SESSION_TIMEOUT_MS = 4000
 @contextlib.contextmanager
 def fresh_chroot(connect: str, timeout_s: float = 30) -> Iterator[str]:
     """A new, empty chroot ``/lakelog-<hex>`` on the ZooKeeper at ``connect`` (created, as
-    Kafka creates its chroot; removed with everything under it afterwards)."""
+    Kafka creates its chroot; removed with everything under it afterwards). Each step opens
+    its own session: one held through the test would not outlive a test that stops
+    ZooKeeper for longer than the session."""
     chroot = f"/lakelog-{secrets.token_hex(6)}"
-    zk = KazooClient(hosts=connect, timeout=timeout_s)
+    with _session(connect, timeout_s) as zk:
+        zk.create(chroot)
+    yield chroot
+    with _session(connect, timeout_s) as zk:
+        zk.delete(chroot, recursive=True)
+
+
+def kazoo_client(hosts: str, timeout_s: float) -> KazooClient:
+    """A test's kazoo client that reconnects within a second of ZooKeeper coming back.
+    kazoo's own default backs off up to an hour between attempts, so a client that saw
+    ZooKeeper stopped for a few seconds could sleep past its session (as the broker's own
+    client is told not to, in ``cluster/session.py``)."""
+    return KazooClient(hosts=hosts, timeout=timeout_s,
+                       connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
+
+
+@contextlib.contextmanager
+def _session(connect: str, timeout_s: float) -> Iterator[KazooClient]:
+    zk = kazoo_client(connect, timeout_s)
     zk.start(timeout=timeout_s)
     try:
-        zk.create(chroot)
-        yield chroot
-        zk.delete(chroot, recursive=True)
+        yield zk
     finally:
         zk.stop()
         zk.close()

@@ -22,7 +22,7 @@ from log_tables.hot.batch import BatchScanner
 from log_tables.hot.hot_reader import list_segments
 from log_tables.layout import Layout
 from log_tables.partitioner import partition_for_key
-from tests.cluster.brokers import Brokers, fresh_chroot
+from tests.cluster.brokers import Brokers, fresh_chroot, kazoo_client
 from tests.server import CLUSTER
 
 _T = TypeVar("_T")
@@ -192,7 +192,7 @@ def three_brokers(directory: Path, connect: str, env: dict[str, str] | None = No
                   ) -> Iterator[Cluster]:
     """A fresh chroot on ``connect``, three brokers in it, a kazoo client on it."""
     with fresh_chroot(connect) as chroot:
-        zk = KazooClient(hosts=connect + chroot, timeout=10)
+        zk = kazoo_client(connect + chroot, 10)
         zk.start(timeout=30)
         try:
             brokers = Brokers(directory, connect + chroot, 3, env=env)

@@ -22,6 +22,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster.model import PartitionState, decode, state_path
 from lakelog.zookeeper import ZooKeeperServer
+from tests.cluster.brokers import kazoo_client
 from tests.cluster.nemesis.network import Network
 from tests.server import CLUSTER, LAKELOG, ServerProcess
 
@@ -56,8 +57,8 @@ class NemesisCluster:
 
     def start(self, timeout_s: float = 90) -> NemesisCluster:
         self.zookeeper.start()
-        self._zk = KazooClient(hosts=self.zookeeper.connect + CHROOT, timeout=4)
-        root = KazooClient(hosts=self.zookeeper.connect, timeout=10)
+        self._zk = kazoo_client(self.zookeeper.connect + CHROOT, 4)
+        root = kazoo_client(self.zookeeper.connect, 10)
         root.start(timeout=30)
         try:
             root.ensure_path(CHROOT)
