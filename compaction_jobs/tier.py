@@ -66,8 +66,9 @@ from log_tables.cold.commit import (
 from log_tables.cold.table import open_table, snapshot, tier_app_id
 from log_tables.errors import StaleTableError, StorageError
 from log_tables.hot.damage import Damage
-from log_tables.hot.hot_reader import SegmentFile, list_segments, recovery_point
-from log_tables.hot.isolation import READ_COMMITTED, published_readable_end
+from log_tables.hot.hot_reader import PartitionReader, SegmentFile, list_segments, recovery_point
+from log_tables.hot.isolation import READ_UNCOMMITTED, published_readable_end
+from log_tables.hot.txn_index import AbortedTxn
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 
@@ -242,6 +243,7 @@ class TierJob(Job[TierReport]):
         # Records below the log start (deleted before they were tiered) are not tiered.
         floors = {p: max(st.tiered_offset, st.start_offset) for p, st in enumerate(states)}
         todo: list[tuple[int, SegmentFile, int, int]] = []
+        aborted: dict[int, tuple[AbortedTxn, ...]] = {}
         for p in range(partitions):
             if not self.leads(topic, p):
                 continue  # another broker's: its hot log here is an empty mirror
@@ -250,7 +252,13 @@ class TierJob(Job[TierReport]):
             # and a tiered record must never be one that an OS crash could take back.
             # Replicated: below the published high watermark only.
             durable = published_readable_end(directory, recovery_point(directory),
-                                             READ_COMMITTED)
+                                             READ_UNCOMMITTED)
+            # Only below the last stable offset (a table holds committed records), and
+            # without the markers and aborted records (``SegmentWork.aborted``).
+            _, (stable, hidden) = PartitionReader(directory).committed(floors[p])
+            if stable is not None:
+                durable = min(durable, stable)
+            aborted[p] = hidden.spans()
             for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
                 if nxt.base_offset > durable:
                     break
@@ -264,7 +272,9 @@ class TierJob(Job[TierReport]):
         works = [SegmentWork(topic, p, str(seg.path), seg.base_offset, start, end,
                              out.path(f"p{p}-{start:020d}-{end:020d}.parquet",
                                       final_name(p, start, end, self.job_id)),
-                             self.skip_damaged, out.env)
+                             self.skip_damaged, out.env,
+                             tuple(a for a in aborted[p]
+                                   if a.first_offset < end and a.last_offset >= start))
                  for p, seg, start, end in todo]
         return _TopicPlan(topic, dt, tiered, floors, works, out)
 

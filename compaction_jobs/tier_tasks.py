@@ -21,6 +21,7 @@ from log_tables.errors import CorruptRecordError
 from log_tables.hot.damage import Damage
 from log_tables.hot.hot_reader import SegmentFile, scan_segment
 from log_tables.hot.segment_reads import records_from
+from log_tables.hot.txn_index import AbortedTxn, Hidden
 
 
 class SegmentWork(NamedTuple):
@@ -42,6 +43,9 @@ class SegmentWork(NamedTuple):
     straight there with these settings (no stage directory, no rename); (): a local one.
     They travel in the task (in memory, never logged) because an executor's environment
     need not hold them."""
+    aborted: tuple[AbortedTxn, ...] = ()
+    """Aborted transactions with records in the segment: their batches are left out, as
+    every marker is (a table holds committed records only)."""
 
 
 class StagedFile(NamedTuple):
@@ -61,6 +65,7 @@ def write_segment(work: SegmentWork) -> StagedFile:
     """Stage step (runs in a Spark task): one sealed segment as one Parquet file."""
     segment = SegmentFile(work.base_offset, Path(work.segment_path))
     items, stop = scan_segment(segment, work.start, work.end)
+    hidden = Hidden(work.aborted)
     rows = []
     damage: list[Damage] = []
     position = work.start
@@ -74,6 +79,9 @@ def write_segment(work: SegmentWork) -> StagedFile:
             position = min(b.next_offset, work.end)
             continue
         if b.header.next_offset <= position or position >= work.end:
+            continue
+        if hidden(b.header):
+            position = min(b.header.next_offset, work.end)
             continue
         body = records_from(b, work.segment_path, position, work.end - 1)
         rows.append(to_table_rows(position, body, b.header.log_append_time))

@@ -143,13 +143,17 @@ class FetchResult(NamedTuple):
     batches: list[LogBatch]
     high_watermark: int
     log_start_offset: int
+    read_to: int | None = None
+    """Where the read stopped, past batches it stepped over (markers, aborted records)."""
 
     @property
     def next_offset(self) -> int | None:
-        if not self.batches:
-            return None
-        last = self.batches[-1]
-        return last.base_offset + int(last.records.num_rows)
+        """Where the next read starts; None when this one read nothing."""
+        if self.batches:
+            last = self.batches[-1]
+            after = last.base_offset + int(last.records.num_rows)
+            return after if self.read_to is None else max(after, self.read_to)
+        return self.read_to
 
     def records(self) -> list[Record]:
         return [r for b in self.batches for r in b.to_records()]

@@ -156,17 +156,26 @@ def partition_bounds(layout: Layout, topic: str, partition: int,
     tiered = cold.tiered_offset if cold is not None else 0
     hot_start = hot_start_offset(layout, topic, partition)
     start = log_start(hot_start if hot_start is not None else 0, cold)
-    return PartitionBounds(start, tiered, max(hot_end_offset(layout, topic, partition, isolation),
-                                                  tiered))
+    end = hot_end_offset(layout, topic, partition, isolation, max(tiered, start))
+    return PartitionBounds(start, tiered, max(end, tiered))
 
 
 def hot_end_offset(layout: Layout, topic: str, partition: int,
-                   isolation: Isolation = READ_COMMITTED) -> int:
+                   isolation: Isolation = READ_COMMITTED, start: int | None = None) -> int:
     """The hot tier's readable end as other processes see it: the last complete batch's
     end, bounded as ``published_readable_end`` says (for a replicated partition, the
-    published high watermark if that is lower)."""
+    published high watermark if that is lower), and for ``read_committed`` by the first
+    transaction still open that the headers from ``start`` (the tiered offset: no
+    transaction open below it, as tiering stops at them; None: the hot tier's start)
+    show."""
     directory = layout.partition_dir(topic, partition)
-    return published_readable_end(directory, PartitionReader(directory).end_offset(), isolation)
+    reader = PartitionReader(directory)
+    if isolation is not READ_COMMITTED:
+        return published_readable_end(directory, reader.end_offset(), isolation)
+    if start is None:
+        start = _hot_start(reader) or 0
+    end, (stable, _) = reader.committed(start)
+    return end if stable is None else max(start, min(end, stable))
 
 
 def offset_for_timestamp(layout: Layout, topic: str, partition: int, timestamp_ms: int,

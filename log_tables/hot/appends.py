@@ -58,7 +58,8 @@ class CheckedAppend(NamedTuple):
 
 
 def check_append(name: str, config: TopicConfig, clock: Clock, records: pa.RecordBatch,
-                 producer_id: int, producer_epoch: int, base_sequence: int) -> CheckedAppend:
+                 producer_id: int, producer_epoch: int, base_sequence: int,
+                 flags: int = 0) -> CheckedAppend:
     """Check a producer's batch (schema, not empty, timestamps within 0..year 9999, at
     most the smaller of ``max.message.bytes`` and ``segment.bytes``) and encode it."""
     if records.schema != RECORD_SCHEMA:
@@ -72,7 +73,7 @@ def check_append(name: str, config: TopicConfig, clock: Clock, records: pa.Recor
             0, RECORD_SCHEMA.field(0), pa.array([append_time] * records.num_rows, pa.int64()))
     prepared = prepare(records, log_append_time=config.log_append_time,
                        producer_id=producer_id, producer_epoch=producer_epoch,
-                       base_sequence=base_sequence)
+                       base_sequence=base_sequence, flags=flags)
     if not config.log_append_time:  # the broker's own time is always in range
         low = prepared.min_timestamp
         if low < 0 or prepared.max_timestamp > MAX_TIMESTAMP_MS:

@@ -6,7 +6,9 @@ Header (little-endian)::
     8  batch_length     i32   bytes after this field (header rest + body)
     12 magic            u32   0x4C4B4C31 ("LKL1")
     16 crc              u32   CRC32C of bytes 20..end, then of bytes 0..12
-    20 attributes       i16   bit 0: LogAppendTime
+    20 attributes       i16   bit 0: LogAppendTime; bit 4: transactional, bit 5: a
+                              control batch (a transaction marker), as Kafka's bits;
+                              bit 6: the marker commits (else it aborts)
     22 record_count     i32
     26 first_timestamp  i64
     34 max_timestamp    i64
@@ -42,6 +44,9 @@ _HEAD = struct.Struct("<qi")
 _LENGTH_END = 12  # bytes covered by batch_length start here
 _CRC_START, _CRC_END = 16, 20
 ATTR_LOG_APPEND_TIME = 0x1
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_COMMIT = 0x40
 NO_PRODUCER_ID = -1
 assert HEADER_SIZE == 56
 # Any batch is bounded by segment.bytes when written; scans accept up to i32 so
@@ -80,6 +85,21 @@ class BatchHeader(NamedTuple):
     @property
     def log_append_time(self) -> bool:
         return bool(self.attributes & ATTR_LOG_APPEND_TIME)
+
+    @property
+    def transactional(self) -> bool:
+        """Records of a transaction, or its marker."""
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        """A transaction marker: no reader hands its record to an application."""
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def commits(self) -> bool:
+        """A marker that commits its producer's transaction (else it aborts it)."""
+        return bool(self.attributes & ATTR_COMMIT)
 
 
 class EncodedBatch(NamedTuple):
@@ -128,14 +148,16 @@ def prepare(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    flags: int = 0,
 ) -> PreparedBatch:
-    """Serialize ``records`` (RECORD_SCHEMA) and checksum everything but offset and length."""
+    """Serialize ``records`` (RECORD_SCHEMA) and checksum everything but offset and length;
+    ``flags``: the transactional, control and commit bits."""
     count = records.num_rows
     ts = records.column(0).to_numpy(zero_copy_only=True)
     first_ts = int(ts[0])
     min_ts, max_ts = (first_ts, first_ts) if count == 1 else (int(ts.min()), int(ts.max()))
     body = _pad8(records.serialize())
-    attributes = ATTR_LOG_APPEND_TIME if log_append_time else 0
+    attributes = (ATTR_LOG_APPEND_TIME if log_append_time else 0) | flags
     tail = HEADER.pack(
         0, 0, MAGIC, 0, attributes, count, first_ts, max_ts, producer_id, producer_epoch,
         base_sequence,

@@ -37,3 +37,46 @@ def write_high_watermark(directory: Path, name: str, offset: int) -> None:
     except OSError as exc:
         raise StorageError(f"{name}: cannot write {directory / HW_FILE}: {exc.strerror}",
                            exc.errno) from None
+
+
+class HighWatermark:
+    """A partition's high watermark in memory, and as published to other processes
+    (``checkpoint``). The log holds its lock for every change."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.value: int | None = read_high_watermark(directory)
+        """None: not replicated (readers see up to the log end)."""
+        self._written = self.value
+
+    def start(self, log_start: int) -> bool:
+        """Replicated from now on, from ``log_start``; False if it was already."""
+        if self.value is not None:
+            return False
+        self.value = log_start
+        return True
+
+    def advance(self, offset: int, log_end: int) -> bool:
+        """Raise it to ``offset`` (at most ``log_end``); True if it moved."""
+        if self.value is None:
+            return False
+        new = min(offset, log_end)
+        if new <= self.value:
+            return False
+        self.value = new
+        return True
+
+    def lower(self, offset: int, *, to: bool = False) -> None:
+        """A truncation to ``offset``: at most it (``to``: exactly it)."""
+        if self.value is not None:
+            self.value = offset if to else min(self.value, offset)
+
+    def checkpoint(self, readable: int) -> None:
+        """Write ``readable`` (the bounded high watermark) when the value moved since the
+        last write (``high-watermark``, without fsync: a stale or missing one only shows
+        readers less)."""
+        hw = self.value
+        if hw is not None and hw != self._written:
+            write_high_watermark(self.directory, self.name, readable)
+            self._written = hw

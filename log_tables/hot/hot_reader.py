@@ -20,13 +20,27 @@ from pathlib import Path
 from typing import NamedTuple
 
 from log_tables.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner, ScannedBatch, ScanStop
+from log_tables.hot.batch import (
+    ATTR_TRANSACTIONAL,
+    MAX_BATCH_BYTES,
+    BatchHeader,
+    BatchScanner,
+    ScannedBatch,
+    ScanStop,
+)
 from log_tables.hot.damage import Damage, locate
+from log_tables.hot.isolation import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Isolation,
+    published_readable_end,
+)
 from log_tables.hot.offset_index import OffsetIndex
 from log_tables.hot.recovery import CHECKPOINT_FILE
 from log_tables.hot.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_stem
 from log_tables.hot.segment_reads import records_from
 from log_tables.hot.time_index import TimeIndex
+from log_tables.hot.txn_index import Hidden, TxnScan, has_transactions, scan
 from log_tables.records import LogBatch
 
 
@@ -147,13 +161,25 @@ class PartitionReader:
         return 0
 
     def batches(self, offset: int, end_offset: int | None = None, *,
-                skip_damage: bool = False) -> Iterator[LogBatch]:
+                skip_damage: bool = False,
+                isolation: Isolation = READ_COMMITTED) -> Iterator[LogBatch]:
         """Records from ``offset`` up to ``end_offset`` (or the readable end), batch by batch.
 
-        A damaged batch in the range raises CorruptRecordError (naming the offsets it
-        hides) once the records before it are yielded; reading from past it goes on.
-        ``skip_damage``: pass over damaged batches instead (their records are never read).
+        Transaction markers are never yielded; ``read_committed`` (the default: what a
+        table holds) also stops at the first transaction still open and steps over
+        aborted ones (``committed``). A damaged batch in the range raises
+        CorruptRecordError (naming the offsets it hides) once the records before it are
+        yielded; reading from past it goes on. ``skip_damage``: pass over damaged batches
+        instead (their records are never read).
         """
+        hidden = Hidden()
+        if isolation is READ_COMMITTED:
+            end, (stable, hidden) = self.committed(offset)
+            if stable is not None:
+                end = min(end, stable)
+            end_offset = end if end_offset is None else min(end_offset, end)
+            if offset >= end_offset:
+                return
         segments = list_segments(self.directory)
         if not segments:
             return
@@ -182,6 +208,9 @@ class PartitionReader:
                     continue
                 if end_offset is not None and b.header.base_offset >= end_offset:
                     return
+                if hidden(b.header):
+                    position = b.header.next_offset
+                    continue
                 last = b.header.last_offset if end_offset is None else min(
                     b.header.last_offset, end_offset - 1)
                 rb = records_from(b, str(segment.path), position, last)
@@ -189,6 +218,44 @@ class PartitionReader:
                 position += rb.num_rows
             if stop is not None and nxt is None:
                 return  # the readable log ends at a torn tail
+
+
+    def committed(self, offset: int) -> tuple[int, TxnScan]:
+        """The readable end (the log end, or the published high watermark of a replicated
+        partition: a marker above it may yet be truncated away), and what a committed
+        reader from ``offset`` must know of the transactions below it: the first offset
+        of one still open (None: none is) and which batches were aborted, from the
+        headers in between. A partition never written to by a transaction (no
+        ``transactional`` file, looked for after the end is found) needs no scan."""
+        end = published_readable_end(self.directory, self.end_offset(), READ_UNCOMMITTED)
+        if not has_transactions(self.directory) or offset >= end:
+            return end, TxnScan(None, Hidden())
+        return end, scan(self._headers(offset, end))
+
+    def _headers(self, offset: int, end: int) -> Iterator[BatchHeader]:
+        """Headers of the batches holding ``[offset, end)``; at damage the scan ends with
+        a header-less stop: the offsets past it count as a transaction still open."""
+        segments = list_segments(self.directory)
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= offset:
+                continue
+            if segment.base_offset >= end:
+                return
+            items, _ = scan_segment(segment, offset, nxt)
+            for b in items:
+                if isinstance(b, Damage):
+                    if b.first_offset < end:
+                        yield _UNKNOWN._replace(base_offset=b.first_offset)
+                    return
+                if b.header.base_offset >= end:
+                    return
+                yield b.header
+
+
+_UNKNOWN = BatchHeader(0, 0, 0, 0, ATTR_TRANSACTIONAL, 1, 0, 0, -2, 0, -1)
+"""Where a scan for markers met damage: as a transactional batch of no producer, it
+holds the last stable offset there (what follows cannot be told committed)."""
 
 
 def _last_indexed(segment: SegmentFile) -> int | None:

@@ -2,10 +2,11 @@
 
 ``read_uncommitted`` reads up to the high watermark (what every in-sync replica holds;
 a Kafka consumer's default); ``read_committed`` up to the last stable offset, below
-which no transaction is still open. lakelog has no transactions yet, so both give the
-high watermark today. Every reader asks for its bound here (``PartitionLog.readable_end``
-in the broker, ``published_readable_end`` in other processes) and says which level it
-reads at, so that transactions change these two functions and no reader.
+which no transaction is still open (``log_tables.hot.txn_index``). Every reader asks for
+its bound here (``PartitionLog.readable_end`` in the broker, ``published_readable_end``
+in other processes) and says which level it reads at. A process without the broker's
+index learns the last stable offset from the headers it reads (``txn_index.scan``), so
+``published_readable_end`` bounds by the high watermark alone and its readers by both.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ READ_COMMITTED = Isolation.READ_COMMITTED
 
 
 def bounded_end(log_end: int, log_start: int, high_watermark: int | None,
-                isolation: Isolation) -> int:
+                isolation: Isolation, first_unstable: int | None = None) -> int:
     """The readable end of a log: ``log_end`` for a partition of one replica (no high
-    watermark), else the high watermark within ``[log_start, log_end]``. Both isolation
-    levels give it until transactions add the last stable offset."""
-    del isolation  # read_committed: min(this, last stable offset), once transactions exist
-    if high_watermark is None:
-        return log_end
-    return max(log_start, min(high_watermark, log_end))
+    watermark), else the high watermark within ``[log_start, log_end]``; for
+    ``read_committed``, the first offset of a transaction still open if that is lower."""
+    end = log_end if high_watermark is None else max(log_start, min(high_watermark, log_end))
+    if isolation is Isolation.READ_COMMITTED and first_unstable is not None:
+        end = max(log_start, min(end, first_unstable))
+    return end
 
 
 def published_readable_end(directory: Path, log_end: int, isolation: Isolation) -> int:

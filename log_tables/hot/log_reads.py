@@ -6,10 +6,11 @@ without the log's lock, up to an end its caller chose (``PartitionLog.readable_e
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot.batch import MAX_BATCH_BYTES, BatchScanner
+from log_tables.hot.batch import MAX_BATCH_BYTES, BatchHeader, BatchScanner
 from log_tables.hot.segment_reads import records_from
 from log_tables.records import FetchResult, LogBatch
 
@@ -26,9 +27,12 @@ class RawBatches(NamedTuple):
 
 
 def read_records(log: LocalLog, offset: int, end: int, max_bytes: int = 1 << 20,
-                 max_records: int | None = None) -> FetchResult:
+                 max_records: int | None = None,
+                 hidden: Callable[[BatchHeader], bool] | None = None) -> FetchResult:
     """Records from ``offset`` on, below ``end`` (the readable end), up to about
-    ``max_bytes`` and at most ``max_records``.
+    ``max_bytes`` and at most ``max_records``; batches ``hidden`` says to step over
+    (transaction markers, aborted transactions: ``txn_index.Hidden``) count against the
+    bytes but are not returned, and the result's ``next_offset`` passes them.
 
     At least one record is returned when any exists (even past ``max_bytes``). A
     damaged batch ends the read: the records before it are returned, and a read that
@@ -40,7 +44,7 @@ def read_records(log: LocalLog, offset: int, end: int, max_bytes: int = 1 << 20,
     if not log_start <= offset <= log_end:
         raise OffsetOutOfRangeError(log.name, offset, log_start, end)
     if offset >= end:  # replicated, and not yet in every in-sync replica
-        return FetchResult([], end, log_start)
+        return FetchResult([], end, log_start, offset)
     stop = end if max_records is None else min(end, offset + max_records)
     out: list[LogBatch] = []
     bases = [s.base_offset for s in segments]
@@ -60,13 +64,17 @@ def read_records(log: LocalLog, offset: int, end: int, max_bytes: int = 1 << 20,
             if b.header.base_offset > position:
                 # The segment holding `position` was deleted after this read began.
                 raise OffsetOutOfRangeError(log.name, position, log.log_start_offset, end)
+            if hidden is not None and hidden(b.header):
+                position = min(b.header.next_offset, stop)
+                budget -= b.header.size
+                continue
             rb = records_from(b, str(seg.path), position, stop - 1)
             out.append(LogBatch(position, rb, b.header.log_append_time, b.header.producer_id))
             position += rb.num_rows
             budget -= b.header.size
         if position < min(seg.next_offset, stop):
             break  # stopped inside this segment for the byte budget
-    return FetchResult(out, end, log_start)
+    return FetchResult(out, end, log_start, position)
 
 
 def read_raw(log: LocalLog, offset: int, max_bytes: int, high_watermark: int) -> RawBatches:

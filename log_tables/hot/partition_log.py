@@ -6,8 +6,7 @@ Files in the partition directory::
     partition.json     checkpoint: log_start_offset and recovery_point
     .clean-shutdown    written by close(); lists segment sizes; removed on open
 
-Opening a log recovers it (``log_tables.hot.recovery``: what is trusted, what is
-truncated). A ``PartitionLog`` holds a ``LocalLog`` (``log_tables.hot.local_log``:
+Opening a log recovers it (``log_tables.hot.recovery``). A ``PartitionLog`` holds a ``LocalLog`` (``log_tables.hot.local_log``:
 the segments, rolling, flushing, truncating and dropping them) beside the idempotent
 producers' state, the leader epochs and the high watermark; appends with their checks,
 the one bound of every read (``readable_end``) and shutdown are here.
@@ -27,20 +26,22 @@ from log_tables.config import TopicConfig
 from log_tables.errors import LogClosedError
 from log_tables.hot.appends import AppendInfo, check_append, check_replica_batch
 from log_tables.hot.batch import (
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     NO_PRODUCER_ID,
     EncodedBatch,
     assign,
     prepare,
 )
-from log_tables.hot.high_watermark import read_high_watermark, write_high_watermark
-from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation, bounded_end
+from log_tables.hot.high_watermark import HighWatermark
+from log_tables.hot.isolation import READ_COMMITTED, READ_UNCOMMITTED, Isolation, bounded_end
 from log_tables.hot.leader_epochs import LeaderEpochCache
 from log_tables.hot.local_log import LocalLog
 from log_tables.hot.log_reads import RawBatches, offset_for_timestamp, read_raw, read_records
 from log_tables.hot.producer_state import ProducerStateManager, seq_add
 from log_tables.hot.recovery import rebuild_producer_state, write_producer_snapshot
 from log_tables.hot.segment import LogSegment
+from log_tables.hot.txn_index import Hidden, TxnMark
 from log_tables.records import FetchResult
 
 __all__ = ["AppendInfo", "PartitionLog", "partition_dir"]
@@ -67,9 +68,8 @@ class PartitionLog:
         self._flush_scheduler: Callable[[PartitionLog, int], None] | None = None
         self.producers = ProducerStateManager(name)
         self.leader_epochs = LeaderEpochCache(directory, name)
-        self._hw: int | None = read_high_watermark(directory)
-        """None: not replicated (readers see up to the log end); else the high watermark."""
-        self._hw_written = self._hw
+        self._hw = HighWatermark(directory, name)
+        self._txn_mark = TxnMark(directory)
 
     # -- open and recovery -------------------------------------------------------
     @classmethod
@@ -90,6 +90,7 @@ class PartitionLog:
 
     def _snapshot_producers(self, offset: int) -> None:
         """Persist producer state as of ``offset`` (the log end); keep the newest two."""
+        self.producers.txns.prune(self._local.log_start_offset)
         write_producer_snapshot(self.directory, self.name, self.producers, offset)
 
     def _notify_rolled(self, sealed: LogSegment) -> None:
@@ -154,7 +155,7 @@ class PartitionLog:
         return self._local.size_bytes
 
     def roll(self) -> LogSegment | None:
-        """Seal the active segment (if it has data) and start a new one; returns the sealed one."""
+        """Seal the active segment (if it has data); returns the sealed one."""
         return self._local.roll()
 
     def roll_if_due(self) -> LogSegment | None:
@@ -162,70 +163,58 @@ class PartitionLog:
         return self._local.roll_if_due()
 
     def roll_if_older(self, age_ms: int) -> LogSegment | None:
-        """Roll the active segment if its first record was appended ``age_ms`` ago or more
-        (0: whenever it holds records), its sync left to the ``flush_scheduler``."""
+        """``LocalLog.roll_if_older``: its sync is left to the ``flush_scheduler``."""
         return self._local.roll_if_older(age_ms)
 
     def flush(self, up_to: int | None = None) -> int:
-        """fdatasync what is appended; returns the offset below which all is durable
-        (concurrent callers share one sync: ``LocalLog.flush``)."""
+        """fdatasync what is appended (``LocalLog.flush``); returns the durable end."""
         return self._local.flush(up_to)
 
     # -- the high watermark and the readable end -----------------------------------
     @property
     def high_watermark(self) -> int:
-        """The offset below which every in-sync replica has the records: the log end for
-        a partition of one replica (the leader advances it, followers learn it). A reader's
-        limit is ``readable_end``, not this."""
+        """Below it every in-sync replica has the records (the log end for one replica);
+        a reader's limit is ``readable_end``, not this."""
         local = self._local
-        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw,
+        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw.value,
                            READ_UNCOMMITTED)
 
     def readable_end(self, isolation: Isolation) -> int:
         """Readers (consumers, tiering, Spark) see the records below this: the high
-        watermark, and for ``read_committed`` (once transactions exist) the last stable
-        offset if lower."""
+        watermark, and for ``read_committed`` the last stable offset if lower."""
         local = self._local
-        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw, isolation)
+        return bounded_end(local.log_end_offset, local.log_start_offset, self._hw.value, isolation,
+                           self.producers.txns.first_unstable())
 
     @property
     def replicated(self) -> bool:
-        return self._hw is not None
+        return self._hw.value is not None
 
     def start_replication(self) -> None:
         """From now on readers see only below the high watermark: the checkpointed one, or
         the log start (it rises as the in-sync replicas fetch)."""
         with self._local.lock:
-            if self._hw is None:
-                self._hw = self._local.log_start_offset
+            if self._hw.start(self._local.log_start_offset):
                 self.checkpoint_high_watermark()
 
     def advance_high_watermark(self, offset: int) -> bool:
         """Raise the high watermark to ``offset`` (at most the log end); True if it moved."""
         with self._local.lock:
-            if self._hw is None:
-                return False
-            new = min(offset, self._local.log_end_offset)
-            if new <= self._hw:
-                return False
-            self._hw = new
-            return True
+            return self._hw.advance(offset, self._local.log_end_offset)
 
     def checkpoint_high_watermark(self) -> None:
-        """Publish the high watermark to readers in other processes (``high-watermark``,
-        written without fsync: a stale or missing one only shows them less)."""
-        hw = self._hw
-        if hw is not None and hw != self._hw_written:
-            write_high_watermark(self.directory, self.name, self.high_watermark)
-            self._hw_written = hw
+        """Publish the high watermark to readers in other processes (``HighWatermark``)."""
+        self._hw.checkpoint(self.high_watermark)
 
     # -- reading -----------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None,
              isolation: Isolation = READ_UNCOMMITTED) -> FetchResult:
         """Records from ``offset`` on, below the readable end, up to about ``max_bytes``
         and at most ``max_records`` (``log_reads.read_records``)."""
-        return read_records(self._local, offset, self.readable_end(isolation), max_bytes,
-                            max_records)
+        end = self.readable_end(isolation)
+        aborted = self.producers.txns.aborted_in(offset, end) if isolation is READ_COMMITTED \
+            else ()
+        return read_records(self._local, offset, end, max_bytes, max_records, Hidden(aborted))
 
     def read_raw(self, offset: int, max_bytes: int) -> RawBatches:
         """Whole stored batches from the one holding ``offset`` on, below the log end:
@@ -239,15 +228,21 @@ class PartitionLog:
 
     # -- appending ---------------------------------------------------------------
     def append(self, records: pa.RecordBatch, *, producer_id: int = NO_PRODUCER_ID,
-               producer_epoch: int = -1, base_sequence: int = -1) -> AppendInfo:
-        """Append a batch of records (RECORD_SCHEMA) as one unit; returns its offsets.
+               producer_epoch: int = -1, base_sequence: int = -1,
+               transactional: bool = False) -> AppendInfo:
+        """Append a batch of records (RECORD_SCHEMA) as one unit; returns its offsets (a
+        ``transactional`` one opens its producer's transaction here until a marker).
 
         When this returns, the batch is in the OS page cache: it survives a killed
         process. ``flush()`` makes it survive a power cut.
         """
         config = self.config
+        flags = ATTR_TRANSACTIONAL if transactional else 0
+        if transactional:
+            self._txn_mark.ensure(self.name, producer_id)
         records, prepared, append_time = check_append(self.name, config, self.clock, records,
-                                                      producer_id, producer_epoch, base_sequence)
+                                                      producer_id, producer_epoch, base_sequence,
+                                                      flags)
         local = self._local
         with local.lock:
             if local.closed:
@@ -264,15 +259,33 @@ class PartitionLog:
                     prepared = prepare(records.slice(len(duplicates)),
                                        log_append_time=config.log_append_time,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
-                                       base_sequence=base_sequence)
+                                       base_sequence=base_sequence, flags=flags)
             batch = assign(prepared, local.log_end_offset)
             local.append_locked(batch)
             if producer_id >= 0:
                 self.producers.update(producer_id, producer_epoch, base_sequence,
                                       prepared.record_count, batch.header.base_offset)
+                self.producers.txns.apply(batch.header)
         h = batch.header
         return AppendInfo(h.base_offset, h.last_offset, append_time, h.max_timestamp, h.size,
                           tuple(duplicates))
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> int | None:
+        """End the producer's transaction here with a COMMIT or ABORT marker; returns its
+        offset, or None when none is open here (``ProducerStateManager.marker``)."""
+        local = self._local
+        with local.lock:
+            if local.closed:
+                raise LogClosedError(f"{self.name} is closed")
+            prepared = self.producers.marker(producer_id, producer_epoch, commit,
+                                             coordinator_epoch, self.clock.now_ms())
+            if prepared is None:
+                return None
+            batch = assign(prepared, local.log_end_offset)
+            local.append_locked(batch)
+            self.producers.apply(batch.header)
+            return batch.header.base_offset
 
     # -- replication -----------------------------------------------------------------
     def become_leader(self, leader_epoch: int) -> None:
@@ -304,6 +317,8 @@ class PartitionLog:
                     epoch, start = pending.pop(0)
                     self.leader_epochs.assign(epoch, start)
                 raw = view[pos:pos + header.size]
+                if header.transactional:
+                    self._txn_mark.ensure(self.name, header.producer_id)
                 local.append_locked(EncodedBatch(header, bytes(raw[:HEADER_SIZE]),
                                                  pa.py_buffer(raw[HEADER_SIZE:])))
                 self.producers.apply(header)
@@ -317,8 +332,7 @@ class PartitionLog:
         local = self._local
         with local.flush_lock, local.lock:
             local.start_at_locked(offset, max(offset, log_start or 0))
-            if self._hw is not None:
-                self._hw = offset
+            self._hw.lower(offset, to=True)
             self.leader_epochs.clear()
             self.producers = type(self.producers)(self.name)
             self._snapshot_producers(offset)
@@ -345,8 +359,7 @@ class PartitionLog:
         with local.flush_lock, local.lock:
             if not local.truncate_to_locked(offset):
                 return
-            if self._hw is not None:
-                self._hw = min(self._hw, offset)
+            self._hw.lower(offset)
             self.leader_epochs.truncate_from_end(offset)
             self._rebuild_producer_state()
 

@@ -9,7 +9,8 @@ one request into many batches, so a batch that continues the previous one in
 both sequence and offset extends it (a run), and the window is the last 5 runs:
 a retried request is recognised whole however it was cut. The state is
 snapshotted on roll and on close, and rebuilt on open from the newest snapshot
-plus the batch headers after it (which merge the same way).
+plus the batch headers after it (which merge the same way). The transactions open and
+aborted here (``txn_index``) are kept beside them, from the same headers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from log_tables.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from log_tables.hot.batch import BatchHeader
+from log_tables.hot.batch import (
+    ATTR_COMMIT,
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    BatchHeader,
+    PreparedBatch,
+    prepare,
+)
+from log_tables.hot.txn_index import TxnIndex, marker_records
 
 DEDUP_WINDOW_BATCHES = 5
 # A run stops growing here, so the window stays bounded (5 runs of at most this many).
@@ -66,6 +75,7 @@ class ProducerStateManager:
     def __init__(self, name: str) -> None:
         self.name = name
         self.producers: dict[int, ProducerEntry] = {}
+        self.txns = TxnIndex()
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> list[int]:
         """Validate a batch; returns the offsets of its leading records already in the log."""
@@ -120,18 +130,52 @@ class ProducerStateManager:
             return
         entry.batches.append(BatchMeta(first_seq, seq_add(first_seq, count - 1), base_offset))
 
+    def marked(self, producer_id: int, epoch: int) -> None:
+        """A marker at ``epoch`` ended the producer's transaction: from that epoch on its
+        sequences start again at 0, and an older epoch is fenced (KIP-890: the epoch goes
+        up with every commit or abort)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self.producers[producer_id] = ProducerEntry(epoch)
+
+    def marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+               now_ms: int) -> PreparedBatch | None:
+        """The COMMIT or ABORT marker that ends the producer's transaction open here, at
+        ``epoch`` (the one the coordinator ended it with); None when none is open (it
+        ended already: a coordinator finishing a commit again writes no second marker).
+        An epoch older than the producer's here is refused (a fenced coordinator's)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self.name}: a marker of producer {producer_id} at epoch {epoch} is older "
+                f"than its epoch {entry.epoch} here")
+        if producer_id not in self.txns.open:
+            return None
+        flags = ATTR_TRANSACTIONAL | ATTR_CONTROL | (ATTR_COMMIT if commit else 0)
+        return prepare(marker_records(commit, coordinator_epoch, now_ms),
+                       producer_id=producer_id, producer_epoch=epoch, flags=flags)
+
     def apply(self, header: BatchHeader) -> None:
-        """Replay one batch header (recovery)."""
-        if header.producer_id >= 0 and header.base_sequence >= 0:
+        """Replay one batch header (recovery, a follower's append)."""
+        if header.control:
+            self.marked(header.producer_id, header.producer_epoch)
+        elif header.producer_id >= 0 and header.base_sequence >= 0:
             self.update(header.producer_id, header.producer_epoch, header.base_sequence,
                         header.record_count, header.base_offset)
+        self.txns.apply(header)
 
     def to_json(self) -> dict[str, Any]:
-        return {str(pid): {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
-                for pid, e in self.producers.items()}
+        return {"producers": {str(pid): {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
+                              for pid, e in self.producers.items()},
+                "txns": self.txns.to_json()}
 
     def load_json(self, data: dict[str, Any]) -> None:
+        """A snapshot (older ones held only the producers, keyed by id)."""
         self.producers = {}
+        self.txns = TxnIndex()
+        if "producers" in data:
+            self.txns.load_json(data.get("txns", {}))
+            data = data["producers"]
         for pid, e in data.items():
             entry = ProducerEntry(int(e["epoch"]))
             for b in e["batches"]:

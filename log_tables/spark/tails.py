@@ -183,7 +183,7 @@ def read_tail(layout: Layout, source: TailSource, leader_url: str | None, topic:
     published, the Delta tier's below ``tiered`` (an offset the planner saw tiered), the
     rest from the leader."""
     position = start
-    held = min(end, hot_end_offset(layout, topic, partition, READ_COMMITTED))
+    held = min(end, hot_end_offset(layout, topic, partition, READ_COMMITTED, start))
     if position < held:
         yield from read_range(layout, topic, partition, position, held,
                               fail_on_data_loss=fail_on_data_loss)
