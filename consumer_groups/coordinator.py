@@ -50,7 +50,9 @@ from log_tables.errors import (
     UnknownPartitionError,
     UnknownTopicError,
     UnknownTopicIdError,
+    UnstableOffsetCommitError,
 )
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 
 __all__ = [  # Member, Group and their types stay importable here, where callers found them
     "CLOCK_SKEW_MS", "MAX_HEARTBEAT_INTERVAL_MS", "MAX_SESSION_TIMEOUT_MS",
@@ -95,13 +97,17 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.membership_version = 0
         """Grows whenever a group's members (so maybe its subscriptions) change."""
+        self.pending: Callable[[str], set[tuple[str, int]]] | None = None
+        """A group's partitions whose offsets open transactions hold (the transaction
+        coordinator's ``pending_partitions``)."""
         store.expired = self._expired
 
     # -- membership ----------------------------------------------------------------------
 
     def join(self, group_id: str, topics: Iterable[str], session_timeout_ms: int,
              instance_id: str | None = None, assignor: str | None = None,
-             auto_offset_reset: OffsetReset = "latest") -> Member:
+             auto_offset_reset: OffsetReset = "latest",
+             isolation: Isolation = READ_UNCOMMITTED) -> Member:
         """A new member (or a static member back under a new id) with its first assignment."""
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise InvalidOptionError(
@@ -129,7 +135,8 @@ class GroupCoordinator:
         old = next((m for m in group.members.values()
                     if instance_id is not None and m.instance_id == instance_id), None)
         member = Member(uuid.uuid4().hex, instance_id, subscribed, session_timeout_ms,
-                        auto_offset_reset, 0, now + session_timeout_ms / 1000)
+                        auto_offset_reset, 0, now + session_timeout_ms / 1000,
+                        isolation=isolation)
         if old is not None and old.topics == subscribed:
             # Static membership: the new instance takes the old one's place and partitions
             # (and the old member id is fenced); no rebalance.
@@ -279,6 +286,14 @@ class GroupCoordinator:
         # The member may have been fenced while the append ran: its offsets are in Delta
         # (they were valid when checked), exactly as Kafka's log has them.
 
+    async def commit_ended(self, group_id: str,
+                           offsets: list[tuple[str, int, int, str | None]]) -> None:
+        """Offsets a transaction committed (their member was checked when they were sent
+        to it, ``check_commit``): written now, whoever the group's members are."""
+        now_ms = int(time.time() * 1000)
+        await self._write(group_id, [(OffsetKey(group_id, t, p), Committed(o, m, now_ms, None, -1))
+                                     for t, p, o, m in offsets])
+
     async def _write(self, group_id: str, changes: list[Change]) -> None:
         """Write at this coordinator's epoch; answered only if it still holds after."""
         at = self.epoch_of(group_id)
@@ -308,8 +323,19 @@ class GroupCoordinator:
         return {(t, p): c for (t, p), c in self.store.group_offsets(group_id).items()
                 if not self._before_topic(t, c)}
 
+    def require_stable(self, group_id: str, tp: tuple[str, int] | None = None) -> None:
+        """UnstableOffsetCommitError while an open transaction holds offsets of the group
+        (of ``tp``, given one): Kafka's OffsetFetch with require_stable."""
+        pending = self.pending(group_id) if self.pending is not None else set()
+        if pending := (pending if tp is None else pending & {tp}):
+            t, p = min(pending)
+            raise UnstableOffsetCommitError(f"group {group_id!r} has an offset of {t}-{p} "
+                                            "in an open transaction; ask again once it ends")
+
     def committed_offset(self, group_id: str, tp: tuple[str, int]) -> Committed | None:
-        """``committed``'s offset of one partition (what a member starts from)."""
+        """``committed``'s offset of one partition (what a member starts from); none while
+        an open transaction holds one (``require_stable``)."""
+        self.require_stable(group_id, tp)
         c = self.store.latest.get(OffsetKey(group_id, *tp))
         return None if c is None or self._before_topic(tp[0], c) else c
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from consumer_groups.assignors import MemberSpec, TopicPartition, assign
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 
 OffsetReset = Literal["earliest", "latest", "none"]
 GroupState = Literal["Empty", "Reconciling", "Stable"]
@@ -44,6 +45,8 @@ class Member:
     left: bool = False
     """A static member that left: its partitions wait for it until its session ends."""
     poll_turn: int = 0
+    isolation: Isolation = READ_UNCOMMITTED
+    """Kafka's isolation.level: ``read_committed`` polls stop at the last stable offset."""
 
     @property
     def order_key(self) -> str:

@@ -93,6 +93,18 @@ class ApiSettings(GroupSettings, ClusterSettings):
         30_000, ge=100, description="How long acks=all waits for the in-sync replicas "
                                     "before answering REQUEST_TIMED_OUT "
                                     "(Kafka's request.timeout.ms).")
+    transaction_state_log_num_partitions: int = Field(
+        16, ge=1, le=1000, description="Transaction coordinator slots: a transactional id's "
+                                       "coordinator leads partition hash(id) % this of "
+                                       "__transaction_state (Kafka's "
+                                       "transaction.state.log.num.partitions).")
+    transaction_max_timeout_ms: int = Field(
+        900_000, ge=1000, description="The longest transaction_timeout_ms a producer may "
+                                      "ask for (Kafka's transaction.max.timeout.ms).")
+    transaction_abort_interval_ms: int = Field(
+        1000, ge=10, description="How often coordinators look for transactions past their "
+                                 "timeout, to abort them (Kafka's transaction.abort.timed."
+                                 "out.transaction.cleanup.interval.ms).")
 
     # -- what the server shows: the dashboard, the request log ------------------------
     access_log: str | None = Field(

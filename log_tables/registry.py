@@ -33,6 +33,10 @@ from log_tables.errors import (
 from log_tables.files import atomic_write
 
 REGISTRY_FILE = "topics.json"
+TXN_STATE_TOPIC = "__transaction_state"
+"""The transaction coordinators' state log (Kafka's name): one partition per slot."""
+INTERNAL_TOPICS = frozenset({TXN_STATE_TOPIC})
+"""lakelog's own topics: made by the broker, never by a user, and in no listing."""
 FORMAT_VERSION = 1
 
 
@@ -102,8 +106,11 @@ class TopicRegistry:
         self._topics = topics
 
     # -- queries -------------------------------------------------------------------
-    def list(self) -> list[TopicMetadata]:
-        return [self._topics[name] for name in sorted(self._topics)]
+    def list(self, *, internal: bool = False) -> list[TopicMetadata]:
+        """The users' topics; ``internal``: lakelog's own too (``INTERNAL_TOPICS``: no
+        listing, view, job or tiering sees them)."""
+        return [self._topics[name] for name in sorted(self._topics)
+                if internal or name not in INTERNAL_TOPICS]
 
     def describe(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)

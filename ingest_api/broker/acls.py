@@ -3,7 +3,8 @@
 An ACL is ``{principal, resource_type, resource_name, pattern_type, operation}``:
 ``topic``/``group`` resources by exact name (``literal``) or ``prefixed``; operations
 ``produce``, ``consume``, ``describe``, ``alter``, ``delete`` (topics), ``consume``,
-``commit``, ``describe``, ``alter``, ``delete`` (groups), and ``admin`` on the
+``commit``, ``describe``, ``alter``, ``delete`` (groups), ``write`` and ``describe``
+(``transactional_id``s: a transactional producer's), and ``admin`` on the
 ``cluster``, which allows everything (Kafka's super users): topic creation, ACL and key
 changes among it. Any operation on a resource implies ``describe`` of it, as in Kafka.
 
@@ -18,12 +19,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-RESOURCE_TYPES = ("topic", "group", "cluster")
+RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
 PATTERN_TYPES = ("literal", "prefixed")
 OPERATIONS = {
     "topic": ("produce", "consume", "describe", "alter", "delete"),
     "group": ("consume", "commit", "describe", "alter", "delete"),
     "cluster": ("describe", "admin"),
+    "transactional_id": ("write", "describe"),
 }
 CLUSTER = "lakelog"
 _BROKER_PRINCIPAL = re.compile(r"broker-[0-9]+")

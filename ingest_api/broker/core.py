@@ -5,7 +5,8 @@ HTTP; a test or another listener may drive it directly).
 ``start`` (in order): 1. open (recover) the logs; 2. load the committed offsets and
 start their writer; 3. in a cluster, join it (ZooKeeper registration, metadata, the
 peers the front connects); 4. the produce service; 5. in a cluster, replication and the
-coordinator slots of the groups; 6. the background tasks (upkeep of segments, expiry of
+coordinator slots of the groups; alone, the transaction coordinator (its state loaded,
+what was under way finished); 6. the background tasks (upkeep of segments, expiry of
 group sessions) and services (the job scheduler). ``stop`` undoes them in reverse.
 """
 
@@ -43,6 +44,9 @@ from ingest_api.broker.replica_fetcher import Fetchers
 from ingest_api.broker.replica_server import ReplicaServer
 from ingest_api.broker.security import ZNODE_PATH, SecurityStore
 from ingest_api.broker.topics import TopicAdmin
+from ingest_api.broker.transactions.coordinator import GroupOffsets, TransactionCoordinator
+from ingest_api.broker.transactions.markers import LocalMarkers
+from ingest_api.broker.transactions.state_log import LocalStateLog
 from ingest_api.broker.upkeep import expire_sessions, upkeep, write_subscriptions
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
@@ -96,6 +100,7 @@ class Broker:
                         "with -u \"$(cat %s)\"", admin_key, admin_key)
         self.link: ClusterLink | None = None
         self.group_slots: GroupSlots | None = None
+        self.transactions: TransactionCoordinator | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -137,6 +142,18 @@ class Broker:
             self.group_slots = GroupSlots(link, groups)
             groups.epoch_of = link.coordinator_epoch = self.group_slots.epoch
             self.group_slots.start()
+        self.transactions = None
+        if link is None:  # the coordinators of a cluster's transactional ids: not yet
+            self.transactions = txns = TransactionCoordinator(
+                LocalStateLog(manager, settings.transaction_state_log_num_partitions),
+                manager.producer_ids, LocalMarkers(manager, notifier),
+                max_timeout_ms=settings.transaction_max_timeout_ms,
+                abort_interval_ms=settings.transaction_abort_interval_ms,
+                require_partition=manager.log,
+                groups=GroupOffsets(groups.check_commit, groups.commit_ended))
+            await txns.start()
+            produce.transactions = txns
+            groups.pending = txns.pending_partitions
         self.poll = GroupPoll(groups, fetch, manager, link)
         # Group lag counts to each partition's leader's bounds (in a cluster: its leader's).
         self.bounds = bounds = LeaderBounds(manager, tiered, link)
@@ -167,6 +184,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.transactions is not None:
+            await self.transactions.stop()
         await asyncio.to_thread(self.offsets.close)
         await asyncio.to_thread(_close_subscriptions, self.subscriptions)
         self.metrics.attach(None)

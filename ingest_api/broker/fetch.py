@@ -21,7 +21,7 @@ from ingest_api.broker.metrics import Metrics
 from ingest_api.broker.notifier import AppendNotifier
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
-from log_tables.hot.isolation import READ_UNCOMMITTED
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 from log_tables.hot.log_manager import LogManager
 from log_tables.records import FetchResult, LogBatch
 
@@ -146,27 +146,29 @@ class FetchService:
         self.metrics = metrics
 
     async def read(self, topic: str, partition: int, offset: int, max_records: int,
-                   max_bytes: int) -> tuple[int, FetchResult]:
+                   max_bytes: int, isolation: Isolation = READ_UNCOMMITTED
+                   ) -> tuple[int, FetchResult]:
         """What is there from ``offset`` now, from either tier, without waiting: the offset
         actually read from (the next existing one when ``offset`` fell in a hole the
         Delta tier no longer has) and the result, whose ``log_start_offset`` spans both
         tiers. Raises OffsetOutOfRangeError below the log start or past the end, and
         CorruptRecordError (naming topic, partition and offsets) when the first batch to
         return is damaged and the Delta tier has no copy of it; the records before a
-        damaged batch are returned without it."""
+        damaged batch are returned without it. ``read_committed`` stops at the last
+        stable offset and steps over aborted records; no read returns a marker."""
         try:
-            return await self._read(topic, partition, offset, max_records, max_bytes)
+            return await self._read(topic, partition, offset, max_records, max_bytes, isolation)
         except CorruptRecordError as exc:
             raise exc.located(topic, partition) from None
 
     async def _read(self, topic: str, partition: int, offset: int, max_records: int,
-                    max_bytes: int) -> tuple[int, FetchResult]:
+                    max_bytes: int, isolation: Isolation) -> tuple[int, FetchResult]:
         plog = self.manager.log(topic, partition)
         start = self.tiered.log_start_offset(plog, topic, partition)
         if offset < start:  # deleted by retention or DeleteRecords (maybe not yet from hot)
             raise OffsetOutOfRangeError(plog.name, offset, start, plog.readable_end(READ_UNCOMMITTED))
         try:
-            result = plog.read(offset, max_bytes, max_records)
+            result = plog.read(offset, max_bytes, max_records, isolation)
         except CorruptRecordError as exc:
             # Tiered before the damage? The Delta tier has those records intact.
             assert exc.next_offset is not None
@@ -188,21 +190,23 @@ class FetchService:
             # Nothing left between here and the hot tier (records deleted before they were
             # tiered): answer from the next offset that exists, as Kafka does.
             offset = plog.log_start_offset
-            result = plog.read(offset, max_bytes, max_records)
+            result = plog.read(offset, max_bytes, max_records, isolation)
         return offset, result._replace(log_start_offset=start)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
-                    max_bytes: int, timeout_ms: int, fmt: Format) -> bytes:
+                    max_bytes: int, timeout_ms: int, fmt: Format,
+                    isolation: Isolation = READ_UNCOMMITTED) -> bytes:
         """The response body of a fetch; waits up to ``timeout_ms`` for data at the log end."""
         offset, result = await self._wait_read(topic, partition, offset, max_records,
-                                               max_bytes, timeout_ms)
+                                               max_bytes, timeout_ms, isolation)
         return self._encode(topic, partition, offset, result, fmt)
 
     async def fetch_arrow(self, topic: str, partition: int, offset: int, max_records: int,
-                          max_bytes: int, timeout_ms: int) -> ArrowAnswer:
+                          max_bytes: int, timeout_ms: int,
+                          isolation: Isolation = READ_UNCOMMITTED) -> ArrowAnswer:
         """``fetch`` as an Arrow stream (SPARK_SCHEMA) and its paging."""
         offset, result = await self._wait_read(topic, partition, offset, max_records,
-                                               max_bytes, timeout_ms)
+                                               max_bytes, timeout_ms, isolation)
         rows = [kafka_rows(b, topic, partition) for b in result.batches]
         count = sum(r.num_rows for r in rows)
         if count:
@@ -213,19 +217,25 @@ class FetchService:
                                                 result.log_start_offset))
 
     async def _wait_read(self, topic: str, partition: int, offset: int, max_records: int,
-                         max_bytes: int, timeout_ms: int) -> tuple[int, FetchResult]:
-        """``read``, waiting up to ``timeout_ms`` for data when there is none yet."""
+                         max_bytes: int, timeout_ms: int, isolation: Isolation
+                         ) -> tuple[int, FetchResult]:
+        """``read``, waiting up to ``timeout_ms`` for data when there is none yet (from
+        past what the reads stepped over: markers, aborted records)."""
         plog = self.manager.log(topic, partition)
-        offset, result = await self.read(topic, partition, offset, max_records, max_bytes)
+        offset, result = await self.read(topic, partition, offset, max_records, max_bytes,
+                                         isolation)
         start = result.log_start_offset
         deadline = time.monotonic() + timeout_ms / 1000
         while not result.batches and timeout_ms > 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            await self.notifier.wait(plog.name, remaining)
+            if result.read_to is not None and result.read_to > offset:
+                offset = result.read_to  # stepped over markers or aborted records: on at once
+            else:
+                await self.notifier.wait(plog.name, remaining)
             try:
-                result = plog.read(offset, max_bytes, max_records)
+                result = plog.read(offset, max_bytes, max_records, isolation)
             except CorruptRecordError as exc:
                 raise exc.located(topic, partition) from None
         return offset, result._replace(log_start_offset=start)

@@ -39,6 +39,7 @@ from log_tables.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnstableOffsetCommitError,
 )
 from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
@@ -116,7 +117,7 @@ class GroupPoll:
         if policy == "earliest":
             return self.fetch.tiered.log_start_offset(plog, tp.topic, tp.partition)
         if policy == "latest":
-            return plog.readable_end(READ_UNCOMMITTED)
+            return plog.readable_end(member.isolation)
         if out_of_range is None:
             raise NoOffsetError(f"no committed offset for {tp.topic}/{tp.partition} and "
                                 "auto_offset_reset is none: commit or reset one first")
@@ -179,8 +180,13 @@ class GroupPoll:
         leaders = {tp: self._leader(tp) for tp in order}
         # Every position first: a reset policy of "none" fails the poll before any
         # position moved, so no record read in this poll can be skipped by the error.
-        positions = {tp: await self._position_anywhere(group, member, tp, leaders[tp])
-                     for tp in order}
+        positions = {}
+        for tp in order:
+            try:
+                positions[tp] = await self._position_anywhere(group, member, tp, leaders[tp])
+            except UnstableOffsetCommitError:
+                continue  # its offset is in an open transaction: read once it ends
+        order = [tp for tp in order if tp in positions]
         out: list[Any] = []
         budget_records, budget_bytes = max_records, max_bytes
         for tp in order:
@@ -197,7 +203,7 @@ class GroupPoll:
                 continue
             try:
                 offset, result = await self.fetch.read(tp.topic, tp.partition, pos,
-                                                       budget_records, share)
+                                                       budget_records, share, member.isolation)
             except (UnknownTopicError, UnknownPartitionError):
                 continue  # deleted while reading; the next heartbeat rebalances
             except OffsetOutOfRangeError as exc:

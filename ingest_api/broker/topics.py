@@ -31,7 +31,7 @@ from log_tables.errors import (
     UnknownConfigError,
 )
 from log_tables.hot.log_manager import LogManager
-from log_tables.registry import TopicMetadata
+from log_tables.registry import INTERNAL_TOPICS, TopicMetadata
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -123,6 +123,9 @@ class TopicAdmin:
     # -- create ----------------------------------------------------------------------
     async def create(self, new: NewTopic) -> CreatedTopic:
         """Create a topic (``validate_only``: check all of it, create nothing)."""
+        if new.name in INTERNAL_TOPICS and not new.internal:
+            raise InvalidTopicError(f"{new.name} is lakelog's own (the transaction "
+                                    "coordinators' state); choose another name")
         if self.link is not None:
             return await self._create_in_cluster(new, self.link)
         factor = METADATA.replication_factor(new.name)  # 1: this broker alone
@@ -187,6 +190,9 @@ class TopicAdmin:
 
     async def delete(self, name: str) -> None:
         """Delete the topic, its committed offsets and its Delta tier."""
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{name} is lakelog's own (the transaction coordinators' "
+                                    "state): it cannot be deleted")
         self.describe(name)
         if self.link is not None:
             broker = self.link.broker

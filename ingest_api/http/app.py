@@ -40,6 +40,7 @@ from ingest_api.http.routers import (
     replication,
     security,
     topics,
+    transactions,
 )
 from ingest_api.http.routers import groups as groups_router
 from ingest_api.http.state import AppState
@@ -94,6 +95,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(partitions.router)
     app.include_router(admin.router)
     app.include_router(groups_router.router)
+    app.include_router(transactions.router)
     app.include_router(group_views.router)
     app.include_router(security.router)
     app.include_router(replication.router)

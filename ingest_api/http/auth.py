@@ -78,6 +78,10 @@ RULES: tuple[Rule, ...] = (
           "group", "describe"),
     _rule("POST GET DELETE", _B + rf"/consumer-groups/{_NAME}/members(/[^/]+(/heartbeat|"
           r"/records|/positions)?)?", "group", "consume"),
+    _rule("POST", _B + rf"/transactions/{_NAME}(:init|:commit|:abort|/partitions|/offsets)",
+          "transactional_id", "write"),
+    _rule("GET", _B + rf"/transactions/{_NAME}", "transactional_id", "describe"),
+    _rule("GET", _B + r"/transactions", "cluster", "describe"),
     _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),
     _rule("GET POST", _B + r"/(acls|acls:delete|api-keys)", "cluster", "admin"),
     _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),

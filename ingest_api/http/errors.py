@@ -59,6 +59,11 @@ HTTP: dict[type[e.LakelogError], tuple[int, int]] = {
     e.UnknownLeaderEpochError: (503, 50309), e.RequestTimedOutError: (504, 50401),
     e.IsrConflictError: (409, 40901), e.IsrFencedError: (409, 40901),
     e.InvalidIsrError: (400, 40010),
+    # transactions'
+    e.ProducerFencedError: (409, 40907), e.InvalidProducerIdMappingError: (409, 40908),
+    e.InvalidTxnStateError: (409, 40909), e.InvalidTransactionTimeoutError: (400, 40011),
+    e.ConcurrentTransactionsError: (409, 40910), e.TransactionalIdNotFoundError: (404, 40407),
+    e.UnstableOffsetCommitError: (409, 40911), e.TransactionAbortableError: (409, 40912),
     # a request's form
     e.BadRequestError: (400, 400), e.InvalidRequestError: (422, 422),
     e.InvalidParameterError: (400, 400), e.MalformedJsonError: (400, 400),

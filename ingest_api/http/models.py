@@ -222,6 +222,7 @@ class JoinRequest(msgspec.Struct, forbid_unknown_fields=True):
     group_instance_id: Name | None = None
     assignor: Literal["range", "roundrobin", "cooperative-sticky"] | None = None
     auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
 
 
 class HeartbeatRequest(msgspec.Struct, forbid_unknown_fields=True):

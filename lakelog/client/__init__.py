@@ -32,6 +32,12 @@ names (a ``RecordTooLargeError`` of ``log_tables.errors``, say), or
 stored in a damaged batch raises ``CorruptRecordError`` (which names them and
 ``next_offset``); ``seek`` past them to go on.
 
+Transactions, as Kafka's transactional producer: ``Producer(url,
+transactional_id="...")``, then ``init_transactions()``, ``begin_transaction()``,
+sends, ``send_offsets_to_transaction(offsets, consumer.group_metadata())`` and
+``commit_transaction()`` or ``abort_transaction()`` (``transactions.py``); a
+``Consumer(..., isolation_level="read_committed")`` reads only committed records.
+
 Credentials: ``api_key="<key id>:<secret>"``, else the ``LAKELOG_API_KEY`` variable,
 else the profile (``~/.config/lakelog/config.toml``, for its url), else the admin key a
 local server wrote (``$LAKELOG_DATA_DIR/security/admin.key``, ``./lakelog-data`` by
@@ -52,6 +58,7 @@ from lakelog.client.errors import (
 from lakelog.client.http import CLUSTER, default_api_key, http_auth, tls_verify
 from lakelog.client.producer import Producer
 from lakelog.client.structs import Record, RecordMetadata, TopicPartition
+from lakelog.client.transactions import GroupMetadata
 
 __all__ = [
     "CLUSTER",
@@ -59,6 +66,7 @@ __all__ = [
     "AdminClient",
     "Consumer",
     "CorruptRecordError",
+    "GroupMetadata",
     "LakelogClientError",
     "LakelogConnectionError",
     "LakelogTimeoutError",

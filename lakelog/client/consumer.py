@@ -45,6 +45,7 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.structs import FetchSettings, TopicPartition
+from lakelog.client.transactions import GroupMetadata
 
 log = logging.getLogger("lakelog.client")
 
@@ -79,7 +80,9 @@ class Consumer(OffsetCommits):
                  verify: str | bool | ssl.SSLContext = True, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52_428_800,
                  max_partition_fetch_bytes: int = 1_048_576, fetch_max_wait_ms: int = 500,
-                 max_poll_records: int = 500, prefetch: bool = True) -> None:
+                 max_poll_records: int = 500, prefetch: bool = True,
+                 isolation_level: Literal["read_uncommitted", "read_committed"]
+                 = "read_uncommitted") -> None:
         self.fetch_settings = FetchSettings(
             fetch_min_bytes=fetch_min_bytes, fetch_max_bytes=fetch_max_bytes,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
@@ -103,6 +106,9 @@ class Consumer(OffsetCommits):
                          api_client(brokers, path, key, verify, timeout),
                          api_client(brokers, path, key, verify, timeout))
         self.auto_offset_reset = auto_offset_reset
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError("isolation_level is read_uncommitted or read_committed")
+        self.isolation_level = isolation_level
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000
         self.session_timeout_ms = session_timeout_ms
@@ -125,6 +131,12 @@ class Consumer(OffsetCommits):
                 self._http.close()
                 self._hb_http.close()
                 raise
+
+    def group_metadata(self) -> GroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` needs of this consumer: its group,
+        member id and epoch now (Kafka's ``ConsumerGroupMetadata``)."""
+        with self._lock:
+            return GroupMetadata(self.group, self.member_id, self.member_epoch)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from lakelog.client.http import CLUSTER, transport_of
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import Attempts, RetryPolicy, call, describe, never_sent, permanent
 from lakelog.client.structs import TopicPartition
+from lakelog.client.transactions import TransactionManager
 from lakelog.client.wire import Answer, Connection
 
 MOVED = ("not_leader_or_follower", "broker_not_available")
@@ -108,12 +109,26 @@ class FlightSteps:
     _sequences: dict[TopicPartition, int]
     _pool: Connections
     _selector: selectors.BaseSelector
+    txn: TransactionManager | None
+    _txn_query: str
 
     def _finish(self, flight: Flight) -> None:
         raise NotImplementedError  # the Sender's: the request's partitions may go again
 
     def _producer_id(self, attempts: Attempts) -> tuple[int, int]:
-        """The producer id and epoch; a new epoch first when the sequences may be off."""
+        """The producer id and epoch; a new epoch first when the sequences may be off. A
+        transactional producer's are its transactional id's (sequences start again at 0
+        with each new epoch its transactions end with)."""
+        if self.txn is not None:
+            ident = self.txn.ident
+            if ident is None:
+                raise self.txn.error if isinstance(self.txn.error, LakelogClientError) else \
+                    LakelogClientError(0, "invalid_txn_state",
+                                       "call init_transactions before sending")
+            if ident != self._producer:
+                self._producer = ident
+                self._sequences.clear()
+            return ident
         if self._producer is not None and not self._new_epoch:
             return self._producer
         body = {"producer_id": self._producer[0]} if self._producer is not None else {}
@@ -167,6 +182,8 @@ class FlightSteps:
         flight.every = [r for _, b in flight.live for r in b]
         try:
             ident = flight.ident = self._producer_id(attempts) if self.idempotent else None
+            if self.txn is not None:
+                self.txn.add_partitions([tp for tp, _ in flight.live], attempts)
         except LakelogClientError as exc:
             self.deliveries.fail(flight.every, exc)
             self._finish(flight)
@@ -198,8 +215,8 @@ class FlightSteps:
             return
         try:
             conn.start("POST", f"{server.path}{CLUSTER}/topics/"
-                       f"{quote(flight.topic, safe='')}/records:batch?acks={self.acks}",
-                       self._headers, flight.body)
+                       f"{quote(flight.topic, safe='')}/records:batch?acks={self.acks}"
+                       + self._txn_query, self._headers, flight.body)
             self._selector.register(conn, conn.want(), flight)
         except httpx.TransportError as exc:  # a kept-alive connection broke as it was used
             conn.close()
@@ -300,12 +317,17 @@ class FlightSteps:
         retry = [f for f in decoded.failures if again(entry_error(f))]
         if retry and self.idempotent and self._retry(flight, entry_error(retry[0])):
             return
+        if decoded.failures and self.txn is not None:
+            self.txn.failed(entry_error(decoded.failures[0]))
         self._complete(flight.ident, settle(decoded, flight.live, flight.sequences,
                                             self.idempotent, self.url, self.deliveries))
         self._finish(flight)
 
     def _fail(self, flight: Flight, error: BaseException, maybe_appended: bool) -> None:
-        """The request failed whole: its records fail, and the sequences are mended."""
+        """The request failed whole: its records fail, and the sequences are mended (a
+        transaction's: it must abort, and its end brings a new epoch)."""
+        if self.txn is not None:
+            self.txn.failed(error)
         self.deliveries.fail(flight.every, error)
         self._after_failure(flight.ident, flight.firsts, maybe_appended)
         self._finish(flight)
@@ -318,16 +340,16 @@ class FlightSteps:
         if not self.idempotent:
             return
         if maybe_appended:
-            self._new_epoch = True
+            self._new_epoch = self.txn is None
         elif ident == self._producer:
             self._sequences.update(firsts)
 
     def _complete(self, ident: tuple[int, int] | None, outcome: Outcome) -> None:
         """Take what a request's answer changed (``batches.settle``); what it says of the
         sequences holds only for the epoch the request was sent under."""
-        self._new_epoch |= outcome.new_epoch
+        self._new_epoch |= outcome.new_epoch and self.txn is None
         if ident == self._producer:
-            if outcome.forget_producer:
+            if outcome.forget_producer and self.txn is None:
                 self._producer = None
             self._sequences.update(outcome.sequences)
         resend = [(tp, records) for tp, records in outcome.again if records]

@@ -27,6 +27,7 @@ class GroupMember:
 
     # The member's settings: the consumer's arguments.
     auto_offset_reset: Literal["earliest", "latest", "none"]
+    isolation_level: Literal["read_uncommitted", "read_committed"]
     enable_auto_commit: bool
     session_timeout_ms: int
     group_instance_id: str | None
@@ -132,6 +133,8 @@ class GroupMember:
         body: dict[str, Any] = {"topics": self.topics,
                                 "session_timeout_ms": self.session_timeout_ms,
                                 "auto_offset_reset": self.auto_offset_reset}
+        if self.isolation_level != "read_uncommitted":
+            body["isolation_level"] = self.isolation_level
         if self.group_instance_id:
             body["group_instance_id"] = self.group_instance_id
         if self.assignor:

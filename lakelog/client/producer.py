@@ -57,10 +57,10 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from lakelog.client.accumulator import DRAIN_AT, RecordAccumulator
 from lakelog.client.batches import MAX_BATCH_ENTRIES, to_entry
@@ -77,6 +77,8 @@ from lakelog.client.retry import (
     resolve_request_timeout_ms,
 )
 from lakelog.client.sender import MAX_IN_FLIGHT, Sender
+from lakelog.client.structs import TopicPartition
+from lakelog.client.transactions import IN_TRANSACTION, GroupMetadata, TransactionManager
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,9 @@ class Producer:
                  retry_backoff_max_ms: float = 1000, request_timeout_ms: float | None = None,
                  delivery_timeout_ms: float = 120_000, max_block_ms: float = 60_000,
                  timeout_s: float | None = None, api_key: str | None = None,
-                 verify: str | bool | ssl.SSLContext = True) -> None:
+                 verify: str | bool | ssl.SSLContext = True,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000) -> None:
         if not 1 <= batch_records <= MAX_BATCH_ENTRIES:
             raise ValueError(f"batch_records must be within 1..{MAX_BATCH_ENTRIES} "
                              "(the server's batch limit)")
@@ -119,6 +123,9 @@ class Producer:
             batch_bytes = batch_size
         if batch_bytes < 1:
             raise ValueError("batch_size must be 1 or more")
+        if transactional_id is not None and (not idempotent or acks != "all"):
+            raise ValueError("a transactional producer is idempotent with acks='all' (Kafka's "
+                             "rule): leave idempotent and acks at their defaults")
         self.bootstrap_servers = bootstrap_urls(url)
         """The brokers given (``url``: one, a list, or a string of them with commas)."""
         self.url = self.bootstrap_servers[0]
@@ -146,12 +153,15 @@ class Producer:
             self._partitions, self._deliveries, linger_s=self.linger_s,
             batch_records=batch_records, batch_bytes=batch_bytes,
             max_buffered=max_buffered_records)
+        self.transactional_id = transactional_id
+        self._txn = None if transactional_id is None else TransactionManager(
+            self._http, transactional_id, transaction_timeout_ms, self.policy, where)
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
                               self.policy, url=where, acks=acks, idempotent=idempotent,
                               delivery_timeout_ms=delivery_timeout_ms,
                               max_in_flight=max_in_flight_requests_per_connection,
                               authorization=authorization(key),
-                              verify=tls_verify(verify))
+                              verify=tls_verify(verify), txn=self._txn)
 
     @property
     def requests_sent(self) -> int:
@@ -177,6 +187,8 @@ class Producer:
         """Queue one record; waits up to ``max_block_ms`` while ``max_buffered_records``
         are waiting (then ``LakelogTimeoutError``). A key or value that is not bytes, str
         or None fails the record's future with ``TypeError``."""
+        if self._txn is not None and self._txn.state != IN_TRANSACTION:
+            self._txn.refuse_send()
         if partition is None and topic not in self._partitions:
             self.partitions_for(topic)  # here, so that its max_block_ms is send's
         extra = None
@@ -214,6 +226,8 @@ class Producer:
         """Queue many ``(key, value)`` records of one topic, partitioned as ``send`` does;
         their answers are counted in ``tally`` (a new one if None), not in Futures. Waits
         for room as ``send`` does."""
+        if self._txn is not None and self._txn.state != IN_TRANSACTION:
+            self._txn.refuse_send()
         tally = tally if tally is not None else Tally()
         self.partitions_for(topic)
         now = monotonic()
@@ -252,6 +266,46 @@ class Producer:
         finally:
             with acc.cond:
                 acc.flush_requested -= 1
+
+    # -- transactions (Kafka's transactional producer) -----------------------------------
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Register ``transactional_id`` with its coordinator: fences every older producer
+        of the id (its next write or commit fails ``ProducerFencedError``) and aborts the
+        transaction it left open. Once, before the first transaction."""
+        self._transactional("init_transactions").init(timeout_s)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until it ends are committed or aborted
+        together, in every partition."""
+        self._transactional("begin_transaction").begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int] | Iterable[Any],
+                                    group_metadata: GroupMetadata | str,
+                                    timeout_s: float | None = None) -> None:
+        """Commit a consumer group's offsets (the next record to read) with the
+        transaction: ``{TopicPartition: offset}`` and the consumer's
+        ``group_metadata()`` (fenced if the member left the group: KIP-447)."""
+        self._transactional("send_offsets_to_transaction").send_offsets(
+            offsets, group_metadata, timeout_s)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush, then commit: committed readers see every record of the transaction, or
+        (it fails) none. After a failed write of it, ``TransactionAbortableError``: abort."""
+        txn = self._transactional("commit_transaction")
+        self.flush(timeout_s)
+        txn.end(True, timeout_s)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Wait for the records in flight, then abort: no committed reader sees any of
+        the transaction's records."""
+        txn = self._transactional("abort_transaction")
+        self.flush(timeout_s)
+        txn.end(False, timeout_s)
+
+    def _transactional(self, what: str) -> TransactionManager:
+        if self._txn is None:
+            raise ValueError(f"{what} needs a Producer made with transactional_id")
+        return self._txn
 
     def close(self) -> None:
         """Send what is queued (within ``delivery_timeout_ms``), then stop. From a

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -41,6 +42,7 @@ from lakelog.client.futures import Deliveries, FutureRecordMetadata, in_callback
 from lakelog.client.leaders import Leaders
 from lakelog.client.retry import RetryPolicy
 from lakelog.client.structs import TopicPartition
+from lakelog.client.transactions import TransactionManager
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,12 @@ class Sender(FlightSteps):
                  leaders: Leaders, http: httpx.Client, policy: RetryPolicy, *, url: str,
                  acks: str, idempotent: bool, delivery_timeout_ms: float,
                  max_in_flight: int, authorization: str | None = None,
-                 verify: bool | ssl.SSLContext = True) -> None:
+                 verify: bool | ssl.SSLContext = True,
+                 txn: TransactionManager | None = None) -> None:
         self.accumulator = accumulator
+        self.txn = txn
+        self._txn_query = "" if txn is None else \
+            f"&transactional_id={quote(txn.transactional_id, safe='')}"
         self.deliveries = deliveries
         self.leaders = leaders
         self.http = http
@@ -174,9 +180,9 @@ class Sender(FlightSteps):
         if in_callback() or not self._turn.acquire(timeout=ASSIST_WAIT_S):
             return  # in a callback, this thread's turn is the one running
         try:
-            if self._stopped or (self.idempotent and (
+            if self._stopped or self.txn is not None or (self.idempotent and (
                     self._producer is None or self._new_epoch)):
-                return
+                return  # (a transaction's partitions are added over the network)
             started, _, _ = self._start(assist=True)
             for flight in started:
                 self._guarded(self._begin, flight)

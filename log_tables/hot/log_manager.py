@@ -67,7 +67,7 @@ class LogManager:
             if entry.name.startswith(TRASH_PREFIX) or entry.name not in self.registry:
                 log.info("removing %s: not a registered topic", entry)
                 shutil.rmtree(entry, ignore_errors=True)
-        for topic in self.registry.list():
+        for topic in self.registry.list(internal=True):
             for p in range(topic.partitions):
                 self._open_partition(topic, p)
 

@@ -19,7 +19,7 @@ from ingest_api.broker.notifier import AppendNotifier
 from ingest_api.broker.produce.planner import BATCH_OVERHEAD, batch_limit
 from ingest_api.broker.produce.runs import Piece, Run, rows_batch
 from log_tables.errors import QueueFullError, RecordTooLargeError
-from log_tables.hot.partition_log import PartitionLog
+from log_tables.hot.partition_log import AppendInfo, PartitionLog
 from log_tables.hot.producer_state import seq_add
 
 MAX_WAIT_TURNS = 8
@@ -82,7 +82,7 @@ class PartitionAppender:
             group = [items[i]]
             size = items[i][0].size
             i += 1
-            if group[0][0].producer is None:
+            if group[0][0].producer is None and not group[0][0].transactional:
                 rows = group[0][0].rows is not None
                 while i < len(items) and items[i][0].producer is None and (
                         (items[i][0].rows is not None) == rows) and (
@@ -97,10 +97,6 @@ class PartitionAppender:
 
     def _append(self, group: list[tuple[Run, asyncio.Future[list[Piece]]]]) -> None:
         run0 = group[0][0]
-        kwargs = {}
-        if run0.producer is not None:
-            pid, epoch, seq = run0.producer
-            kwargs = {"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq}
         try:  # the batch is made inside: a failure there too reaches every waiter
             if run0.rows is not None:
                 batch = rows_batch([row for r, _ in group for row in r.rows or []])
@@ -108,7 +104,7 @@ class PartitionAppender:
                 batch = run0.to_batch()
             else:
                 batch = pa.concat_batches([r.to_batch() for r, _ in group])
-            info = self.plog.append(batch, **kwargs)
+            info = _append_run(self.plog, batch, run0)
         except RecordTooLargeError as exc:
             if len(group) > 1:  # the estimate was off: append the runs one by one
                 for item in group:
@@ -141,13 +137,9 @@ class PartitionAppender:
         half = batch.num_rows // 2
         for lo, count in ((0, half), (half, batch.num_rows - half)):
             part = batch.slice(lo, count)
-            kwargs = {}
-            if run.producer is not None:
-                pid, epoch, seq = run.producer
-                kwargs = {"producer_id": pid, "producer_epoch": epoch,
-                          "base_sequence": seq_add(seq, first + lo)}
             try:
-                pieces.append((first + lo, count, self.plog.append(part, **kwargs), 0))
+                pieces.append((first + lo, count, _append_run(self.plog, part, run, first + lo),
+                               0))
             except RecordTooLargeError as exc:
                 if count == 1:
                     pieces.append((first + lo, 1, exc, 0))
@@ -156,6 +148,16 @@ class PartitionAppender:
             except Exception as exc:
                 pieces.append((first + lo, count, exc, 0))
         return pieces
+
+
+def _append_run(plog: PartitionLog, batch: pa.RecordBatch, run: Run, first: int = 0
+                ) -> AppendInfo:
+    """Append ``batch``, the run's records from its ``first``, with its producer's fields."""
+    if run.producer is None:
+        return plog.append(batch)
+    pid, epoch, seq = run.producer
+    return plog.append(batch, producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq_add(seq, first), transactional=run.transactional)
 
 
 def _fail(group: list[tuple[Run, asyncio.Future[list[Piece]]]], exc: Exception) -> None:

@@ -63,6 +63,9 @@ class ProduceRequest:
     """None when no record carries a producer field."""
     invalid: dict[int, LakelogError] = field(default_factory=dict)
     """Records the front found invalid while decoding them (a time it cannot read)."""
+    transactional_id: str | None = None
+    """Set: the records are writes of this transactional id's open transaction (every
+    record carries the producer's fields)."""
 
     def __len__(self) -> int:
         return len(self.keys)

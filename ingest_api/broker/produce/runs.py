@@ -37,6 +37,7 @@ class Run:
     size: int  # estimated stored bytes
     producer: tuple[int, int, int] | None = None  # (id, epoch, first sequence)
     rows: list[Row] | None = None
+    transactional: bool = False
 
     def to_batch(self) -> pa.RecordBatch:
         if self.batch is not None:

@@ -20,7 +20,13 @@ from ingest_api.broker.produce.appender import PartitionAppender
 from ingest_api.broker.produce.planner import ProducePlanner
 from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import Piece, ProduceResult, Run
-from log_tables.errors import LakelogError, NotLeaderError, RequestTimedOutError
+from log_tables.errors import (
+    InvalidRecordError,
+    InvalidTxnStateError,
+    LakelogError,
+    NotLeaderError,
+    RequestTimedOutError,
+)
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.registry import TopicMetadata
@@ -47,6 +53,8 @@ class ProduceService:
         self.planner = ProducePlanner(manager)
         self.replicas: ReplicaManager | None = None
         """A cluster's: the partitions this broker leads with more than one replica."""
+        self.transactions: TxnVerifier | None = None
+        """Says whether a transactional write belongs to an open transaction."""
         self._appenders: dict[str, PartitionAppender] = {}
 
     def appender(self, plog: PartitionLog, topic: str = "", partition: int = 0
@@ -82,8 +90,11 @@ class ProduceService:
         elsewhere: list[Run] = []
         epochs: dict[int, int] = {}
         leaders: dict[int, LeaderPartition] = {}
+        tid = request.transactional_id
         for run in runs:
             try:
+                if tid is not None:
+                    self._transactional(tid, meta.name, run)
                 epoch = None
                 if route is not None:
                     epoch = route.local_epoch(meta.name, run.partition)
@@ -105,6 +116,18 @@ class ProduceService:
                                                         acks)) \
             if route is not None and elsewhere else None
         return self._finish(meta, result, submitted, acks, route, epochs, forwarded, leaders)
+
+    def _transactional(self, tid: str, topic: str, run: Run) -> None:
+        """A run of a transactional write: its partition must be in the producer's open
+        transaction (KIP-890), which the coordinator says (``TxnVerifier``)."""
+        if run.producer is None:
+            raise InvalidRecordError("a transactional write needs producer_id, "
+                                     "producer_epoch and sequence on every record")
+        if self.transactions is None:
+            raise InvalidTxnStateError("this broker has no transaction coordinator")
+        pid, epoch, _ = run.producer
+        self.transactions.verify(tid, pid, epoch, topic, run.partition)
+        run.transactional = True
 
     async def _finish(self, meta: TopicMetadata, result: ProduceResult,
                       submitted: list[tuple[Run, asyncio.Future[list[Piece]]]],
@@ -228,6 +251,11 @@ class Route(Protocol):
         """Send the runs' records to their leaders; fill ``result`` from the answers."""
 
     def still_leads(self, topic: str, partition: int, epoch: int) -> bool: ...
+
+
+class TxnVerifier(Protocol):
+    def verify(self, tid: str, producer_id: int, epoch: int, topic: str,
+               partition: int) -> None: ...
 
 
 def _unacknowledge(result: ProduceResult, partition: int, topic: str) -> None:

@@ -33,6 +33,7 @@ from ingest_api.http.state import (
     json_response,
     state,
 )
+from log_tables.hot.isolation import Isolation
 
 router = APIRouter(tags=["consumer groups"])
 BASE = "/v3/clusters/{cluster_id}/consumer-groups"
@@ -154,7 +155,8 @@ async def join(cluster_id: str, group_id: GroupId, request: Request) -> Response
         require(request, "topic", topic, "consume")
     member = state(request).groups.join(group_id, body.topics, body.session_timeout_ms,
                                         body.group_instance_id, body.assignor,
-                                        body.auto_offset_reset)
+                                        body.auto_offset_reset,
+                                        Isolation(body.isolation_level))
     return json_response(_member_body(member))
 
 
@@ -246,12 +248,19 @@ async def commit(cluster_id: str, group_id: GroupId, request: Request) -> Respon
 
 
 @router.get(BASE + "/{group_id}/offsets")
-async def committed(cluster_id: str, group_id: GroupId, request: Request) -> Response:
-    """The group's committed offsets."""
+async def committed(cluster_id: str, group_id: GroupId, request: Request,
+                    require_stable: Annotated[bool, Query()] = False) -> Response:
+    """The group's committed offsets. ``require_stable`` (Kafka's OffsetFetch option, as
+    its consumers send it): while an open transaction holds offsets of the group, 409
+    ``unstable_offset_commit`` (retriable) rather than the older offsets."""
     check_cluster(cluster_id)
     if (answer := await to_coordinator(request, group_id)) is not None:
         return answer
-    return json_response({"offsets": _offset_rows(state(request).groups.committed(group_id))})
+    groups = state(request).groups
+    committed = groups.committed(group_id)
+    if require_stable:
+        groups.require_stable(group_id)
+    return json_response({"offsets": _offset_rows(committed)})
 
 
 def _offset_rows(committed: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:

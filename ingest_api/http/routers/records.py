@@ -15,6 +15,7 @@ from cluster.model import BrokerInfo
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks
 from ingest_api.http.arrow_headers import ARROW_RESPONSE, arrow_response, wants_arrow
+from ingest_api.http.auth import require
 from ingest_api.http.body import (
     ObjectStream,
     chunks,
@@ -46,12 +47,18 @@ from log_tables.errors import (
     InvalidRequestError,
     TooManyEntriesError,
 )
+from log_tables.hot.isolation import Isolation
 from log_tables.registry import TopicMetadata
 
 router = APIRouter(tags=["records"])
 BASE = "/v3/clusters/{cluster_id}/topics/{topic_name}"
 TopicName = Annotated[str, Path(min_length=1, max_length=249)]
 PartitionId = Annotated[int, Path(ge=0, le=2**31 - 1)]
+TransactionalIdQuery = Annotated[str | None, Query(
+    min_length=1, max_length=249, description="Writes of this transactional id's open "
+                                             "transaction (lakelog's extension)")]
+IsolationQuery = Annotated[Literal["read_uncommitted", "read_committed"], Query(
+    description="Kafka's isolation.level: read_committed stops at the last stable offset")]
 AcksQuery = Annotated[Acks, Query(description="all: after fsync (default); 1: after the "
                                               "append; 0: once accepted")]
 _record = msgspec.json.Decoder(ProduceRecord)
@@ -203,11 +210,16 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
 
 @router.post(BASE + "/records:batch", status_code=207, openapi_extra=json_body(BatchRequest))
 async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request,
-                        acks: AcksQuery = "all") -> Response:
+                        acks: AcksQuery = "all",
+                        transactional_id: TransactionalIdQuery = None) -> Response:
     """Produce 1 to ``max_batch_entries`` records: 207 with ``successes`` and ``failures`` by
-    id. An entry that is not a valid record (bad base64, a wrong field) fails alone."""
+    id. An entry that is not a valid record (bad base64, a wrong field) fails alone. With
+    ``transactional_id``: writes of that id's open transaction (every entry with its
+    producer's fields; the partitions added to the transaction first)."""
     check_cluster(cluster_id)
     st = state(request)
+    if transactional_id is not None:
+        require(request, "transactional_id", transactional_id, "write")
     meta = st.require_topic(topic_name)
     limit = st.settings.max_request_bytes
     with st.in_flight.reserve(content_length(request, limit) or 0):
@@ -224,6 +236,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
         produce, key_types, value_types = typed_request(entries)
+        produce.transactional_id = transactional_id
         sizes = Envelopes(key_types, produce.key_sizes(), value_types)
         acked = st.produce.start(meta, produce, acks, _route(st, request))
         del entries, produce  # the request is not needed while waiting for the append
@@ -319,10 +332,13 @@ async def fetch(
     max_bytes: Annotated[int | None, Query(ge=1)] = None,
     timeout_ms: Annotated[int, Query(ge=0)] = 0,
     format: Annotated[Literal["BINARY", "STRING", "JSON"], Query()] = "BINARY",
+    isolation_level: IsolationQuery = "read_uncommitted",
 ) -> Response:
     """Records from ``offset``; with nothing there yet, waits up to ``timeout_ms`` for some.
     With ``Accept: application/vnd.apache.arrow.stream``: an Arrow stream (``format`` does
-    not apply), the paging in ``Lakelog-*`` headers."""
+    not apply), the paging in ``Lakelog-*`` headers. ``read_committed`` stops at the last
+    stable offset and steps over aborted transactions; no read returns a marker, and
+    ``next_offset`` passes what a read stepped over."""
     check_cluster(cluster_id)
     st = state(request)
     if (answer := await _to_leader(st, request, topic_name, partition_id)) is not None:
@@ -333,10 +349,10 @@ async def fetch(
     timeout_ms = min(timeout_ms, s.max_fetch_wait_ms)
     if wants_arrow(request.headers.get("accept")):
         arrow = await st.fetch.fetch_arrow(topic_name, partition_id, offset, max_records,
-                                           max_bytes, timeout_ms)
+                                           max_bytes, timeout_ms, Isolation(isolation_level))
         return arrow_response(arrow)
     body = await st.fetch.fetch(topic_name, partition_id, offset, max_records, max_bytes,
-                                timeout_ms, format)
+                                timeout_ms, format, Isolation(isolation_level))
     return Response(body, media_type="application/json")
 
 

@@ -1,0 +1,370 @@
+"""The transaction coordinator: Kafka's protocol for transactional ids.
+
+- ``init_producer``: a transactional id gets its producer id (the same one every time)
+  and a new epoch, which fences every older instance; a transaction it left open is
+  aborted first, one being completed is finished first.
+- ``add_partitions`` / ``add_offsets``: the transaction goes ``Ongoing`` with them (its
+  timeout runs from the first); a transactional write to a partition it did not add is
+  refused (``verify``: KIP-890's defense against a late write landing in the next
+  transaction). ``add_offsets`` also holds the group's offsets, fenced by the group's
+  member and epoch (KIP-447), until the transaction ends.
+- ``end``: the epoch goes up (KIP-890: a late write of the ended transaction is fenced),
+  ``PrepareCommit`` or ``PrepareAbort`` is made durable (the outcome is decided), a marker
+  goes to every partition, the offsets to their groups, and ``Complete*`` is written. A
+  coordinator that dies on the way leaves the ``Prepare*`` state, which the next one to
+  load it finishes: every partition gets one marker, and the outcome is the one the
+  client was told, or the client was told nothing.
+- A transaction ``Ongoing`` past its ``timeout_ms`` is aborted by the coordinator; its
+  producer's next call hears ``transaction_abortable`` (abort, then begin again).
+
+Each transactional id's calls run one at a time (a lock per id); the state changes are
+written to the state log before they are answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from ingest_api.broker.transactions.markers import Markers
+from ingest_api.broker.transactions.state import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARING,
+    TxnMeta,
+)
+from ingest_api.broker.transactions.state_log import StateLog
+from log_tables.clock import SYSTEM_CLOCK, Clock
+from log_tables.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionalIdNotFoundError,
+    UnstableOffsetCommitError,
+)
+from log_tables.hot.producer_ids import ProducerIds
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSACTIONAL_ID_CHARS = 249
+MAX_PARTITIONS = 10_000
+"""Partitions one transaction may add (a bound on its state record)."""
+MAX_OFFSETS = 10_000
+"""Offsets one transaction may hold for its groups."""
+
+Offset = tuple[str, int, int, str | None]
+"""(topic, partition, offset, metadata)."""
+
+
+class GroupOffsets:
+    """What the coordinator needs of the consumer groups: ``check`` fences a member's
+    offsets as a commit would (raising what a commit raises); ``write`` commits offsets a
+    transaction committed."""
+
+    def __init__(self, check: Callable[[str, str | None, int, list[Offset]], object],
+                 write: Callable[[str, list[Offset]], object]) -> None:
+        self.check = check
+        self.write = write
+
+
+class TransactionCoordinator:
+    def __init__(self, state_log: StateLog, producer_ids: ProducerIds, markers: Markers, *,
+                 max_timeout_ms: int, abort_interval_ms: int,
+                 require_partition: Callable[[str, int], object],
+                 groups: GroupOffsets | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.state_log = state_log
+        self.producer_ids = producer_ids
+        self.markers = markers
+        self.max_timeout_ms = max_timeout_ms
+        self.abort_interval_ms = abort_interval_ms
+        self.require_partition = require_partition
+        self.groups = groups
+        self.clock = clock
+        self.coordinator_epoch = 0
+        """The epoch markers carry: the leader epoch of the slot's partition (0 alone)."""
+        self.pending_offsets: dict[str, dict[str, list[Offset]]] = {}
+        """Transactional id -> group -> offsets it will commit (also in its state)."""
+        self._txns: dict[str, TxnMeta] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.aborted_by_timeout = 0
+
+    # -- life ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load every slot, finish the commits and aborts that were under way, and start
+        aborting transactions past their timeout."""
+        for slot in range(self.state_log.slots):
+            loaded = await asyncio.to_thread(self.state_log.load, slot)
+            self._txns.update(loaded)
+        for meta in list(self._txns.values()):
+            if meta.state in PREPARING:
+                async with self._lock(meta.transactional_id):
+                    await self._complete(meta)
+        self._task = asyncio.create_task(self._expire())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _lock(self, tid: str) -> asyncio.Lock:
+        return self._locks.setdefault(tid, asyncio.Lock())
+
+    # -- the protocol -------------------------------------------------------------------
+    async def init_producer(self, tid: str, timeout_ms: int) -> tuple[int, int]:
+        """InitProducerId of a transactional id: its producer id and a new epoch."""
+        _check_id(tid)
+        if not 1 <= timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction_timeout_ms {timeout_ms} is outside 1..{self.max_timeout_ms} "
+                "(the broker's transaction_max_timeout_ms)")
+        async with self._lock(tid):
+            meta = self._txns.get(tid)
+            if meta is not None and meta.state in PREPARING:
+                meta = await self._complete(meta)
+            if meta is not None and meta.state == ONGOING:
+                meta = await self._end(meta, commit=False)  # what the old instance left
+            pid, epoch = await asyncio.to_thread(self._bump, meta)
+            now = self.clock.now_ms()
+            fresh = TxnMeta(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                            timeout_ms=timeout_ms, updated_ms=now)
+            await self._write(fresh)
+            return pid, epoch
+
+    async def add_partitions(self, tid: str, producer_id: int, epoch: int,
+                             partitions: Iterable[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn: the transaction writes to these partitions."""
+        wanted = set(partitions)
+        for topic, partition in wanted:
+            self.require_partition(topic, partition)
+        async with self._lock(tid):
+            meta = self._ready(tid, producer_id, epoch)
+            have = set(meta.partitions) if meta.state == ONGOING else set()
+            if meta.state == ONGOING and wanted <= have:
+                return
+            if len(have | wanted) > MAX_PARTITIONS:
+                raise InvalidRequestError(f"a transaction adds at most {MAX_PARTITIONS} "
+                                          "partitions")
+            await self._write(self._ongoing(meta).with_(
+                partitions=tuple(sorted(have | wanted))))
+
+    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str,
+                          member_id: str | None, member_epoch: int,
+                          offsets: list[Offset]) -> None:
+        """AddOffsetsToTxn and TxnOffsetCommit in one: the group's offsets commit when the
+        transaction does, if the member (at ``member_epoch``) is still the group's now."""
+        if self.groups is None:
+            raise InvalidTxnStateError("this broker has no consumer groups")
+        self.groups.check(group, member_id, member_epoch, offsets)
+        async with self._lock(tid):
+            meta = self._ready(tid, producer_id, epoch)
+            held = self.pending_offsets.get(tid, {}) if meta.state == ONGOING else {}
+            merged = {(t, p): (t, p, o, m) for t, p, o, m in held.get(group, [])}
+            merged.update({(t, p): (t, p, o, m) for t, p, o, m in offsets})
+            if sum(len(v) for g, v in held.items() if g != group) + len(merged) > MAX_OFFSETS:
+                raise InvalidRequestError(f"a transaction holds at most {MAX_OFFSETS} offsets")
+            pending = {**held, group: sorted(merged.values())}
+            ongoing = self._ongoing(meta)
+            await self._write(ongoing.with_(groups=tuple(sorted(pending)),
+                                            offsets=_flatten(pending)))
+
+    async def end(self, tid: str, producer_id: int, epoch: int, commit: bool
+                  ) -> tuple[int, int]:
+        """EndTxn: commit or abort; the producer's id and new epoch."""
+        async with self._lock(tid):
+            meta = self._txns.get(tid)
+            if meta is not None and meta.producer_id == producer_id and \
+                    epoch == meta.producer_epoch - 1 and meta.commits == commit and \
+                    meta.state in (PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT,
+                                   COMPLETE_ABORT):
+                # A retry of the end that bumped the epoch (its answer was lost), or an
+                # abort of a transaction the coordinator aborted: done, or finished now.
+                if meta.state in PREPARING:
+                    meta = await self._complete(meta)
+                return meta.producer_id, meta.producer_epoch
+            meta = self._check(tid, producer_id, epoch)
+            if meta.state in PREPARING:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r} is completing its last transaction; retry")
+            if meta.state != ONGOING:
+                raise InvalidTxnStateError(
+                    f"transactional id {tid!r} has no transaction to "
+                    f"{'commit' if commit else 'abort'} (state {meta.state}): a transaction "
+                    "begins with its first partition or group")
+            done = await self._end(meta, commit)
+            return done.producer_id, done.producer_epoch
+
+    def verify(self, tid: str, producer_id: int, epoch: int, topic: str,
+               partition: int) -> None:
+        """A transactional write to ``topic``-``partition`` belongs to the producer's
+        open transaction, which added the partition (KIP-890)."""
+        meta = self._check(tid, producer_id, epoch)
+        if meta.state != ONGOING or (topic, partition) not in meta.partitions:
+            raise InvalidTxnStateError(
+                f"partition {partition} of topic {topic!r} is not in transactional id "
+                f"{tid!r}'s open transaction: add it to the transaction before writing")
+
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """Partitions of ``group`` whose offsets an open transaction will commit."""
+        return {(t, p) for txn in self.pending_offsets.values()
+                for t, p, _, _ in txn.get(group, [])}
+
+    def require_stable(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Kafka's OffsetFetch with require_stable: refuse while offsets are pending."""
+        pending = self.pending_partitions(group) & set(partitions)
+        if pending:
+            t, p = min(pending)
+            raise UnstableOffsetCommitError(
+                f"group {group!r} has offsets of {t}-{p} in an open transaction; ask again "
+                "once it ends")
+
+    def describe(self, tid: str) -> TxnMeta:
+        meta = self._txns.get(tid)
+        if meta is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
+        return meta
+
+    def list(self) -> list[TxnMeta]:
+        return [self._txns[t] for t in sorted(self._txns)]
+
+    # -- the steps -----------------------------------------------------------------------
+    def _check(self, tid: str, producer_id: int, epoch: int) -> TxnMeta:
+        meta = self._txns.get(tid)
+        if meta is None:
+            raise TransactionalIdNotFoundError(
+                f"no transactional id {tid!r}: initialise the producer first")
+        if meta.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} has producer id {meta.producer_id}, not "
+                f"{producer_id}")
+        if epoch < meta.producer_epoch:
+            if epoch == meta.producer_epoch - 1 and meta.state == COMPLETE_ABORT:
+                raise TransactionAbortableError(
+                    f"transactional id {tid!r}'s transaction was aborted (it ran past its "
+                    f"{meta.timeout_ms} ms); abort it, then begin another")
+            raise ProducerFencedError(
+                f"producer {producer_id} of transactional id {tid!r} at epoch {epoch} is "
+                f"fenced: another instance initialised at epoch {meta.producer_epoch}")
+        if epoch > meta.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {epoch} of transactional id {tid!r} was never given (it is at "
+                f"{meta.producer_epoch})")
+        return meta
+
+    def _ready(self, tid: str, producer_id: int, epoch: int) -> TxnMeta:
+        meta = self._check(tid, producer_id, epoch)
+        if meta.state in PREPARING:
+            raise ConcurrentTransactionsError(
+                f"transactional id {tid!r} is completing its last transaction; retry")
+        return meta
+
+    def _ongoing(self, meta: TxnMeta) -> TxnMeta:
+        if meta.state == ONGOING:
+            return meta.with_(updated_ms=self.clock.now_ms())
+        now = self.clock.now_ms()
+        return meta.with_(state=ONGOING, partitions=(), groups=(), offsets=(),
+                          started_ms=now, updated_ms=now)
+
+    def _bump(self, meta: TxnMeta | None) -> tuple[int, int]:
+        """A new epoch of the id's producer (a new producer id at first, or when its
+        epochs ran out)."""
+        if meta is None:
+            return self.producer_ids.init_producer()
+        try:
+            return self.producer_ids.init_producer(meta.producer_id)
+        except InvalidProducerEpochError:  # exhausted (or forgotten): a new id
+            return self.producer_ids.init_producer()
+
+    async def _end(self, meta: TxnMeta, commit: bool) -> TxnMeta:
+        pid, epoch = meta.producer_id, meta.producer_epoch
+        # Epochs ran out: the markers keep this one, and the next init takes a new id.
+        with contextlib.suppress(InvalidProducerEpochError):
+            pid, epoch = await asyncio.to_thread(self.producer_ids.init_producer, pid)
+        prepared = meta.with_(producer_epoch=epoch,
+                              state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+                              updated_ms=self.clock.now_ms())
+        await self._write(prepared)
+        return await self._complete(prepared)
+
+    async def _complete(self, meta: TxnMeta) -> TxnMeta:
+        """Write the markers and the offsets of a decided transaction; then Complete."""
+        commit = meta.state == PREPARE_COMMIT
+        await asyncio.gather(*(
+            self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
+                               self.coordinator_epoch) for t, p in meta.partitions))
+        if commit and self.groups is not None:
+            for group, offsets in _grouped(meta.offsets).items():
+                await _maybe_await(self.groups.write(group, offsets))
+        done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
+                          groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())
+        await self._write(done)
+        return done
+
+    async def _write(self, meta: TxnMeta) -> None:
+        await self.state_log.write(meta, self.clock.now_ms())
+        self._txns[meta.transactional_id] = meta
+        if meta.offsets:
+            self.pending_offsets[meta.transactional_id] = _grouped(meta.offsets)
+        else:
+            self.pending_offsets.pop(meta.transactional_id, None)
+
+    async def _expire(self) -> None:
+        while True:
+            await asyncio.sleep(self.abort_interval_ms / 1000)
+            try:
+                await self.expire_once()
+            except Exception:
+                log.exception("aborting timed-out transactions failed; trying again")
+
+    async def expire_once(self) -> None:
+        """Abort every transaction past its timeout; finish those left preparing."""
+        now = self.clock.now_ms()
+        for tid, meta in list(self._txns.items()):
+            late = meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms
+            if not late and meta.state not in PREPARING:
+                continue
+            async with self._lock(tid):
+                meta = self._txns[tid]
+                if meta.state in PREPARING:
+                    await self._complete(meta)
+                elif meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms:
+                    log.info("transactional id %r: aborting its transaction, open for "
+                             "%d ms (timeout %d ms)", tid, now - meta.started_ms,
+                             meta.timeout_ms)
+                    await self._end(meta, commit=False)
+                    self.aborted_by_timeout += 1
+
+
+def _check_id(tid: str) -> None:
+    if not tid or len(tid) > MAX_TRANSACTIONAL_ID_CHARS:
+        raise InvalidRequestError(
+            f"a transactional id is 1 to {MAX_TRANSACTIONAL_ID_CHARS} characters")
+
+
+def _flatten(pending: Mapping[str, list[Offset]]) -> tuple[tuple[str, str, int, int,
+                                                                  str | None], ...]:
+    return tuple((g, t, p, o, m) for g in sorted(pending) for t, p, o, m in pending[g])
+
+
+def _grouped(offsets: Iterable[tuple[str, str, int, int, str | None]]
+             ) -> dict[str, list[Offset]]:
+    out: dict[str, list[Offset]] = {}
+    for g, t, p, o, m in offsets:
+        out.setdefault(g, []).append((t, p, o, m))
+    return out
+
+
+async def _maybe_await(value: object) -> None:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        await value

@@ -1,0 +1,101 @@
+"""Where coordinators keep transactional ids durable: ``__transaction_state``, one
+partition per coordinator slot, a record per change (key: the transactional id, value:
+its ``TxnMeta`` as JSON). The newest record of an id is its state; a coordinator loads a
+slot by reading it from its start.
+
+``LocalStateLog`` is a broker's own: the topic is made in its log manager at first use
+(an internal topic: no listing, job or table sees it), and a write is appended and
+fsynced before it returns, so that a state a client was told of survives a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Protocol
+
+import pyarrow as pa
+
+from consumer_groups.hashing import group_slot
+from ingest_api.broker.transactions.state import TxnMeta, decode, encode
+from log_tables.errors import TopicExistsError
+from log_tables.hot.isolation import READ_UNCOMMITTED
+from log_tables.hot.log_manager import LogManager
+from log_tables.hot.partition_log import PartitionLog
+from log_tables.records import RECORD_SCHEMA, null_headers
+from log_tables.registry import TXN_STATE_TOPIC
+
+
+class StateLog(Protocol):
+    """The coordinators' durable state: ``slots`` partitions of ``__transaction_state``."""
+
+    slots: int
+
+    async def write(self, meta: TxnMeta, now_ms: int) -> None:
+        """Make ``meta`` the transactional id's state, durably, before returning."""
+        ...
+
+    def load(self, slot: int) -> dict[str, TxnMeta]:
+        """Every transactional id of ``slot``, as last written."""
+        ...
+
+
+def txn_slot(transactional_id: str, slots: int) -> int:
+    """The slot of a transactional id: Kafka's ``abs(hashCode) % partitions``."""
+    return group_slot(transactional_id, slots)
+
+
+class LocalStateLog:
+    """The state log of a broker alone: partitions of its own log manager."""
+
+    def __init__(self, manager: LogManager, slots: int) -> None:
+        self.manager = manager
+        self.slots = slots
+        self._lock = threading.Lock()
+
+    def _log(self, slot: int) -> PartitionLog:
+        if TXN_STATE_TOPIC not in self.manager.registry:
+            with self._lock, contextlib.suppress(TopicExistsError):
+                self.manager.create_topic(TXN_STATE_TOPIC, self.slots)
+        return self.manager.log(TXN_STATE_TOPIC, slot)
+
+    async def write(self, meta: TxnMeta, now_ms: int) -> None:
+        await asyncio.to_thread(self._write, meta, now_ms)
+
+    def _write(self, meta: TxnMeta, now_ms: int) -> None:
+        plog = self._log(txn_slot(meta.transactional_id, self.slots))
+        batch = pa.record_batch([pa.array([now_ms], pa.int64()),
+                                 pa.array([meta.transactional_id.encode()], pa.binary()),
+                                 pa.array([encode(meta)], pa.binary()), null_headers(1)],
+                                schema=RECORD_SCHEMA)
+        info = plog.append(batch)
+        plog.flush(info.last_offset + 1)
+
+    def load(self, slot: int) -> dict[str, TxnMeta]:
+        if TXN_STATE_TOPIC not in self.manager.registry:
+            return {}
+        found: dict[str, TxnMeta] = {}
+        for key, value in _records(self._log(slot)):
+            if value is None:
+                found.pop(key, None)
+            else:
+                found[key] = decode(value)
+        return found
+
+
+def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
+    offset = plog.log_start_offset
+    end = plog.readable_end(READ_UNCOMMITTED)
+    while offset < end:
+        result = plog.read(offset, max_bytes=8 << 20)
+        for batch in result.batches:
+            keys = batch.records.column(1).to_pylist()
+            values = batch.records.column(2).to_pylist()
+            for k, v in zip(keys, values, strict=True):
+                yield k.decode(), v
+        nxt = result.next_offset
+        if nxt is None or nxt <= offset:
+            return
+        offset = nxt
