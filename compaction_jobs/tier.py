@@ -56,6 +56,7 @@ from compaction_jobs.tier_tasks import (
     final_name,
     write_segments,
 )
+from compaction_jobs.tier_txns import whole_transactions
 from log_tables.cold import job_runs
 from log_tables.cold.commit import (
     PartitionChange,
@@ -68,7 +69,7 @@ from log_tables.errors import StaleTableError, StorageError
 from log_tables.hot.damage import Damage
 from log_tables.hot.hot_reader import PartitionReader, SegmentFile, list_segments, recovery_point
 from log_tables.hot.isolation import READ_UNCOMMITTED, published_readable_end
-from log_tables.hot.txn_index import AbortedTxn
+from log_tables.hot.txn_index import AbortedTxn, TxnId
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 
@@ -244,6 +245,7 @@ class TierJob(Job[TierReport]):
         floors = {p: max(st.tiered_offset, st.start_offset) for p, st in enumerate(states)}
         todo: list[tuple[int, SegmentFile, int, int]] = []
         aborted: dict[int, tuple[AbortedTxn, ...]] = {}
+        spans: dict[int, dict[TxnId, tuple[int, int]]] = {}
         for p in range(partitions):
             if not self.leads(topic, p):
                 continue  # another broker's: its hot log here is an empty mirror
@@ -255,7 +257,7 @@ class TierJob(Job[TierReport]):
                                              READ_UNCOMMITTED)
             # Only below the last stable offset (a table holds committed records), and
             # without the markers and aborted records (``SegmentWork.aborted``).
-            _, (stable, hidden) = PartitionReader(directory).committed(floors[p])
+            _, (stable, hidden, spans[p]) = PartitionReader(directory).committed(floors[p])
             if stable is not None:
                 durable = min(durable, stable)
             aborted[p] = hidden.spans()
@@ -266,6 +268,12 @@ class TierJob(Job[TierReport]):
                 if start >= nxt.base_offset:
                     continue
                 todo.append((p, seg, start, nxt.base_offset))
+        if any(spans.values()):  # a committed transaction is tiered whole or not yet
+            boundaries = {p: [floors[p]] + [end for q, _, _, end in todo if q == p]
+                          for p in spans}
+            ends = whole_transactions({p: b[-1] for p, b in boundaries.items()}, boundaries,
+                                      spans)
+            todo = [w for w in todo if w[3] <= ends[w[0]]]
         if not todo:
             return _TopicPlan(topic, dt, tiered, floors, [], None)
         out = Outputs(uri, self.job_id)

@@ -189,21 +189,30 @@ def consume(
         "--property", help="print.key, print.value, print.timestamp, print.partition, "
                            "print.offset (true|false) and key.separator=SEP (default TAB), "
                            "as kafka-console-consumer takes them (repeatable).")] = None,
+    isolation_level: Annotated[str, typer.Option(
+        "--isolation-level", help="read_uncommitted (the default) or read_committed: only "
+                                  "records of committed transactions, as "
+                                  "kafka-console-consumer's option.")] = "read_uncommitted",
     url: Url = DEFAULT_URL,
 ) -> None:
     """Print records as lines (like kafka-console-consumer); without --group it reads every
     partition directly and commits nothing. A topic that does not exist is an error."""
+    if isolation_level not in ("read_uncommitted", "read_committed"):
+        raise typer.BadParameter("read_uncommitted or read_committed",
+                                 param_hint="--isolation-level")
     from lakelog.console import CONSUME_PROPERTIES, RecordFormat, parse_properties
 
     name = _topic(topic_arg, topic, "consume")
     fmt = RecordFormat.of(parse_properties(prop or (), CONSUME_PROPERTIES), print_key)
     to = server(url)
     with admin(to.url) as client:
-        _consume(client, to, name, fmt, group, from_beginning, max_records, timeout_ms)
+        _consume(client, to, name, fmt, group, from_beginning, max_records, timeout_ms,
+                 isolation_level)
 
 
 def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, group: str | None,
-             from_beginning: bool, max_records: int | None, timeout_ms: int | None) -> None:
+             from_beginning: bool, max_records: int | None, timeout_ms: int | None,
+             isolation: str = "read_uncommitted") -> None:
     from dataclasses import replace
 
     from lakelog.client import LakelogClientError
@@ -218,7 +227,8 @@ def _consume(client: AdminClient, to: Server, name: str, fmt: RecordFormat, grou
         lambda took: f"{count:,} records consumed ({count / took:,.0f}/s)")
     out = sys.stdout.buffer
     try:
-        for polled in _polls(client, to, name, partitions, group, from_beginning, max_records):
+        for polled in _polls(client, to, name, partitions, group, from_beginning, max_records,
+                             isolation):
             if progress is not None:
                 progress.show()
             if not polled:  # an empty poll
@@ -265,7 +275,7 @@ def _lines(fmt: RecordFormat, polled: pa.RecordBatch | list[ConsoleRecord]) -> b
 
 
 def _polls(client: AdminClient, to: Server, topic: str, partitions: int, group: str | None,
-           from_beginning: bool, limit: int | None
+           from_beginning: bool, limit: int | None, isolation: str = "read_uncommitted"
            ) -> Iterator[pa.RecordBatch | list[ConsoleRecord]]:
     """The topic's records, poll by poll (an empty one after each empty poll): a group
     member's as Arrow batches, a direct read's as records. Stops the group consumer
@@ -279,7 +289,8 @@ def _polls(client: AdminClient, to: Server, topic: str, partitions: int, group: 
     if group is not None:
         consumer = Consumer(to.url, group, [topic], format="STRING", api_key=to.key.key,
                             auto_offset_reset="earliest" if from_beginning else "latest",
-                            default_api_timeout_ms=max(options.retry_timeout_ms, 1))
+                            default_api_timeout_ms=max(options.retry_timeout_ms, 1),
+                            isolation_level=isolation)  # type: ignore[arg-type]
         left = limit
         try:
             while left is None or left > 0:
@@ -301,7 +312,8 @@ def _polls(client: AdminClient, to: Server, topic: str, partitions: int, group: 
         got = False
         for p in range(partitions):
             body = client.request("GET", f"/topics/{topic}/partitions/{p}/records?offset="
-                                  f"{positions[p]}&format=STRING&max_records=1000")
+                                  f"{positions[p]}&format=STRING&max_records=1000"
+                                  f"&isolation_level={isolation}")
             records = [ConsoleRecord(
                 p, rec["offset"],
                 round(datetime.fromisoformat(rec["timestamp"]).timestamp() * 1000),

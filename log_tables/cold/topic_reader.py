@@ -53,7 +53,8 @@ def with_topic(rows: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBat
 
 
 def read_range(layout: Layout, topic: str, partition: int, start: int, end: int, *,
-               fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+               fail_on_data_loss: bool = True,
+               isolation: Isolation = READ_COMMITTED) -> Iterator[pa.RecordBatch]:
     """Records ``start .. end-1`` of a partition, hot tier first, cold for what it lost.
 
     Raises OffsetOutOfRangeError when an offset is in neither tier any more
@@ -71,7 +72,7 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int,
         before = position
         damage: CorruptRecordError | None = None
         try:
-            for batch in reader.batches(position, end):
+            for batch in reader.batches(position, end, isolation=isolation):
                 rows = to_table_rows(batch.base_offset, batch.records, batch.log_append_time)
                 yield with_topic(rows, topic, partition)
                 position += rows.num_rows
@@ -174,7 +175,8 @@ def hot_end_offset(layout: Layout, topic: str, partition: int,
         return published_readable_end(directory, reader.end_offset(), isolation)
     if start is None:
         start = _hot_start(reader) or 0
-    end, (stable, _) = reader.committed(start)
+    end, found = reader.committed(start)
+    stable = found.last_stable
     return end if stable is None else max(start, min(end, stable))
 
 

@@ -174,7 +174,8 @@ class PartitionReader:
         """
         hidden = Hidden()
         if isolation is READ_COMMITTED:
-            end, (stable, hidden) = self.committed(offset)
+            end, found = self.committed(offset)
+            stable, hidden = found.last_stable, found.hidden
             if stable is not None:
                 end = min(end, stable)
             end_offset = end if end_offset is None else min(end_offset, end)
@@ -229,7 +230,7 @@ class PartitionReader:
         ``transactional`` file, looked for after the end is found) needs no scan."""
         end = published_readable_end(self.directory, self.end_offset(), READ_UNCOMMITTED)
         if not has_transactions(self.directory) or offset >= end:
-            return end, TxnScan(None, Hidden())
+            return end, TxnScan(None, Hidden(), {})
         return end, scan(self._headers(offset, end))
 
     def _headers(self, offset: int, end: int) -> Iterator[BatchHeader]:

@@ -147,29 +147,45 @@ class Hidden:
         return spans is not None and any(lo <= header.base_offset <= hi for lo, hi in spans)
 
 
+TxnId = tuple[int, int]
+"""A transaction: its producer id and the epoch of its records (KIP-890: each
+transaction of a producer ends with a new epoch, so no two share one)."""
+
+
 class TxnScan(NamedTuple):
     """What a reader without the broker's index found in the headers it scanned."""
 
     last_stable: int | None
     """The first offset of a transaction with no marker yet (None: all ended)."""
     hidden: Hidden
+    committed: dict[TxnId, tuple[int, int]]
+    """Committed transactions with records in the scan: their first and last offsets."""
 
 
 def scan(headers: Iterable[BatchHeader]) -> TxnScan:
     """Work out, from consecutive headers up to the readable end, where the first
-    transaction still open starts and which of the scanned batches were aborted."""
-    pending: dict[int, int] = {}
+    transaction still open starts, which of the scanned batches were aborted, and where
+    each committed one's records are."""
+    pending: dict[int, tuple[int, int, int]] = {}  # pid -> (epoch, first, last offset)
     aborted: list[AbortedTxn] = []
+    committed: dict[TxnId, tuple[int, int]] = {}
     for h in headers:
         if not h.transactional:
             continue
+        pid = h.producer_id
         if not h.control:
-            pending.setdefault(h.producer_id, h.base_offset)
+            epoch, first, _ = pending.get(pid, (h.producer_epoch, h.base_offset, 0))
+            pending[pid] = (epoch, first, h.last_offset)
             continue
-        first = pending.pop(h.producer_id, None)
-        if first is not None and not h.commits:
-            aborted.append(AbortedTxn(h.producer_id, first, h.base_offset))
-    return TxnScan(min(pending.values()) if pending else None, Hidden(aborted))
+        ended = pending.pop(pid, None)
+        if ended is None:
+            continue
+        if h.commits:
+            committed[(pid, ended[0])] = ended[1:]
+        else:
+            aborted.append(AbortedTxn(pid, ended[1], h.base_offset))
+    return TxnScan(min(first for _, first, _ in pending.values()) if pending else None,
+                   Hidden(aborted), committed)
 
 
 def marker_records(commit: bool, coordinator_epoch: int, timestamp_ms: int) -> pa.RecordBatch:

@@ -34,7 +34,7 @@ from log_tables.cold.topic_reader import (
     partition_bounds,
 )
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
-from log_tables.hot.isolation import READ_COMMITTED
+from log_tables.hot.isolation import READ_COMMITTED, Isolation
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.moved import moved
 from log_tables.spark.leaders import (
@@ -44,6 +44,7 @@ from log_tables.spark.leaders import (
     merged,
 )
 from log_tables.spark.session import session_layout
+from log_tables.spark.source import isolation_of
 from log_tables.spark.tails import TailSource, tail_source
 from log_tables.storage import S3_SCHEMES, scheme
 
@@ -74,7 +75,8 @@ def read_topic(spark: SparkSession, topic: str, *,
                include_hot: bool | None = None,
                version: int | None = None,
                timestamp_as_of: datetime | str | None = None,
-               fail_on_data_loss: bool = True) -> DataFrame:
+               fail_on_data_loss: bool = True,
+               isolation_level: str = "read_committed") -> DataFrame:
     """A topic as a DataFrame with the schema of Spark's Kafka source.
 
     Offsets are per partition (``{partition: offset}``; missing partitions read
@@ -83,6 +85,9 @@ def read_topic(spark: SparkSession, topic: str, *,
     or ``timestamp_as_of`` time-travel the Delta part and leave the hot tail out
     unless ``include_hot=True``. ``fail_on_data_loss`` (Spark's ``failOnDataLoss``):
     False skips the records of a damaged hot batch (with a warning) instead of failing.
+    ``isolation_level`` (Kafka's): ``read_committed`` (the default, what the table holds)
+    reads no record of an open or aborted transaction in the hot tail;
+    ``read_uncommitted`` reads them too.
     """
     from pyspark.sql import functions as F
 
@@ -101,8 +106,9 @@ def read_topic(spark: SparkSession, topic: str, *,
         _check_topic_id(layout, topic, meta.topic_id)
     tails = tail_source(layout) if hot else None
     leaders = (leader_bounds(tails, [topic]) or {}).get(topic, {}) if tails is not None else {}
+    isolation = isolation_of({"isolation.level": isolation_level})
     plan = _plan(layout, topic, meta.partitions, cold, hot, starting_offsets, ending_offsets,
-                 starting_timestamp, ending_timestamp, tails, leaders)
+                 starting_timestamp, ending_timestamp, tails, leaders, isolation)
     parts: list[DataFrame] = []
     chosen = {p: [f for f in cold[p].files if f.max_offset >= s and f.min_offset < min(e, t)]
               for p, (s, e, t) in plan.items()} if cold is not None else {}
@@ -132,7 +138,7 @@ def read_topic(spark: SparkSession, topic: str, *,
         (topic, p, max(s, t), e, None, leaders[p].leader_url if p in leaders else None, t)
         for p, (s, e, t) in plan.items() if max(s, t) < e]
     if hot_ranges:
-        parts.append(_source(spark, layout, hot_ranges, fail_on_data_loss))
+        parts.append(_source(spark, layout, hot_ranges, fail_on_data_loss, isolation))
     if not parts:
         return spark.createDataFrame([], SPARK_DDL)
     out = parts[0]
@@ -142,11 +148,12 @@ def read_topic(spark: SparkSession, topic: str, *,
 
 
 def _source(spark: SparkSession, layout: Layout, ranges: Sequence[tuple[object, ...]],
-            fail_on_data_loss: bool) -> DataFrame:
+            fail_on_data_loss: bool, isolation: Isolation = READ_COMMITTED) -> DataFrame:
     """The ``lakelog`` source over exact ranges: (topic, partition, start, end[, file])."""
     return (spark.read.format("lakelog").option("ranges", json.dumps(ranges))
             .option("dataDir", layout.data_dir).option("warehouse", layout.warehouse)
-            .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
+            .option("failOnDataLoss", str(fail_on_data_loss).lower())
+            .option("kafka.isolation.level", isolation.value).load())
 
 
 _FOUND: dict[str, bool] = {}
@@ -204,15 +211,15 @@ def _ms(value: int | datetime) -> int:
 def _plan(layout: Layout, topic: str, partitions: int, cold: Sequence[PartitionState] | None,
           hot: bool, starting: OffsetSpec, ending: OffsetSpec,
           starting_ts: int | datetime | None, ending_ts: int | datetime | None,
-          tails: TailSource | None = None, leaders: Mapping[int, LeaderBound] | None = None
-          ) -> dict[int, tuple[int, int, int]]:
+          tails: TailSource | None = None, leaders: Mapping[int, LeaderBound] | None = None,
+          isolation: Isolation = READ_COMMITTED) -> dict[int, tuple[int, int, int]]:
     """Per partition: (start, end, tiered offset); ``end`` is at most the high watermark
     (in a cluster, the partition's leader's: ``leaders``)."""
     plan = {}
     for p in range(partitions):
         state = cold[p] if cold is not None else None
         leader = (leaders or {}).get(p)
-        earliest, tiered, hw = merged(partition_bounds(layout, topic, p, state, READ_COMMITTED),
+        earliest, tiered, hw = merged(partition_bounds(layout, topic, p, state, isolation),
                                       leader)
         if not hot:
             hw = tiered

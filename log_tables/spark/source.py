@@ -5,7 +5,8 @@ Option names follow Spark's Kafka source: ``subscribe`` (or ``topic``),
 like ``{"events": {"0": 42}}``, where -2 is earliest and -1 latest),
 ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (``true``: a damaged hot batch that the
 Delta tier does not hold fails the read, naming its offsets and file; ``false``:
-its records are skipped with a warning). Offsets in checkpoints have the same JSON
+its records are skipped with a warning), ``kafka.isolation.level`` (``read_committed``,
+the default: no record of an open or aborted transaction; ``read_uncommitted``). Offsets in checkpoints have the same JSON
 shape.
 Every task reads one offset range of one partition with ``read_range``
 (hot tier, Delta tier for what the hot tier no longer holds), or, for ``read_topic``
@@ -47,7 +48,7 @@ from log_tables.cold.topic_reader import (
     with_topic,
 )
 from log_tables.errors import InvalidOptionError, UnknownTopicError
-from log_tables.hot.isolation import READ_COMMITTED
+from log_tables.hot.isolation import READ_COMMITTED, Isolation
 from log_tables.layout import Layout
 from log_tables.spark.leaders import leader_bounds, merged
 from log_tables.spark.tails import TailSource, read_tail, tail_source
@@ -114,8 +115,8 @@ class Bounds(NamedTuple):
     hints: Hints
 
 
-def log_bounds(layout: Layout, topics: Mapping[str, int], tails: TailSource | None = None
-               ) -> Bounds:
+def log_bounds(layout: Layout, topics: Mapping[str, int], tails: TailSource | None = None,
+               isolation: Isolation = READ_COMMITTED) -> Bounds:
     """(log start, high watermark) of every partition, across both tiers; ``tails``: those
     of the partitions' leaders where they are further."""
     leaders = leader_bounds(tails, topics) if tails is not None else None
@@ -125,7 +126,7 @@ def log_bounds(layout: Layout, topics: Mapping[str, int], tails: TailSource | No
         out.starts[topic], out.ends[topic] = {}, {}
         for p in range(count):
             bounds = partition_bounds(layout, topic, p, cold[p] if cold is not None else None,
-                                      READ_COMMITTED)
+                                      isolation)
             leader = (leaders or {}).get(topic, {}).get(p)
             bounds = merged(bounds, leader)
             out.starts[topic][str(p)] = bounds.log_start_offset
@@ -181,9 +182,23 @@ def fail_on_data_loss(options: Mapping[str, str]) -> bool:
     return value == "true"
 
 
+def isolation_of(options: Mapping[str, str]) -> Isolation:
+    """Kafka's ``isolation.level``, as Spark's Kafka source takes a consumer's settings
+    (``kafka.isolation.level``; ``isolation.level`` too): ``read_committed`` by default,
+    what a table holds; ``read_uncommitted`` also reads the hot tail's records of open
+    and aborted transactions."""
+    value = options.get("kafka.isolation.level", options.get("isolation.level",
+                                                             READ_COMMITTED.value))
+    try:
+        return Isolation(value.strip().lower())
+    except ValueError:
+        raise InvalidOptionError(f"kafka.isolation.level must be read_committed or "
+                                 f"read_uncommitted, not {value!r}") from None
+
+
 def read_partition(layout: Layout, partition: InputPartition, fail: bool = True,
-                   env: tuple[tuple[str, str], ...] = (), tails: TailSource | None = None
-                   ) -> Iterator[pa.RecordBatch]:
+                   env: tuple[tuple[str, str], ...] = (), tails: TailSource | None = None,
+                   isolation: Isolation = READ_COMMITTED) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
     adopt_env(env)
     p = partition
@@ -194,9 +209,10 @@ def read_partition(layout: Layout, partition: InputPartition, fail: bool = True,
         return
     if tails is not None:
         yield from read_tail(layout, tails, p.leader, p.topic, p.partition, p.start, p.end,
-                             p.tiered, fail_on_data_loss=fail)
+                             p.tiered, fail_on_data_loss=fail, isolation=isolation)
         return
-    yield from read_range(layout, p.topic, p.partition, p.start, p.end, fail_on_data_loss=fail)
+    yield from read_range(layout, p.topic, p.partition, p.start, p.end, fail_on_data_loss=fail,
+                          isolation=isolation)
 
 
 class LakelogDataSource(DataSource):
@@ -233,6 +249,7 @@ class _BatchReader(DataSourceReader):
         self.env = _env_for(self.layout, env)
         adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
+        self.isolation = isolation_of(options)
         self.tails = tail_source(self.layout)
         exact = options.get("ranges")
         if exact is not None:  # read_topic passes the exact ranges (and files) it planned
@@ -240,7 +257,7 @@ class _BatchReader(DataSourceReader):
                           for t, p, s, e, *f in json.loads(exact)]
             return
         topics = _topics(options, self.layout)
-        starts, ends, hints = log_bounds(self.layout, topics, self.tails)
+        starts, ends, hints = log_bounds(self.layout, topics, self.tails, self.isolation)
         first = resolve(options.get("startingoffsets"), "earliest", starts, ends, "startingOffsets")
         last = resolve(options.get("endingoffsets"), "latest", starts, ends, "endingOffsets")
         self.parts = ranges(first, last, hints=hints)
@@ -249,7 +266,8 @@ class _BatchReader(DataSourceReader):
         return self.parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail, self.env, self.tails)
+        return read_partition(self.layout, partition, self.fail, self.env, self.tails,
+                              self.isolation)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -260,6 +278,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.env = _env_for(self.layout, env)
         adopt_env(self.env)
         self.fail = fail_on_data_loss(options)
+        self.isolation = isolation_of(options)
         self.tails = tail_source(self.layout)
         self.hints: Hints = {}
         self.topics = _topics(options, self.layout)
@@ -274,7 +293,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # cluster.json again at every plan: its broker rewrites it at every start (on
         # another address, maybe), and a stream outlives the broker it started beside.
         self.tails = tail_source(self.layout)
-        starts, ends, hints = log_bounds(self.layout, self.topics, self.tails)
+        starts, ends, hints = log_bounds(self.layout, self.topics, self.tails, self.isolation)
         self.hints.update(hints)
         return starts, ends
 
@@ -307,7 +326,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges(start, end, hints=self.hints)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.layout, partition, self.fail, self.env, self.tails)
+        return read_partition(self.layout, partition, self.fail, self.env, self.tails,
+                              self.isolation)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         pass  # nothing to release: the log keeps data by retention, not by consumers

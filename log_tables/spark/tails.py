@@ -54,7 +54,7 @@ from log_tables.errors import (
     LakelogError,
     OffsetOutOfRangeError,
 )
-from log_tables.hot.isolation import READ_COMMITTED
+from log_tables.hot.isolation import READ_COMMITTED, Isolation
 from log_tables.layout import Layout
 from log_tables.leadership import CLUSTER_FILE, read_broker_address
 
@@ -178,26 +178,27 @@ def message_of(r: httpx.Response) -> str:
 
 def read_tail(layout: Layout, source: TailSource, leader_url: str | None, topic: str,
               partition: int, start: int, end: int, tiered: int = 0, *,
-              fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+              fail_on_data_loss: bool = True,
+              isolation: Isolation = READ_COMMITTED) -> Iterator[pa.RecordBatch]:
     """Records ``start .. end-1``: the local replica's up to the high watermark it
     published, the Delta tier's below ``tiered`` (an offset the planner saw tiered), the
     rest from the leader."""
     position = start
-    held = min(end, hot_end_offset(layout, topic, partition, READ_COMMITTED, start))
+    held = min(end, hot_end_offset(layout, topic, partition, isolation, start))
     if position < held:
         yield from read_range(layout, topic, partition, position, held,
-                              fail_on_data_loss=fail_on_data_loss)
+                              fail_on_data_loss=fail_on_data_loss, isolation=isolation)
         position = held
     if position < min(end, tiered):
         position = yield from read_tiered(layout, topic, partition, position, min(end, tiered))
     if position < end:
         yield from fetch_range(source, leader_url, topic, partition, position, end,
-                               fail_on_data_loss=fail_on_data_loss)
+                               fail_on_data_loss=fail_on_data_loss, isolation=isolation)
 
 
 def fetch_range(source: TailSource, leader_url: str | None, topic: str, partition: int,
-                start: int, end: int, *, fail_on_data_loss: bool = True
-                ) -> Iterator[pa.RecordBatch]:
+                start: int, end: int, *, fail_on_data_loss: bool = True,
+                isolation: Isolation = READ_COMMITTED) -> Iterator[pa.RecordBatch]:
     """Records ``start .. end-1`` fetched from the leader (else through the data
     directory's broker), in SPARK_SCHEMA; ``end`` must be at most a high watermark the
     leader answered."""
@@ -210,7 +211,8 @@ def fetch_range(source: TailSource, leader_url: str | None, topic: str, partitio
             got: tuple[list[pa.RecordBatch], int] | int | None = None
             answer = first_answer(http, urls, path, headers={"Accept": ARROW_STREAM}, params={
                 "offset": position, "max_records": min(MAX_RECORDS, end - position),
-                "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS})
+                "max_bytes": MAX_BYTES, "timeout_ms": FETCH_WAIT_MS,
+                "isolation_level": isolation.value})
             why = answer if isinstance(answer, str) else ""
             if not isinstance(answer, str):
                 got = _answer(answer[1], answer[0], topic, partition, position,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,31 @@ def test_calls_out_of_order_say_what_to_do(server: ServerProcess) -> None:
         Producer(server.url, transactional_id="x", acks="1")
     with Producer(server.url) as plain, pytest.raises(ValueError, match="transactional_id"):
         plain.begin_transaction()
+
+
+def test_lakelog_consume_reads_committed_records_with_its_isolation_level(
+        server: ServerProcess, tmp_path: Path) -> None:
+    from tests.lakelog.test_cli import _cli_env, _lakelog
+
+    make_topic(server, OUTPUT, 1)
+    with Producer(server.url, transactional_id="cli", linger_ms=1) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(OUTPUT, b"aborted")
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(OUTPUT, b"committed")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(OUTPUT, b"open").result(timeout=30)
+        env = _cli_env(tmp_path, LAKELOG_URL=server.url)
+        for group in ([], ["--group", "cli-reader"]):
+            out = _lakelog(env, "consume", OUTPUT, "--from-beginning", "--timeout-ms", "1500",
+                           "--isolation-level", "read_committed", *group)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.splitlines() == ["committed"], (group, out.stdout)
+        out = _lakelog(env, "consume", OUTPUT, "--from-beginning", "--timeout-ms", "1500")
+        assert out.stdout.splitlines() == ["aborted", "committed", "open"]
+        bad = _lakelog(env, "consume", OUTPUT, "--isolation-level", "sometimes")
+        assert bad.returncode == 2 and "read_committed" in bad.stderr
+        producer.abort_transaction()
