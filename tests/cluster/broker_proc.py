@@ -1,4 +1,5 @@
-"""``lakelog serve`` that SIGKILLs itself right after a controller or replication step.
+"""``lakelog serve`` that SIGKILLs itself right after a controller, replication or
+transaction coordinator step.
 
 ``python -m tests.cluster.broker_proc STEP serve ARGS...``: the broker runs as usual
 until its controller completes STEP (``cluster.controller.step``), or its replication
@@ -26,6 +27,7 @@ from typing import Any
 
 from cluster import controller, replicas
 from cluster.view import ClusterView
+from ingest_api.broker.transactions import coordinator as txn_coordinator
 from lakelog.cli import main as lakelog_main
 
 
@@ -62,7 +64,7 @@ def run() -> None:
                 time.sleep(float(stall))
             os.kill(os.getpid(), signal.SIGKILL)
 
-    controller.step_hook = replicas.step_hook = hook
+    controller.step_hook = replicas.step_hook = txn_coordinator.step_hook = hook
     sys.argv = ["lakelog", *sys.argv[2:]]
     lakelog_main()
 

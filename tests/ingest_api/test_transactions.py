@@ -6,12 +6,15 @@ surviving a SIGKILL of the server."""
 from __future__ import annotations
 
 import base64
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.server import ServerProcess
 
@@ -242,3 +245,48 @@ def test_an_open_transaction_survives_a_sigkill_of_the_server(
         assert txn.end(commit=True).status_code == 200
         assert _values(client, "t", 0)[0] == [(0, "p0")]
         assert _values(client, "t", 1)[0] == [(0, "p1")]
+
+
+@pytest.mark.parametrize("step", ["txn-prepared", "txn-marker", "txn-markers"])
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_coordinator_killed_at_each_step_of_an_end_is_finished_by_the_next(
+        spawn_server: Callable[..., ServerProcess], step: str, commit: bool) -> None:
+    """SIGKILLed after the outcome is durable, after one partition's marker, or after every
+    marker but before Complete: the restarted coordinator finishes the same outcome, each
+    partition gets one marker, the offsets commit with a commit, and the client's retry of
+    the end is answered as the first try would have been."""
+    server = spawn_server(auth="none")
+    server.stop()
+    server.command = [sys.executable, "-m", "tests.cluster.broker_proc", step]
+    server.start()
+    group = "g"
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "t", "partitions_count": 2})
+        txn = Txn(client, _tid())
+        assert txn.add("t", 0, 1).status_code == 204
+        txn.send("t", 0, ["a"])
+        txn.send("t", 1, ["b"])
+        r = client.post(f"/transactions/{txn.tid}/offsets", json={
+            **txn.ids(), "group_id": group,
+            "offsets": [{"topic_name": "t", "partition_id": 0, "offset": 1}]})
+        assert r.status_code == 204, r.text
+        old = txn.ids()
+        with pytest.raises(httpx.TransportError):  # the server dies before it answers
+            client.post(f"/transactions/{txn.tid}:{'commit' if commit else 'abort'}", json=old)
+    assert server.proc is not None and server.proc.wait(30) == -9
+    server.command = [str(Path(sys.executable).parent / "lakelog")]
+    server.start()
+    with server.client() as client:
+        state = client.get(f"/transactions/{txn.tid}").json()
+        assert state["state"] == ("CompleteCommit" if commit else "CompleteAbort")
+        again = client.post(f"/transactions/{txn.tid}:{'commit' if commit else 'abort'}",
+                            json=old)
+        assert again.status_code == 200, again.text
+        assert again.json()["producer_epoch"] == old["producer_epoch"] + 1
+        for p, value in ((0, "a"), (1, "b")):
+            seen = _values(client, "t", p)
+            assert seen == (([(0, value)] if commit else []), 2), (p, seen)
+            everything = _values(client, "t", p, "read_uncommitted")
+            assert everything == ([(0, value)], 2)  # one marker: offset 1, the end at 2
+        offsets = client.get(f"/consumer-groups/{group}/offsets").json()["offsets"]
+        assert [o["offset"] for o in offsets] == ([1] if commit else [])

@@ -55,6 +55,15 @@ from log_tables.errors import (
 from log_tables.hot.producer_ids import ProducerIds
 
 log = logging.getLogger(__name__)
+step_hook: Callable[[str], None] | None = None
+"""Called with each step of an end as the coordinator completes it: ``txn-prepared`` (the
+outcome durable), ``txn-marker`` (after each partition's marker), ``txn-markers`` (every
+marker and offset written, before ``Complete*``). Tests kill the process there."""
+
+
+def step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
 
 MAX_TRANSACTIONAL_ID_CHARS = 249
 MAX_PARTITIONS = 10_000
@@ -295,17 +304,20 @@ class TransactionCoordinator:
                               state=PREPARE_COMMIT if commit else PREPARE_ABORT,
                               updated_ms=self.clock.now_ms())
         await self._write(prepared)
+        step("txn-prepared")
         return await self._complete(prepared)
 
     async def _complete(self, meta: TxnMeta) -> TxnMeta:
         """Write the markers and the offsets of a decided transaction; then Complete."""
         commit = meta.state == PREPARE_COMMIT
-        await asyncio.gather(*(
-            self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
-                               self.coordinator_epoch) for t, p in meta.partitions))
+        for t, p in meta.partitions:
+            await self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
+                                     self.coordinator_epoch)
+            step("txn-marker")
         if commit and self.groups is not None:
             for group, offsets in _grouped(meta.offsets).items():
                 await _maybe_await(self.groups.write(group, offsets))
+        step("txn-markers")
         done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
                           groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())
         await self._write(done)
