@@ -273,7 +273,7 @@ class PartitionLog:
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int) -> int | None:
         """End the producer's transaction here with a COMMIT or ABORT marker; returns its
-        offset, or None when none is open here (``ProducerStateManager.marker``)."""
+        offset, or None when one at that epoch is here (``ProducerStateManager.marker``)."""
         local = self._local
         with local.lock:
             if local.closed:

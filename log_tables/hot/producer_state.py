@@ -140,16 +140,18 @@ class ProducerStateManager:
 
     def marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                now_ms: int) -> PreparedBatch | None:
-        """The COMMIT or ABORT marker that ends the producer's transaction open here, at
-        ``epoch`` (the one the coordinator ended it with); None when none is open (it
-        ended already: a coordinator finishing a commit again writes no second marker).
-        An epoch older than the producer's here is refused (a fenced coordinator's)."""
+        """The COMMIT or ABORT marker that ends the producer's transaction here, at
+        ``epoch`` (the new one the coordinator ended it with, KIP-890); None when a marker
+        at that epoch is here already (a coordinator finishing an end again writes no
+        second one). Written even where the transaction wrote nothing (it added the
+        partition): its epoch then fences a write of the ended transaction that comes
+        late. An epoch older than the producer's here is refused (a fenced coordinator's)."""
         entry = self.producers.get(producer_id)
         if entry is not None and epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"{self.name}: a marker of producer {producer_id} at epoch {epoch} is older "
                 f"than its epoch {entry.epoch} here")
-        if producer_id not in self.txns.open:
+        if entry is not None and entry.epoch == epoch:
             return None
         flags = ATTR_TRANSACTIONAL | ATTR_CONTROL | (ATTR_COMMIT if commit else 0)
         return prepare(marker_records(commit, coordinator_epoch, now_ms),

@@ -247,8 +247,8 @@ def test_an_open_transaction_survives_a_sigkill_of_the_server(
         assert _values(client, "t", 1)[0] == [(0, "p1")]
 
 
-@pytest.mark.parametrize("step", ["txn-prepared", "txn-marker", "txn-markers"])
-@pytest.mark.parametrize("commit", [True, False])
+@pytest.mark.parametrize(("step", "commit"), [("txn-prepared", True), ("txn-marker", False),
+                                              ("txn-markers", True)])
 def test_a_coordinator_killed_at_each_step_of_an_end_is_finished_by_the_next(
         spawn_server: Callable[..., ServerProcess], step: str, commit: bool) -> None:
     """SIGKILLed after the outcome is durable, after one partition's marker, or after every

@@ -106,6 +106,20 @@ def test_a_marker_is_written_once_and_fences_the_epoch_it_ended(open_log: OpenLo
         plog.append(batch_for(9, 1), transactional=True)
 
 
+def test_a_marker_where_the_transaction_wrote_nothing_fences_a_late_write(
+        open_log: OpenLog) -> None:
+    """KIP-890: the transaction added the partition, its write was checked, then the
+    transaction ended before the write was appended. The marker (written although nothing
+    of it is here) carries the new epoch, so the late write is refused instead of opening
+    a transaction that no marker would ever end."""
+    plog = open_log()
+    assert plog.append_marker(B, 3, commit=True, coordinator_epoch=0) == 0
+    with pytest.raises(InvalidProducerEpochError):
+        _txn(plog, B, 1, 0, epoch=2)
+    assert plog.producers.txns.open == {}
+    assert plog.readable_end(READ_COMMITTED) == 1
+
+
 @pytest.mark.parametrize("how", ["clean", "killed"])
 def test_transactions_survive_a_restart(open_log: OpenLog, how: str) -> None:
     plog = open_log()
