@@ -32,6 +32,7 @@ from log_tables.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from log_tables.registry import TXN_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,16 @@ LOAD_WAIT_S = 5.0
 class ClusterLink:
     """Routing for one broker of a cluster; ``peers``: the other brokers."""
 
-    def __init__(self, broker: ClusterBroker, peers: Peers, *, offsets_slots: int) -> None:
+    def __init__(self, broker: ClusterBroker, peers: Peers, *, offsets_slots: int,
+                 txn_slots: int = 16) -> None:
         self.broker = broker
         self.peers = peers
         self.broker_id = broker.broker_id
         self.offsets_slots = offsets_slots
+        self.txn_slots = txn_slots
+        self.txn_epoch: Callable[[int], int | None] | None = None
+        """The epoch at which this broker serves a transaction coordinator slot it leads
+        (None: still loading it); set once the slots are followed (``TxnSlots``)."""
         self.replicas: ReplicaManager | None = None
         """Set once replication starts (after the broker joined)."""
         self.coordinator_epoch: Callable[[str], int | None] | None = None
@@ -142,6 +148,60 @@ class ClusterLink:
             with contextlib.suppress(TopicExistsError):
                 await self.peers.create_topic(controller, OFFSETS_TOPIC, self.offsets_slots)
         await asyncio.to_thread(self.broker.ensure_topic, OFFSETS_TOPIC)
+
+    def txn_coordinator(self, tid: str) -> BrokerInfo | None:
+        """The transactional id's coordinator: the leader of its ``__transaction_state``
+        partition; None when that is this broker (serving it)."""
+        slot = group_slot(tid, self.txn_slots)
+        if self.broker.view.topic(TXN_STATE_TOPIC) is None:
+            raise CoordinatorNotAvailableError(
+                "the transaction coordinators' state log is being created; try again")
+        leader = self.broker.view.leader(TXN_STATE_TOPIC, slot)
+        if leader == self.broker_id:
+            if not self.broker.session.has_lease:
+                raise CoordinatorNotAvailableError(
+                    f"broker {self.broker_id} has lost touch with ZooKeeper; try again")
+            if self.txn_epoch is None or self.txn_epoch(slot) is None:
+                raise CoordinatorLoadInProgressError(
+                    f"transactional id {tid!r} (slot {slot}) moved to broker {self.broker_id} "
+                    "a moment ago, which is loading its state; try again")
+            return None
+        info = self.broker.view.broker(leader) if leader is not None and leader >= 0 else None
+        if info is None:
+            raise CoordinatorNotAvailableError(
+                f"the coordinator of transactional id {tid!r} (slot {slot}) is down; try again")
+        return info
+
+    async def txn_coordinator_of(self, tid: str) -> BrokerInfo | None:
+        """``txn_coordinator``, making ``__transaction_state`` first when the cluster has
+        none (replicated like Kafka's: up to 3 copies, min.insync.replicas up to 2), and
+        waiting a moment for a slot this broker has just come to lead to load."""
+        if self.broker.view.topic(TXN_STATE_TOPIC) is None and \
+                not await asyncio.to_thread(self.broker.ensure_topic, TXN_STATE_TOPIC):
+            await self._create_txn_topic()
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while True:
+            try:
+                return self.txn_coordinator(tid)
+            except (CoordinatorLoadInProgressError, CoordinatorNotAvailableError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def _create_txn_topic(self) -> None:
+        controller = self.controller()
+        factor = max(1, min(3, len(self.broker.view.live_brokers())))
+        configs = {"min.insync.replicas": str(min(2, factor))}
+        if controller is None:
+            def create() -> None:
+                with contextlib.suppress(TopicExistsError):
+                    self.broker.controller.create_topic(TXN_STATE_TOPIC, self.txn_slots,
+                                                        factor, configs, 0)
+            await asyncio.to_thread(create)
+        else:
+            with contextlib.suppress(TopicExistsError):
+                await self.peers.create_topic(controller, TXN_STATE_TOPIC, self.txn_slots)
+        await asyncio.to_thread(self.broker.ensure_topic, TXN_STATE_TOPIC)
 
     def controller(self) -> BrokerInfo | None:
         """The controller's broker; None when it is this one."""

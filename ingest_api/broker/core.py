@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from cluster.broker import ClusterBroker
+from cluster.coordinators import CoordinatorSlots
 from cluster.model import BrokerInfo
 from cluster.producer_ids import ClusterProducerIds
 from cluster.replica_manager import ReplicaManager
@@ -44,16 +45,18 @@ from ingest_api.broker.replica_fetcher import Fetchers
 from ingest_api.broker.replica_server import ReplicaServer
 from ingest_api.broker.security import ZNODE_PATH, SecurityStore
 from ingest_api.broker.topics import TopicAdmin
-from ingest_api.broker.transactions.coordinator import GroupOffsets, TransactionCoordinator
-from ingest_api.broker.transactions.markers import LocalMarkers
-from ingest_api.broker.transactions.state_log import LocalStateLog
+from ingest_api.broker.transactions.coordinator import TransactionCoordinator
+from ingest_api.broker.transactions.groups import group_offsets
+from ingest_api.broker.transactions.markers import BrokerMarkers
+from ingest_api.broker.transactions.slots import TxnSlots
+from ingest_api.broker.transactions.state_log import ClusterStateLog, LocalStateLog, StateLog
 from ingest_api.broker.upkeep import expire_sessions, upkeep, write_subscriptions
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
-from log_tables.errors import UnknownTopicError
+from log_tables.errors import UnknownPartitionError, UnknownTopicError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
-from log_tables.registry import TopicMetadata
+from log_tables.registry import TXN_STATE_TOPIC, TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,7 @@ class Broker:
         self.link: ClusterLink | None = None
         self.group_slots: GroupSlots | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.txn_slots: TxnSlots | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -142,18 +146,15 @@ class Broker:
             self.group_slots = GroupSlots(link, groups)
             groups.epoch_of = link.coordinator_epoch = self.group_slots.epoch
             self.group_slots.start()
-        self.transactions = None
-        if link is None:  # the coordinators of a cluster's transactional ids: not yet
-            self.transactions = txns = TransactionCoordinator(
-                LocalStateLog(manager, settings.transaction_state_log_num_partitions),
-                manager.producer_ids, LocalMarkers(manager, notifier),
-                max_timeout_ms=settings.transaction_max_timeout_ms,
-                abort_interval_ms=settings.transaction_abort_interval_ms,
-                require_partition=manager.log,
-                groups=GroupOffsets(groups.check_commit, groups.commit_ended))
-            await txns.start()
-            produce.transactions = txns
-            groups.pending = txns.pending_partitions
+        self.txn_markers = BrokerMarkers(manager, notifier, produce, link)
+        self.transactions = txns = self._transactions(manager, produce, groups, link)
+        if link is not None:
+            self.txn_slots = TxnSlots(link, txns)
+            link.txn_epoch = self.txn_slots.slots.epoch
+            self.txn_slots.start()
+        await txns.start()
+        produce.transactions = txns
+        groups.pending = txns.pending_partitions
         self.poll = GroupPoll(groups, fetch, manager, link)
         # Group lag counts to each partition's leader's bounds (in a cluster: its leader's).
         self.bounds = bounds = LeaderBounds(manager, tiered, link)
@@ -176,6 +177,24 @@ class Broker:
         log.info("lakelog broker started on %s (%d partitions)", settings.data_dir,
                  len(manager.all_logs()))
 
+    def _transactions(self, manager: LogManager, produce: ProduceService,
+                      groups: GroupCoordinator, link: ClusterLink | None
+                      ) -> TransactionCoordinator:
+        """The transaction coordinator: of every slot alone; in a cluster, of the slots of
+        ``__transaction_state`` this broker leads (``TxnSlots`` loads them)."""
+        settings = self.settings
+        slots = settings.transaction_state_log_num_partitions
+        state_log: StateLog = LocalStateLog(manager, slots) if link is None else \
+            ClusterStateLog(manager, produce, link, slots)
+        return TransactionCoordinator(
+            state_log, manager.producer_ids, self.txn_markers,
+            max_timeout_ms=settings.transaction_max_timeout_ms,
+            abort_interval_ms=settings.transaction_abort_interval_ms,
+            require_partition=manager.log if link is None else _known_partition(link),
+            groups=group_offsets(groups, link),
+            serving=None if link is None else CoordinatorSlots(
+                link.broker, TXN_STATE_TOPIC, slots))
+
     async def stop(self) -> None:
         for service in self.services:
             service.stop()
@@ -184,6 +203,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.txn_slots is not None:
+            await self.txn_slots.stop()
         if self.transactions is not None:
             await self.transactions.stop()
         await asyncio.to_thread(self.offsets.close)
@@ -236,7 +257,8 @@ class Broker:
             settings.broker_id, settings, self.credentials,
             on_send=lambda broker_id, kind: forwarded.labels(str(broker_id), kind).inc()))
         return self._link_type(broker, peers,
-                               offsets_slots=settings.offsets_topic_num_partitions)
+                               offsets_slots=settings.offsets_topic_num_partitions,
+                               txn_slots=settings.transaction_state_log_num_partitions)
 
     def _start_replication(self, link: ClusterLink,
                            on_high_watermark: Callable[[PartitionLog], None]
@@ -250,6 +272,17 @@ class Broker:
                                   followers=fetchers, on_high_watermark=on_high_watermark)
         replicas.start()
         return replicas
+
+
+def _known_partition(link: ClusterLink) -> Callable[[str, int], None]:
+    """A partition a transaction adds must exist in the cluster."""
+    def check(topic: str, partition: int) -> None:
+        link.ensure_topic(topic)
+        assignment = link.broker.view.topic(topic)
+        count = assignment.partitions if assignment is not None else 0
+        if partition >= count:
+            raise UnknownPartitionError(topic, partition, count)
+    return check
 
 
 def _zookeeper(settings: ApiSettings) -> ZkSession | None:

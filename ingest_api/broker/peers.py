@@ -80,6 +80,10 @@ class GroupSummary:
     members: int
 
 
+TXN_CALLS = ("marker", "verify", "offsets-check", "offsets-commit")
+"""The broker-to-broker calls of transactions (``Peers.txn``)."""
+
+
 class Peers(Protocol):
     """The other brokers of this broker's cluster (asynchronous: called on the loop)."""
 
@@ -132,6 +136,13 @@ class Peers(Protocol):
                    ) -> list[tuple[int, bool, int]]:
         """``broker`` seals the partitions of ``topic`` it leads, for ``principal``:
         (partition, rolled, end offset) of each."""
+        ...
+
+    async def txn(self, broker: BrokerInfo, call: str, body: Mapping[str, object]) -> None:
+        """A transaction coordinator's call to another broker (``TXN_CALLS``): a marker
+        to a partition it leads, a write checked by the coordinator it is, a group's
+        offsets checked or committed by that group's coordinator. Raises the error
+        ``broker`` answered, as this broker would."""
         ...
 
     def replica_channel(self, max_wait_ms: int) -> ReplicaChannel:

@@ -41,6 +41,7 @@ from ingest_api.http.routers import (
     security,
     topics,
     transactions,
+    txn_internal,
 )
 from ingest_api.http.routers import groups as groups_router
 from ingest_api.http.state import AppState
@@ -96,6 +97,7 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(admin.router)
     app.include_router(groups_router.router)
     app.include_router(transactions.router)
+    app.include_router(txn_internal.router)
     app.include_router(group_views.router)
     app.include_router(security.router)
     app.include_router(replication.router)

@@ -86,6 +86,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET POST", _B + r"/(acls|acls:delete|api-keys)", "cluster", "admin"),
     _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),
     _rule("POST", r"^/internal/replica/(fetch|epoch-end)", None),  # brokers only: see there
+    _rule("POST", r"^/internal/txn/(marker|verify|offsets-check|offsets-commit)", None),  # same
 )
 OPEN_PATHS = frozenset({"/healthz", "/", "/ui", "/ui/login", "/ui/logout"})
 """No credentials needed: liveness, and the dashboard's page and sign-in (they hold no

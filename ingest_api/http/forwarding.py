@@ -81,19 +81,20 @@ class ProduceRoute:
             entries = forward_entries(request, indices, partitions)
             info = next(b for b in self._leaders.values() if b.broker_id == broker_id)
             bodies.append((info, indices, b'{"entries":[' + b",".join(entries) + b"]}"))
-        return self._send_all(topic, bodies, result, acks)
+        return self._send_all(topic, bodies, result, acks, request.transactional_id)
 
     async def _send_all(self, topic: str, bodies: list[tuple[BrokerInfo, list[int], bytes]],
-                        result: ProduceResult, acks: str) -> None:
-        await asyncio.gather(*(self._send(topic, info, indices, body, result, acks)
+                        result: ProduceResult, acks: str, tid: str | None = None) -> None:
+        await asyncio.gather(*(self._send(topic, info, indices, body, result, acks, tid)
                                for info, indices, body in bodies))
 
     async def _send(self, topic: str, info: BrokerInfo, indices: list[int], body: bytes,
-                    result: ProduceResult, acks: str) -> None:
+                    result: ProduceResult, acks: str, tid: str | None = None) -> None:
         path = f"{CLUSTER}/topics/{topic}/records:batch"
+        params = {"acks": acks} if tid is None else {"acks": acks, "transactional_id": tid}
         try:
             r = await self.link.send(info, "POST", path, principal=self.principal,
-                                     params={"acks": acks}, content=body,
+                                     params=params, content=body,
                                      headers={"content-type": "application/json"})
         except LakelogError as exc:
             for i in indices:

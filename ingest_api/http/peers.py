@@ -33,6 +33,8 @@ from log_tables.errors import (
     TopicExistsError,
 )
 
+TXN_PATH = "/internal/txn"
+"""Where a broker answers the transaction calls of the others (``routers.txn_internal``)."""
 FORWARDED = "lakelog-forwarded-by"
 INTERNAL = "lakelog-internal"
 """A broker's own request (not one it forwards for a user): making the coordinator slots."""
@@ -211,6 +213,13 @@ class HttpPeers:
             raise error_of(r)
         return [(int(row["partition_id"]), bool(row["rolled"]), int(row["end_offset"]))
                 for row in r.json()["partitions"]]
+
+    async def txn(self, broker: BrokerInfo, call: str, body: Mapping[str, object]) -> None:
+        r = await self.send(broker, "POST", f"{TXN_PATH}/{call}", principal=None,
+                            content=_encoder.encode(body),
+                            headers={"content-type": "application/json"})
+        if r.status_code != 204:
+            raise error_of(r)
 
     def replica_channel(self, max_wait_ms: int) -> HttpReplicaChannel:
         headers = {} if self._credentials is None else forward_headers(self._credentials, None)

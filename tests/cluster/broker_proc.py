@@ -27,7 +27,7 @@ from typing import Any
 
 from cluster import controller, replicas
 from cluster.view import ClusterView
-from ingest_api.broker.transactions import coordinator as txn_coordinator
+from ingest_api.broker.transactions import parts as txn_parts
 from lakelog.cli import main as lakelog_main
 
 
@@ -64,7 +64,7 @@ def run() -> None:
                 time.sleep(float(stall))
             os.kill(os.getpid(), signal.SIGKILL)
 
-    controller.step_hook = replicas.step_hook = txn_coordinator.step_hook = hook
+    controller.step_hook = replicas.step_hook = txn_parts.step_hook = hook
     sys.argv = ["lakelog", *sys.argv[2:]]
     lakelog_main()
 

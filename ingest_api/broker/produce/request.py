@@ -66,6 +66,9 @@ class ProduceRequest:
     transactional_id: str | None = None
     """Set: the records are writes of this transactional id's open transaction (every
     record carries the producer's fields)."""
+    verified: set[int] = field(default_factory=set)
+    """Partitions whose transactional write the coordinator (on another broker) said
+    belongs to the open transaction (``transactions.gate``)."""
 
     def __len__(self) -> int:
         return len(self.keys)

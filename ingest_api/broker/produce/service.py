@@ -66,6 +66,11 @@ class ProduceService:
             self._appenders[plog.name] = appender
         return appender
 
+    def appended(self, topic: str, partition: int) -> None:
+        """Records (or a marker) were appended to a partition this broker leads: a
+        replicated one's high watermark may move now (its only in-sync replica)."""
+        self._appended(topic, partition)
+
     def _appended(self, topic: str, partition: int) -> None:
         lp = self.replicas.leader(topic, partition) if self.replicas is not None else None
         if lp is not None and lp.maybe_advance() and self.replicas is not None:
@@ -94,7 +99,7 @@ class ProduceService:
         for run in runs:
             try:
                 if tid is not None:
-                    self._transactional(tid, meta.name, run)
+                    self._transactional(tid, meta.name, run, request.verified)
                 epoch = None
                 if route is not None:
                     epoch = route.local_epoch(meta.name, run.partition)
@@ -117,7 +122,7 @@ class ProduceService:
             if route is not None and elsewhere else None
         return self._finish(meta, result, submitted, acks, route, epochs, forwarded, leaders)
 
-    def _transactional(self, tid: str, topic: str, run: Run) -> None:
+    def _transactional(self, tid: str, topic: str, run: Run, verified: set[int]) -> None:
         """A run of a transactional write: its partition must be in the producer's open
         transaction (KIP-890), which the coordinator says (``TxnVerifier``)."""
         if run.producer is None:
@@ -126,7 +131,8 @@ class ProduceService:
         if self.transactions is None:
             raise InvalidTxnStateError("this broker has no transaction coordinator")
         pid, epoch, _ = run.producer
-        self.transactions.verify(tid, pid, epoch, topic, run.partition)
+        if run.partition not in verified:
+            self.transactions.verify(tid, pid, epoch, topic, run.partition)
         run.transactional = True
 
     async def _finish(self, meta: TopicMetadata, result: ProduceResult,

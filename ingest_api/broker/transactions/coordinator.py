@@ -26,9 +26,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from ingest_api.broker.transactions.markers import Markers
+from ingest_api.broker.transactions.parts import (
+    MAX_OFFSETS,
+    MAX_PARTITIONS,
+    GroupOffsets,
+    Offset,
+    SlotServing,
+    check_id,
+    flatten,
+    grouped,
+    maybe_await,
+    step,
+)
 from ingest_api.broker.transactions.state import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -38,15 +50,17 @@ from ingest_api.broker.transactions.state import (
     PREPARING,
     TxnMeta,
 )
-from ingest_api.broker.transactions.state_log import StateLog
+from ingest_api.broker.transactions.state_log import StateLog, txn_slot
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.errors import (
     ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    NotCoordinatorError,
     ProducerFencedError,
     TransactionAbortableError,
     TransactionalIdNotFoundError,
@@ -55,42 +69,17 @@ from log_tables.errors import (
 from log_tables.hot.producer_ids import ProducerIds
 
 log = logging.getLogger(__name__)
-step_hook: Callable[[str], None] | None = None
-"""Called with each step of an end as the coordinator completes it: ``txn-prepared`` (the
-outcome durable), ``txn-marker`` (after each partition's marker), ``txn-markers`` (every
-marker and offset written, before ``Complete*``). Tests kill the process there."""
-
-
-def step(name: str) -> None:
-    if step_hook is not None:
-        step_hook(name)
-
-MAX_TRANSACTIONAL_ID_CHARS = 249
-MAX_PARTITIONS = 10_000
-"""Partitions one transaction may add (a bound on its state record)."""
-MAX_OFFSETS = 10_000
-"""Offsets one transaction may hold for its groups."""
-
-Offset = tuple[str, int, int, str | None]
-"""(topic, partition, offset, metadata)."""
-
-
-class GroupOffsets:
-    """What the coordinator needs of the consumer groups: ``check`` fences a member's
-    offsets as a commit would (raising what a commit raises); ``write`` commits offsets a
-    transaction committed."""
-
-    def __init__(self, check: Callable[[str, str | None, int, list[Offset]], object],
-                 write: Callable[[str, list[Offset]], object]) -> None:
-        self.check = check
-        self.write = write
-
-
 class TransactionCoordinator:
+    """The coordinator of the transactional ids of the slots it serves: every slot on a
+    broker alone (``serving`` None, at coordinator epoch 0); in a cluster, the slots of
+    ``__transaction_state`` this broker leads, each loaded at the leader epoch it leads
+    it at (``load_slot``), which its markers carry."""
+
     def __init__(self, state_log: StateLog, producer_ids: ProducerIds, markers: Markers, *,
                  max_timeout_ms: int, abort_interval_ms: int,
                  require_partition: Callable[[str, int], object],
-                 groups: GroupOffsets | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 groups: GroupOffsets | None = None, clock: Clock = SYSTEM_CLOCK,
+                 serving: SlotServing | None = None) -> None:
         self.state_log = state_log
         self.producer_ids = producer_ids
         self.markers = markers
@@ -99,8 +88,9 @@ class TransactionCoordinator:
         self.require_partition = require_partition
         self.groups = groups
         self.clock = clock
-        self.coordinator_epoch = 0
-        """The epoch markers carry: the leader epoch of the slot's partition (0 alone)."""
+        self.serving = serving
+        self._epochs: dict[int, int] = {}
+        """Slot -> the coordinator epoch it is loaded at (the markers carry it)."""
         self.pending_offsets: dict[str, dict[str, list[Offset]]] = {}
         """Transactional id -> group -> offsets it will commit (also in its state)."""
         self._txns: dict[str, TxnMeta] = {}
@@ -110,16 +100,56 @@ class TransactionCoordinator:
 
     # -- life ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load every slot, finish the commits and aborts that were under way, and start
-        aborting transactions past their timeout."""
-        for slot in range(self.state_log.slots):
-            loaded = await asyncio.to_thread(self.state_log.load, slot)
-            self._txns.update(loaded)
-        for meta in list(self._txns.values()):
-            if meta.state in PREPARING:
-                async with self._lock(meta.transactional_id):
-                    await self._complete(meta)
+        """Alone: load every slot, finishing the commits and aborts that were under way.
+        Then abort transactions past their timeout, from now on."""
+        if self.serving is None:
+            for slot in range(self.state_log.slots):
+                await self.load_slot(slot, 0)
         self._task = asyncio.create_task(self._expire())
+
+    async def load_slot(self, slot: int, epoch: int) -> None:
+        """Serve ``slot`` at coordinator ``epoch``: its transactional ids as its state log
+        has them, the ends under way finished (left to the expiry pass if that fails)."""
+        loaded = await asyncio.to_thread(self.state_log.load, slot)
+        self.unload_slot(slot)
+        for tid, meta in loaded.items():
+            self._txns[tid] = meta
+            if meta.offsets:
+                self.pending_offsets[tid] = grouped(meta.offsets)
+        self._epochs[slot] = epoch
+        for meta in loaded.values():
+            if meta.state in PREPARING:
+                try:
+                    async with self._lock(meta.transactional_id):
+                        await self._complete(self._txns[meta.transactional_id])
+                except Exception:
+                    log.exception("finishing transactional id %r's end at load failed; "
+                                  "trying again", meta.transactional_id)
+
+    def unload_slot(self, slot: int) -> None:
+        """Another broker serves ``slot`` now: its ids leave this broker's memory."""
+        self._epochs.pop(slot, None)
+        for tid in [t for t in self._txns if self._slot(t) == slot]:
+            del self._txns[tid]
+            self.pending_offsets.pop(tid, None)
+
+    def _slot(self, tid: str) -> int:
+        return txn_slot(tid, self.state_log.slots)
+
+    def _serve(self, tid: str) -> int:
+        """The coordinator epoch at which this broker serves ``tid`` now."""
+        slot = self._slot(tid)
+        loaded = self._epochs.get(slot)
+        if self.serving is None and loaded is not None:
+            return loaded
+        led = self.serving.epoch(slot) if self.serving is not None else None
+        if led is not None and led == loaded:
+            return led
+        if self.serving is not None and (self.serving.loading(slot) or led is not None):
+            raise CoordinatorLoadInProgressError(
+                f"transactional id {tid!r}'s state (slot {slot}) is being loaded; try again")
+        raise NotCoordinatorError(f"this broker does not coordinate transactional id {tid!r} "
+                                  "(any more); ask for its coordinator again")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -133,12 +163,13 @@ class TransactionCoordinator:
     # -- the protocol -------------------------------------------------------------------
     async def init_producer(self, tid: str, timeout_ms: int) -> tuple[int, int]:
         """InitProducerId of a transactional id: its producer id and a new epoch."""
-        _check_id(tid)
+        check_id(tid)
         if not 1 <= timeout_ms <= self.max_timeout_ms:
             raise InvalidTransactionTimeoutError(
                 f"transaction_timeout_ms {timeout_ms} is outside 1..{self.max_timeout_ms} "
                 "(the broker's transaction_max_timeout_ms)")
         async with self._lock(tid):
+            self._serve(tid)
             meta = self._txns.get(tid)
             if meta is not None and meta.state in PREPARING:
                 meta = await self._complete(meta)
@@ -158,6 +189,7 @@ class TransactionCoordinator:
         for topic, partition in wanted:
             self.require_partition(topic, partition)
         async with self._lock(tid):
+            self._serve(tid)
             meta = self._ready(tid, producer_id, epoch)
             have = set(meta.partitions) if meta.state == ONGOING else set()
             if meta.state == ONGOING and wanted <= have:
@@ -175,8 +207,9 @@ class TransactionCoordinator:
         transaction does, if the member (at ``member_epoch``) is still the group's now."""
         if self.groups is None:
             raise InvalidTxnStateError("this broker has no consumer groups")
-        self.groups.check(group, member_id, member_epoch, offsets)
+        await maybe_await(self.groups.check(group, member_id, member_epoch, offsets))
         async with self._lock(tid):
+            self._serve(tid)
             meta = self._ready(tid, producer_id, epoch)
             held = self.pending_offsets.get(tid, {}) if meta.state == ONGOING else {}
             merged = {(t, p): (t, p, o, m) for t, p, o, m in held.get(group, [])}
@@ -186,12 +219,13 @@ class TransactionCoordinator:
             pending = {**held, group: sorted(merged.values())}
             ongoing = self._ongoing(meta)
             await self._write(ongoing.with_(groups=tuple(sorted(pending)),
-                                            offsets=_flatten(pending)))
+                                            offsets=flatten(pending)))
 
     async def end(self, tid: str, producer_id: int, epoch: int, commit: bool
                   ) -> tuple[int, int]:
         """EndTxn: commit or abort; the producer's id and new epoch."""
         async with self._lock(tid):
+            self._serve(tid)
             meta = self._txns.get(tid)
             if meta is not None and meta.producer_id == producer_id and \
                     epoch == meta.producer_epoch - 1 and meta.commits == commit and \
@@ -218,6 +252,7 @@ class TransactionCoordinator:
                partition: int) -> None:
         """A transactional write to ``topic``-``partition`` belongs to the producer's
         open transaction, which added the partition (KIP-890)."""
+        self._serve(tid)
         meta = self._check(tid, producer_id, epoch)
         if meta.state != ONGOING or (topic, partition) not in meta.partitions:
             raise InvalidTxnStateError(
@@ -239,6 +274,7 @@ class TransactionCoordinator:
                 "once it ends")
 
     def describe(self, tid: str) -> TxnMeta:
+        self._serve(tid)
         meta = self._txns.get(tid)
         if meta is None:
             raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
@@ -310,13 +346,14 @@ class TransactionCoordinator:
     async def _complete(self, meta: TxnMeta) -> TxnMeta:
         """Write the markers and the offsets of a decided transaction; then Complete."""
         commit = meta.state == PREPARE_COMMIT
+        coordinator_epoch = self._serve(meta.transactional_id)
         for t, p in meta.partitions:
             await self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
-                                     self.coordinator_epoch)
+                                     coordinator_epoch)
             step("txn-marker")
         if commit and self.groups is not None:
-            for group, offsets in _grouped(meta.offsets).items():
-                await _maybe_await(self.groups.write(group, offsets))
+            for group, offsets in grouped(meta.offsets).items():
+                await maybe_await(self.groups.write(group, offsets))
         step("txn-markers")
         done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
                           groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())
@@ -327,7 +364,7 @@ class TransactionCoordinator:
         await self.state_log.write(meta, self.clock.now_ms())
         self._txns[meta.transactional_id] = meta
         if meta.offsets:
-            self.pending_offsets[meta.transactional_id] = _grouped(meta.offsets)
+            self.pending_offsets[meta.transactional_id] = grouped(meta.offsets)
         else:
             self.pending_offsets.pop(meta.transactional_id, None)
 
@@ -347,7 +384,9 @@ class TransactionCoordinator:
             if not late and meta.state not in PREPARING:
                 continue
             async with self._lock(tid):
-                meta = self._txns[tid]
+                meta = self._txns.get(tid)  # type: ignore[assignment]
+                if meta is None:
+                    continue  # its slot moved away meanwhile
                 if meta.state in PREPARING:
                     await self._complete(meta)
                 elif meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms:
@@ -356,27 +395,3 @@ class TransactionCoordinator:
                              meta.timeout_ms)
                     await self._end(meta, commit=False)
                     self.aborted_by_timeout += 1
-
-
-def _check_id(tid: str) -> None:
-    if not tid or len(tid) > MAX_TRANSACTIONAL_ID_CHARS:
-        raise InvalidRequestError(
-            f"a transactional id is 1 to {MAX_TRANSACTIONAL_ID_CHARS} characters")
-
-
-def _flatten(pending: Mapping[str, list[Offset]]) -> tuple[tuple[str, str, int, int,
-                                                                  str | None], ...]:
-    return tuple((g, t, p, o, m) for g in sorted(pending) for t, p, o, m in pending[g])
-
-
-def _grouped(offsets: Iterable[tuple[str, str, int, int, str | None]]
-             ) -> dict[str, list[Offset]]:
-    out: dict[str, list[Offset]] = {}
-    for g, t, p, o, m in offsets:
-        out.setdefault(g, []).append((t, p, o, m))
-    return out
-
-
-async def _maybe_await(value: object) -> None:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        await value

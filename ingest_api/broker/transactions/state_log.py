@@ -13,19 +13,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Awaitable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from consumer_groups.hashing import group_slot
+from ingest_api.broker.produce.request import ProduceRequest
+from ingest_api.broker.produce.runs import ProduceResult, Run
 from ingest_api.broker.transactions.state import TxnMeta, decode, encode
-from log_tables.errors import TopicExistsError
+from log_tables.errors import (
+    LeaderNotAvailableError,
+    NotCoordinatorError,
+    NotLeaderError,
+    TopicExistsError,
+)
 from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import RECORD_SCHEMA, null_headers
 from log_tables.registry import TXN_STATE_TOPIC
+
+if TYPE_CHECKING:
+    from ingest_api.broker.cluster_link import ClusterLink
+    from ingest_api.broker.produce.service import ProduceService
 
 
 class StateLog(Protocol):
@@ -99,3 +111,64 @@ def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
         if nxt is None or nxt <= offset:
             return
         offset = nxt
+
+
+class ClusterStateLog:
+    """The state log of a cluster's broker: the ``__transaction_state`` partitions it
+    leads. A write is an acks=all produce to the slot's partition here (every in-sync
+    replica has it when it returns; ``NotCoordinatorError`` if this broker does not lead
+    the slot, or stopped leading it while writing); a load reads this broker's replica,
+    which leads the slot, to its end."""
+
+    def __init__(self, manager: LogManager, produce: ProduceService, link: ClusterLink,
+                 slots: int) -> None:
+        self.manager = manager
+        self.produce = produce
+        self.link = link
+        self.slots = slots
+
+    async def write(self, meta: TxnMeta, now_ms: int) -> None:
+        slot = txn_slot(meta.transactional_id, self.slots)
+        topic = self.manager.topic(TXN_STATE_TOPIC)
+        request = ProduceRequest(keys=[meta.transactional_id.encode()], values=[encode(meta)],
+                                 timestamps=np.array([now_ms], np.int64),
+                                 partitions=np.array([slot], np.int64))
+        result = await self.produce.produce(topic, request, "all", _HereOnly(self.link))
+        if result.errors:
+            err = result.errors[0]
+            if isinstance(err, NotLeaderError | LeaderNotAvailableError):
+                raise NotCoordinatorError(
+                    f"transactional id {meta.transactional_id!r}: this broker no longer "
+                    f"leads its coordinator slot {slot} ({err.message}); ask its "
+                    "coordinator again") from None
+            raise err
+
+    def load(self, slot: int) -> dict[str, TxnMeta]:
+        if TXN_STATE_TOPIC not in self.manager.registry:
+            return {}
+        found: dict[str, TxnMeta] = {}
+        for key, value in _records(self.manager.log(TXN_STATE_TOPIC, slot)):
+            if value is None:
+                found.pop(key, None)
+            else:
+                found[key] = decode(value)
+        return found
+
+
+class _HereOnly:
+    """A state write's route (``produce.service.Route``): the slot's partition here."""
+
+    def __init__(self, link: ClusterLink) -> None:
+        self.link = link
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        where = self.link.route(topic, partition, True)  # never elsewhere: raises there
+        assert isinstance(where, int)
+        return where
+
+    def forward(self, topic: str, request: ProduceRequest, runs: list[Run],
+                result: ProduceResult, acks: str) -> Awaitable[None]:
+        raise AssertionError("a coordinator's state is written where it leads")
+
+    def still_leads(self, topic: str, partition: int, epoch: int) -> bool:
+        return self.link.still_leads(topic, partition, epoch)

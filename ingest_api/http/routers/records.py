@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect
 from cluster.model import BrokerInfo
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.broker.produce.service import Acks
+from ingest_api.broker.transactions.gate import check_remote
 from ingest_api.http.arrow_headers import ARROW_RESPONSE, arrow_response, wants_arrow
 from ingest_api.http.auth import require
 from ingest_api.http.body import (
@@ -236,7 +237,11 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
         produce, key_types, value_types = typed_request(entries)
-        produce.transactional_id = transactional_id
+        if transactional_id is not None:
+            produce.transactional_id = transactional_id
+            if st.cluster is not None:
+                await check_remote(st.cluster, st.manager, transactional_id, topic_name,
+                                   produce)
         sizes = Envelopes(key_types, produce.key_sizes(), value_types)
         acked = st.produce.start(meta, produce, acks, _route(st, request))
         del entries, produce  # the request is not needed while waiting for the append

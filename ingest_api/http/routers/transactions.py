@@ -24,11 +24,12 @@ from ingest_api.broker.transactions.coordinator import TransactionCoordinator
 from ingest_api.broker.transactions.state import TxnMeta
 from ingest_api.http.auth import require
 from ingest_api.http.body import decode, read_body
+from ingest_api.http.forwarding import forwarded
 from ingest_api.http.resources import CLUSTER, collection, resource
-from ingest_api.http.routers.cluster import check_cluster
+from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.state import json_body, json_response, state
 from ingest_api.http.txn_models import TxnEnd, TxnInit, TxnOffsets, TxnPartitions
-from log_tables.errors import InvalidTxnStateError
+from log_tables.errors import NotCoordinatorError
 
 router = APIRouter(tags=["transactions"])
 BASE = "/v3/clusters/{cluster_id}/transactions"
@@ -42,10 +43,23 @@ _end = msgspec.json.Decoder(TxnEnd)
 
 def _coordinator(request: Request) -> TransactionCoordinator:
     txns = state(request).broker.transactions
-    if txns is None:
-        raise InvalidTxnStateError("transactions are served by a broker alone for now; this "
-                                   "broker is in a cluster")
+    assert txns is not None  # made with the broker
     return txns
+
+
+async def to_coordinator(request: Request, tid: str) -> Response | None:
+    """In a cluster, a transactional id's calls are its coordinator's (the leader of its
+    ``__transaction_state`` partition): its answer, unless this broker is it (None)."""
+    link = state(request).cluster
+    if link is None:
+        return None
+    where = await link.txn_coordinator_of(tid)
+    if where is None:
+        return None
+    if forwarded(request):
+        raise NotCoordinatorError(f"broker {link.broker_id} does not coordinate transactional "
+                                  f"id {tid!r} (the metadata moved); ask again")
+    return await forward(request, where)
 
 
 def txn_body(meta: TxnMeta) -> dict[str, Any]:
@@ -65,6 +79,8 @@ async def init(cluster_id: str, transactional_id: TransactionalId,
     """The transactional id's producer id and a new epoch; older instances are fenced and
     what they left open is aborted."""
     check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, transactional_id)) is not None:
+        return answer
     raw = await read_body(request, MAX_BODY)
     body = decode(raw, _init) if raw.strip() else TxnInit()
     pid, epoch = await _coordinator(request).init_producer(transactional_id,
@@ -78,6 +94,8 @@ async def add_partitions(cluster_id: str, transactional_id: TransactionalId,
                          request: Request) -> Response:
     """Add partitions to the transaction (it begins with the first)."""
     check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, transactional_id)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _partitions)
     for p in body.partitions:
         require(request, "topic", p.topic_name, "produce")
@@ -92,6 +110,8 @@ async def add_offsets(cluster_id: str, transactional_id: TransactionalId,
                       request: Request) -> Response:
     """A group's offsets, committed when the transaction commits."""
     check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, transactional_id)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _offsets)
     require(request, "group", body.group_id, "commit")
     await _coordinator(request).add_offsets(
@@ -117,6 +137,8 @@ async def abort(cluster_id: str, transactional_id: TransactionalId,
 
 async def _finish(cluster_id: str, tid: str, request: Request, commit: bool) -> Response:
     check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, tid)) is not None:
+        return answer
     body = decode(await read_body(request, MAX_BODY), _end)
     pid, epoch = await _coordinator(request).end(tid, body.producer_id, body.producer_epoch,
                                                  commit)
@@ -128,12 +150,15 @@ async def describe(cluster_id: str, transactional_id: TransactionalId,
                    request: Request) -> Response:
     """The transactional id's producer, state, and the transaction's partitions."""
     check_cluster(cluster_id)
+    if (answer := await to_coordinator(request, transactional_id)) is not None:
+        return answer
     return json_response(txn_body(_coordinator(request).describe(transactional_id)))
 
 
 @router.get(BASE)
 async def list_transactions(cluster_id: str, request: Request) -> Response:
-    """Every transactional id this broker coordinates."""
+    """Every transactional id this broker coordinates (as Kafka's ListTransactions, a
+    broker of a cluster answers for its own)."""
     check_cluster(cluster_id)
     metas = _coordinator(request).list()
     return json_response(collection("LakelogTransactionList", f"{CLUSTER}/transactions",

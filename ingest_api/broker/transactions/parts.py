@@ -1,0 +1,74 @@
+"""What the transaction coordinator is made with and keeps to itself: its bounds, the
+consumer groups and slots it is given, its kill points, and small conversions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from log_tables.errors import InvalidRequestError
+
+MAX_TRANSACTIONAL_ID_CHARS = 249
+MAX_PARTITIONS = 10_000
+"""Partitions one transaction may add (a bound on its state record)."""
+MAX_OFFSETS = 10_000
+"""Offsets one transaction may hold for its groups."""
+
+Offset = tuple[str, int, int, str | None]
+"""(topic, partition, offset, metadata)."""
+
+
+step_hook: Callable[[str], None] | None = None
+"""Called with each step of an end as the coordinator completes it: ``txn-prepared`` (the
+outcome durable), ``txn-marker`` (after each partition's marker), ``txn-markers`` (every
+marker and offset written, before ``Complete*``). Tests kill the process there."""
+
+
+def step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
+class GroupOffsets:
+    """What the coordinator needs of the consumer groups: ``check`` fences a member's
+    offsets as a commit would (raising what a commit raises); ``write`` commits offsets a
+    transaction committed. Either may be a coroutine function (a group coordinated by
+    another broker of a cluster is asked through peers)."""
+
+    def __init__(self, check: Callable[[str, str | None, int, list[Offset]], object],
+                 write: Callable[[str, list[Offset]], object]) -> None:
+        self.check = check
+        self.write = write
+
+
+class SlotServing(Protocol):
+    """Which coordinator slots this broker serves (``cluster.coordinators``'s)."""
+
+    def epoch(self, slot: int) -> int | None: ...
+
+    def loading(self, slot: int) -> bool: ...
+
+
+def check_id(tid: str) -> None:
+    if not tid or len(tid) > MAX_TRANSACTIONAL_ID_CHARS:
+        raise InvalidRequestError(
+            f"a transactional id is 1 to {MAX_TRANSACTIONAL_ID_CHARS} characters")
+
+
+def flatten(pending: Mapping[str, list[Offset]]) -> tuple[tuple[str, str, int, int,
+                                                                  str | None], ...]:
+    return tuple((g, t, p, o, m) for g in sorted(pending) for t, p, o, m in pending[g])
+
+
+def grouped(offsets: Iterable[tuple[str, str, int, int, str | None]]
+             ) -> dict[str, list[Offset]]:
+    out: dict[str, list[Offset]] = {}
+    for g, t, p, o, m in offsets:
+        out.setdefault(g, []).append((t, p, o, m))
+    return out
+
+
+async def maybe_await(value: object) -> None:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        await value
