@@ -241,7 +241,8 @@ class GroupPoll:
         """Read ``tp`` from its leader into ``out``; the budgets left."""
         try:
             answer = await self._peers().fetch(leader, tp.topic, tp.partition, pos,
-                                               budget_records, budget_bytes, fmt)
+                                               budget_records, budget_bytes, fmt,
+                                               member.isolation)
         except OffsetOutOfRangeError as exc:
             if pos < exc.log_start_offset or pos > exc.high_watermark:
                 member.positions[tp] = await self._remote_reset(member, tp, leader, pos)
@@ -270,7 +271,8 @@ class GroupPoll:
         """``_read_remote`` asking the leader for Arrow: its batches go into ``out``."""
         try:
             batches, next_offset = await self._peers().fetch_arrow(
-                leader, tp.topic, tp.partition, pos, budget_records, budget_bytes)
+                leader, tp.topic, tp.partition, pos, budget_records, budget_bytes,
+                member.isolation)
         except OffsetOutOfRangeError as exc:
             if pos < exc.log_start_offset or pos > exc.high_watermark:
                 member.positions[tp] = await self._remote_reset(member, tp, leader, pos)

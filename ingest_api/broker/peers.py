@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -93,7 +95,8 @@ class Peers(Protocol):
         ...
 
     async def fetch(self, broker: BrokerInfo, topic: str, partition: int, offset: int,
-                    max_records: int, max_bytes: int, fmt: Format) -> RemoteFetch:
+                    max_records: int, max_bytes: int, fmt: Format,
+                    isolation: Isolation = READ_UNCOMMITTED) -> RemoteFetch:
         """Records of a partition ``broker`` leads, without waiting. Raises
         ``OffsetOutOfRangeError`` (with the leader's bounds), and ``NotLeaderError``
         when the leader answers that the read belongs elsewhere or later (it moved,
@@ -101,7 +104,8 @@ class Peers(Protocol):
         ...
 
     async def fetch_arrow(self, broker: BrokerInfo, topic: str, partition: int,
-                          offset: int, max_records: int, max_bytes: int
+                          offset: int, max_records: int, max_bytes: int,
+                          isolation: Isolation = READ_UNCOMMITTED
                           ) -> tuple[list[pa.RecordBatch], int]:
         """``fetch`` in Arrow (``SPARK_SCHEMA``): the batches and the next offset."""
         ...

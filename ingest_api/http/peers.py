@@ -32,6 +32,7 @@ from log_tables.errors import (
     OffsetOutOfRangeError,
     TopicExistsError,
 )
+from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 
 TXN_PATH = "/internal/txn"
 """Where a broker answers the transaction calls of the others (``routers.txn_internal``)."""
@@ -136,16 +137,18 @@ class HttpPeers:
         return r
 
     async def fetch(self, broker: BrokerInfo, topic: str, partition: int, offset: int,
-                    max_records: int, max_bytes: int, fmt: Format) -> RemoteFetch:
+                    max_records: int, max_bytes: int, fmt: Format,
+                    isolation: Isolation = READ_UNCOMMITTED) -> RemoteFetch:
         r = await self._fetch(broker, topic, partition, offset, max_records, max_bytes,
-                              {"format": fmt})
+                              {"format": fmt, "isolation_level": isolation.value})
         return _remote_fetch.decode(r.content)
 
     async def fetch_arrow(self, broker: BrokerInfo, topic: str, partition: int,
-                          offset: int, max_records: int, max_bytes: int
+                          offset: int, max_records: int, max_bytes: int,
+                          isolation: Isolation = READ_UNCOMMITTED
                           ) -> tuple[list[pa.RecordBatch], int]:
-        r = await self._fetch(broker, topic, partition, offset, max_records, max_bytes, {},
-                              {"accept": ARROW_STREAM})
+        r = await self._fetch(broker, topic, partition, offset, max_records, max_bytes,
+                              {"isolation_level": isolation.value}, {"accept": ARROW_STREAM})
         return list(pa.ipc.open_stream(r.content)), int(r.headers[NEXT_OFFSET])
 
     async def offsets(self, broker: BrokerInfo, topic: str, partition: int

@@ -208,10 +208,12 @@ class PartitionLog:
 
     # -- reading -----------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20, max_records: int | None = None,
-             isolation: Isolation = READ_UNCOMMITTED) -> FetchResult:
-        """Records from ``offset`` on, below the readable end, up to about ``max_bytes``
-        and at most ``max_records`` (``log_reads.read_records``)."""
-        end = self.readable_end(isolation)
+             isolation: Isolation = READ_UNCOMMITTED, *, to_log_end: bool = False
+             ) -> FetchResult:
+        """Records from ``offset`` on, below the readable end (``to_log_end``: the log end,
+        as a coordinator loads its state), up to about ``max_bytes`` and at most
+        ``max_records`` (``log_reads.read_records``)."""
+        end = self._local.log_end_offset if to_log_end else self.readable_end(isolation)
         aborted = self.producers.txns.aborted_in(offset, end) if isolation is READ_COMMITTED \
             else ()
         return read_records(self._local, offset, end, max_bytes, max_records, Hidden(aborted))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,12 +25,12 @@ from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import ProduceResult, Run
 from ingest_api.broker.transactions.state import TxnMeta, decode, encode
 from log_tables.errors import (
+    CoordinatorLoadInProgressError,
     LeaderNotAvailableError,
     NotCoordinatorError,
     NotLeaderError,
     TopicExistsError,
 )
-from log_tables.hot.isolation import READ_UNCOMMITTED
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import RECORD_SCHEMA, null_headers
@@ -52,6 +53,11 @@ class StateLog(Protocol):
     def load(self, slot: int) -> dict[str, TxnMeta]:
         """Every transactional id of ``slot``, as last written."""
         ...
+
+
+READY_WAIT_S = 5.0
+"""How long a state write waits for a slot this broker has just come to lead to be
+replicated (a client without retries, curl, is not answered 503 by a new cluster)."""
 
 
 def txn_slot(transactional_id: str, slots: int) -> int:
@@ -98,10 +104,13 @@ class LocalStateLog:
 
 
 def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
+    """Every record of a slot, to its log end: a new leader's high watermark may lag the
+    records it has (as Kafka's coordinators, it loads them all: a state not yet on every
+    replica was not answered, and finishing it is allowed)."""
     offset = plog.log_start_offset
-    end = plog.readable_end(READ_UNCOMMITTED)
+    end = plog.log_end_offset
     while offset < end:
-        result = plog.read(offset, max_bytes=8 << 20)
+        result = plog.read(offset, max_bytes=8 << 20, to_log_end=True)
         for batch in result.batches:
             keys = batch.records.column(1).to_pylist()
             values = batch.records.column(2).to_pylist()
@@ -133,10 +142,20 @@ class ClusterStateLog:
         request = ProduceRequest(keys=[meta.transactional_id.encode()], values=[encode(meta)],
                                  timestamps=np.array([now_ms], np.int64),
                                  partitions=np.array([slot], np.int64))
-        result = await self.produce.produce(topic, request, "all", _HereOnly(self.link))
-        if result.errors:
+        deadline = time.monotonic() + READY_WAIT_S
+        while True:
+            result = await self.produce.produce(topic, request, "all", _HereOnly(self.link))
+            if not result.errors:
+                return
             err = result.errors[0]
-            if isinstance(err, NotLeaderError | LeaderNotAvailableError):
+            if isinstance(err, LeaderNotAvailableError) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # a slot led a moment ago: replicated shortly
+                continue
+            if isinstance(err, LeaderNotAvailableError):
+                raise CoordinatorLoadInProgressError(
+                    f"transactional id {meta.transactional_id!r}: its coordinator slot {slot} "
+                    f"is not ready here yet ({err.message}); try again") from None
+            if isinstance(err, NotLeaderError):
                 raise NotCoordinatorError(
                     f"transactional id {meta.transactional_id!r}: this broker no longer "
                     f"leads its coordinator slot {slot} ({err.message}); ask its "
