@@ -56,7 +56,7 @@ from compaction_jobs.tier_tasks import (
     final_name,
     write_segments,
 )
-from compaction_jobs.tier_txns import whole_transactions
+from compaction_jobs.tier_txns import OPEN_END, whole_transactions
 from log_tables.cold import job_runs
 from log_tables.cold.commit import (
     PartitionChange,
@@ -257,10 +257,14 @@ class TierJob(Job[TierReport]):
                                              READ_UNCOMMITTED)
             # Only below the last stable offset (a table holds committed records), and
             # without the markers and aborted records (``SegmentWork.aborted``).
-            _, (stable, hidden, spans[p]) = PartitionReader(directory).committed(floors[p])
-            if stable is not None:
-                durable = min(durable, stable)
-            aborted[p] = hidden.spans()
+            _, found = PartitionReader(directory).committed(floors[p])
+            if found.last_stable is not None:
+                durable = min(durable, found.last_stable)
+            aborted[p] = found.hidden.spans()
+            # A transaction with no marker here may be committed elsewhere already: as
+            # one without end here, it holds back its records in the other partitions.
+            spans[p] = {**found.committed, **{t: (first, OPEN_END)
+                                              for t, first in found.open.items()}}
             for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
                 if nxt.base_offset > durable:
                     break

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 
 from log_tables.hot.txn_index import TxnId
 
+OPEN_END = 2**63 - 1
+"""The last offset of a transaction without a marker yet in a partition."""
+
 
 def whole_transactions(ends: Mapping[int, int], boundaries: Mapping[int, list[int]],
                        spans: Mapping[int, Mapping[TxnId, tuple[int, int]]]

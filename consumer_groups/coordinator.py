@@ -333,9 +333,8 @@ class GroupCoordinator:
                                             "in an open transaction; ask again once it ends")
 
     def committed_offset(self, group_id: str, tp: tuple[str, int]) -> Committed | None:
-        """``committed``'s offset of one partition (what a member starts from); none while
-        an open transaction holds one (``require_stable``)."""
-        self.require_stable(group_id, tp)
+        """``committed``'s offset of one partition (what a member starts from, after
+        ``require_stable``: not while an open transaction holds one)."""
         c = self.store.latest.get(OffsetKey(group_id, *tp))
         return None if c is None or self._before_topic(tp[0], c) else c
 

@@ -53,10 +53,10 @@ from ingest_api.broker.transactions.state_log import ClusterStateLog, LocalState
 from ingest_api.broker.upkeep import expire_sessions, upkeep, write_subscriptions
 from ingest_api.settings import ApiSettings
 from log_tables.cold.tiered_storage import TieredStorage
-from log_tables.errors import UnknownPartitionError, UnknownTopicError
+from log_tables.errors import InvalidTopicError, UnknownPartitionError, UnknownTopicError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
-from log_tables.registry import TXN_STATE_TOPIC, TopicMetadata
+from log_tables.registry import INTERNAL_TOPICS, TXN_STATE_TOPIC, TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +222,13 @@ class Broker:
         log.info("lakelog broker stopped cleanly")
 
     def require_topic(self, name: str) -> TopicMetadata:
-        """The topic; in a cluster, one made through another broker a moment ago is read
-        from ZooKeeper before it is called unknown."""
+        """The topic a user writes to; in a cluster, one made through another broker a
+        moment ago is read from ZooKeeper before it is called unknown. lakelog's own
+        (``__transaction_state``) is refused, as Kafka refuses appends to its internal
+        topics: only its coordinators write it."""
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is lakelog's own (the transaction "
+                                    "coordinators' state): only they write to it")
         if self.link is not None and name not in self.manager.registry:
             self.link.ensure_topic(name)
         return self.manager.require_topic(name)

@@ -84,6 +84,7 @@ class GroupPoll:
             return self.position(group, member, tp)
         pos = member.positions.get(tp)
         if pos is None:
+            self.coordinator.require_stable(group, tp)
             committed = self.coordinator.committed_offset(group, tp)
             pos = committed.offset if committed is not None else \
                 await self._remote_reset(member, tp, leader, None)
@@ -106,6 +107,7 @@ class GroupPoll:
         """The member's position in ``tp``, resolved (and remembered) when it has none."""
         pos = member.positions.get(tp)
         if pos is None:
+            self.coordinator.require_stable(group, tp)  # KIP-447: not from a pending one
             committed = self.coordinator.committed_offset(group, tp)
             pos = committed.offset if committed is not None else self._reset(member, tp, None)
             member.positions[tp] = pos

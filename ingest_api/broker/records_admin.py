@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from cluster.model import BrokerInfo
 from ingest_api.broker.topics import TopicAdmin
 from log_tables.cold.tiered_storage import TieredStorage
-from log_tables.errors import UnknownPartitionError
+from log_tables.errors import InvalidTopicError, UnknownPartitionError
+from log_tables.registry import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -55,6 +56,9 @@ class RecordsAdmin:
         """Delete every record below ``targets[p]`` in each partition ``p``: where (a
         partition the topic does not have: 404). A request another broker forwarded is
         never forwarded again (NOT_LEADER)."""
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {topic!r} is lakelog's own: its records are "
+                                    "deleted by its coordinators only")
         meta = self.topics.describe(topic)
         for p in targets:
             if p >= meta.partitions:

@@ -98,6 +98,9 @@ class Deliveries(msgspec.Struct, gc=False):
     callbacks_running: int = 0
     """Records answered whose callbacks have not all run yet (``flush`` waits for them,
     as Kafka's does: a callback has run for every record when flush returns)."""
+    on_failure: Callable[[BaseException], None] | None = None
+    """Told of a record that failed, whatever failed it (a transactional producer's
+    transaction can then only abort)."""
 
     def complete(self, records: Sequence[FutureRecordMetadata],
                  outcomes: Sequence[Outcome]) -> None:
@@ -105,11 +108,15 @@ class Deliveries(msgspec.Struct, gc=False):
         run the callbacks, outside the lock."""
         called: list[FutureRecordMetadata] = []
         counts: dict[int, tuple[Tally, int, list[BaseException]]] = {}
+        watch = self.on_failure is not None
+        failed: BaseException | None = None
         with self.cond:
             for record, outcome in zip(records, outcomes, strict=True):
                 if record._outcome is not None:
                     continue
                 record._outcome = outcome
+                if watch and failed is None and isinstance(outcome, BaseException):
+                    failed = outcome
                 if record._callbacks is not None:
                     called.append(record)
                 if record._tally is not None:
@@ -125,6 +132,8 @@ class Deliveries(msgspec.Struct, gc=False):
                 tally._done(ok, failures)
             self.callbacks_running += len(called)
             self.cond.notify_all()
+        if failed is not None and self.on_failure is not None:
+            self.on_failure(failed)
         if not called:
             return
         _in_callback.active = True

@@ -156,6 +156,8 @@ class Producer:
         self.transactional_id = transactional_id
         self._txn = None if transactional_id is None else TransactionManager(
             self._http, transactional_id, transaction_timeout_ms, self.policy, where)
+        if self._txn is not None:  # any record failing makes its transaction abort
+            self._deliveries.on_failure = self._txn.failed
         self._sender = Sender(self._accumulator, self._deliveries, self._leaders, self._http,
                               self.policy, url=where, acks=acks, idempotent=idempotent,
                               delivery_timeout_ms=delivery_timeout_ms,

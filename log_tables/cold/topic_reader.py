@@ -75,7 +75,9 @@ def read_range(layout: Layout, topic: str, partition: int, start: int, end: int,
             for batch in reader.batches(position, end, isolation=isolation):
                 rows = to_table_rows(batch.base_offset, batch.records, batch.log_append_time)
                 yield with_topic(rows, topic, partition)
-                position += rows.num_rows
+                position = batch.base_offset + rows.num_rows
+            # Markers and aborted records are stepped over: the read got this far.
+            position = max(position, min(reader.read_to, end))
         except OffsetOutOfRangeError:
             pass  # below the hot tier: read it from Delta
         except CorruptRecordError as exc:

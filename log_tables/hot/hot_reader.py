@@ -145,6 +145,8 @@ class PartitionReader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.read_to = 0
+        """Where the last ``batches`` got to (hidden batches included)."""
 
     def end_offset(self) -> int:
         """The offset after the last complete valid batch (0 for an empty partition)."""
@@ -170,8 +172,10 @@ class PartitionReader:
         aborted ones (``committed``). A damaged batch in the range raises
         CorruptRecordError (naming the offsets it hides) once the records before it are
         yielded; reading from past it goes on. ``skip_damage``: pass over damaged batches
-        instead (their records are never read).
+        instead (their records are never read). ``read_to`` says where the read got to,
+        past the batches it stepped over (a log ending in a marker, say).
         """
+        self.read_to = offset
         hidden = Hidden()
         if isolation is READ_COMMITTED:
             end, found = self.committed(offset)
@@ -210,11 +214,12 @@ class PartitionReader:
                 if end_offset is not None and b.header.base_offset >= end_offset:
                     return
                 if hidden(b.header):
-                    position = b.header.next_offset
+                    position = self.read_to = b.header.next_offset
                     continue
                 last = b.header.last_offset if end_offset is None else min(
                     b.header.last_offset, end_offset - 1)
                 rb = records_from(b, str(segment.path), position, last)
+                self.read_to = position + rb.num_rows
                 yield LogBatch(position, rb, b.header.log_append_time, b.header.producer_id)
                 position += rb.num_rows
             if stop is not None and nxt is None:

@@ -160,6 +160,9 @@ class TxnScan(NamedTuple):
     hidden: Hidden
     committed: dict[TxnId, tuple[int, int]]
     """Committed transactions with records in the scan: their first and last offsets."""
+    open: dict[TxnId, int] = {}  # noqa: RUF012 (a NamedTuple's default, never changed)
+    """Transactions with no marker here yet: their first offsets (one may be committed in
+    another partition already: its coordinator is writing the markers)."""
 
 
 def scan(headers: Iterable[BatchHeader]) -> TxnScan:
@@ -185,7 +188,8 @@ def scan(headers: Iterable[BatchHeader]) -> TxnScan:
         else:
             aborted.append(AbortedTxn(pid, ended[1], h.base_offset))
     return TxnScan(min(first for _, first, _ in pending.values()) if pending else None,
-                   Hidden(aborted), committed)
+                   Hidden(aborted), committed,
+                   {(pid, epoch): first for pid, (epoch, first, _) in pending.items()})
 
 
 def marker_records(commit: bool, coordinator_epoch: int, timestamp_ms: int) -> pa.RecordBatch:

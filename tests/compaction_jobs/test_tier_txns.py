@@ -90,6 +90,27 @@ def test_a_transaction_over_two_partitions_is_tiered_in_one_commit(
     assert _offsets(spark, "t", include_hot=False) == {0: [0, 1, 2], 1: [0, 1]}
 
 
+def test_a_commit_whose_markers_are_being_written_waits_for_all_of_them(
+        spark: SparkSession, data: LogManager) -> None:
+    """The coordinator wrote p0's COMMIT marker, not yet p1's (it is on its way, or the
+    coordinator died between them and its successor will): p0's part waits."""
+    data.create_topic("t", 2)
+    p0, p1 = data.log("t", 0), data.log("t", 1)
+    _txn(p0, 8, 0, 1)                           # p0: 0
+    _txn(p1, 8, 0, 1)                           # p1: 0
+    p0.append_marker(8, 1, commit=True, coordinator_epoch=0)    # p0: 1
+    p0.append(batch_for(2, 1))                  # p0: 2
+    p0.roll()
+    p1.roll()
+    layout = Layout.of(data.data_dir)
+    TierJob(layout).run(spark)
+    assert _offsets(spark, "t", include_hot=False) == {}
+    p1.append_marker(8, 1, commit=True, coordinator_epoch=0)    # p1: 1
+    p1.roll()
+    TierJob(layout).run(spark)
+    assert _offsets(spark, "t", include_hot=False) == {0: [0, 2], 1: [0]}
+
+
 def test_ends_are_lowered_until_no_transaction_is_cut() -> None:
     # t1 (p0 [10, 12], p1 [5, 30]) straddles p1's end 20: p0 goes back to 10, p1 to 0;
     # then t2 (p0 [8, 9], p1 [18, 19]) is below p0's end and not p1's: p0 goes to 0.

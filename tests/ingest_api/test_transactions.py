@@ -64,7 +64,7 @@ class Txn:
         r = self.client.post(f"/transactions/{self.tid}:{'commit' if commit else 'abort'}",
                              json=self.ids())
         if r.status_code == 200:
-            self.epoch = r.json()["producer_epoch"]
+            self.pid, self.epoch = r.json()["producer_id"], r.json()["producer_epoch"]
             self.seq = {}
         return r
 
@@ -193,7 +193,7 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(
     assert _values(client, topic)[0] == [(2, "on time")]  # 1: the abort's marker
 
 
-def test_offsets_commit_with_the_transaction(client: httpx.Client,
+def test_offsets_commit_with_the_transaction(client: httpx.Client, server: ServerProcess,
                                              make_topic: Callable[..., str]) -> None:
     topic = make_topic(1)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -217,6 +217,9 @@ def test_offsets_commit_with_the_transaction(client: httpx.Client,
     assert txn.end(commit=True).status_code == 200
     assert committed() == 7
     assert client.post(f"/transactions/{txn.tid}/offsets", json=offsets(9)).status_code == 204
+    # Pending offsets hold back a member's start and require_stable, not lag or /metrics.
+    assert httpx.get(f"{server.url}/metrics", timeout=30).status_code == 200
+    assert client.get(f"/consumer-groups/{group}").status_code == 200
     assert txn.end(commit=False).status_code == 200
     assert committed() == 7
     r = client.post(f"/transactions/{txn.tid}/offsets",
@@ -233,6 +236,10 @@ def test_an_open_transaction_survives_a_sigkill_of_the_server(
         txn.add("t", 0, 1)
         txn.send("t", 0, ["p0"])
         txn.send("t", 1, ["p1"])
+        r = client.post(f"/transactions/{txn.tid}/offsets", json={
+            **txn.ids(), "group_id": "g",
+            "offsets": [{"topic_name": "t", "partition_id": 0, "offset": 100}]})
+        assert r.status_code == 204, r.text
     server.kill()
     server.start()
     with server.client() as client:
@@ -242,9 +249,25 @@ def test_an_open_transaction_survives_a_sigkill_of_the_server(
         assert described["partitions"] == [{"topic_name": "t", "partition_id": 0},
                                            {"topic_name": "t", "partition_id": 1}]
         assert _values(client, "t", 0) == ([], 0)
+        # The offsets it holds came back with it: still pending, and kept when more come.
+        r = client.get("/consumer-groups/g/offsets", params={"require_stable": "true"})
+        assert (r.status_code, _error(r)) == (409, "unstable_offset_commit"), r.text
+        r = client.post(f"/transactions/{txn.tid}/offsets", json={
+            **txn.ids(), "group_id": "g",
+            "offsets": [{"topic_name": "t", "partition_id": 1, "offset": 200}]})
+        assert r.status_code == 204, r.text
         assert txn.end(commit=True).status_code == 200
         assert _values(client, "t", 0)[0] == [(0, "p0")]
         assert _values(client, "t", 1)[0] == [(0, "p1")]
+        offsets = client.get("/consumer-groups/g/offsets").json()["offsets"]
+        assert [(o["partition_id"], o["offset"]) for o in offsets] == [(0, 100), (1, 200)]
+        # lakelog's own topic takes no user's writes (only its coordinators write it).
+        r = client.post("/topics/__transaction_state/records",
+                        json={"value": {"type": "STRING", "data": "garbage"}})
+        assert (r.status_code, _error(r)) == (400, "invalid_topic"), r.text
+        r = client.post("/topics/__transaction_state/records:delete",
+                        json={"partitions": [{"partition_id": 0, "offset": -1}]})
+        assert (r.status_code, _error(r)) == (400, "invalid_topic"), r.text
 
 
 @pytest.mark.parametrize(("step", "commit"), [("txn-prepared", True), ("txn-marker", False),
@@ -290,3 +313,36 @@ def test_a_coordinator_killed_at_each_step_of_an_end_is_finished_by_the_next(
             assert everything == ([(0, value)], 2)  # one marker: offset 1, the end at 2
         offsets = client.get(f"/consumer-groups/{group}/offsets").json()["offsets"]
         assert [o["offset"] for o in offsets] == ([1] if commit else [])
+
+
+def test_a_transactional_id_whose_epochs_run_out_moves_to_a_new_producer_id(
+        spawn_server: Callable[..., ServerProcess]) -> None:
+    """Every end takes a new epoch: near the last one (32767) the coordinator still writes
+    the markers with the old id, then gives the id a new producer id at epoch 0."""
+    import json
+
+    server = spawn_server(auth="none")
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "t", "partitions_count": 1})
+        tid = _tid()
+        first = Txn(client, tid)
+    server.stop()
+    path = server.data_dir / "producers.json"
+    state = json.loads(path.read_text())
+    state["epochs"][str(first.pid)] = 32_764  # as after ~16,000 transactions
+    path.write_text(json.dumps(state))
+    server.start()
+    with server.client() as client:
+        txn = Txn(client, tid)  # fences the first: epoch 32,765
+        assert (txn.pid, txn.epoch) == (first.pid, 32_765)
+        txn.add("t", 0)
+        txn.send("t", 0, ["last of the old id"])
+        assert txn.end(commit=True).status_code == 200  # ended at 32,766; then a new id
+        assert txn.pid != first.pid and txn.epoch == 0
+        described = client.get(f"/transactions/{tid}").json()
+        assert (described["producer_id"], described["producer_epoch"]) == (txn.pid, 0)
+        assert _values(client, "t") == ([(0, "last of the old id")], 2)
+        txn.add("t", 0)
+        txn.send("t", 0, ["first of the new id"])
+        assert txn.end(commit=True).status_code == 200
+        assert _values(client, "t")[0] == [(0, "last of the old id"), (2, "first of the new id")]

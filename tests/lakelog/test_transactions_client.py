@@ -118,6 +118,16 @@ def test_a_failed_write_makes_the_transaction_abortable(server: ServerProcess) -
         with pytest.raises(TransactionAbortableError):
             producer.commit_transaction()
         producer.abort_transaction()
+        # A record the producer itself refuses (not bytes, str or None) fails its
+        # transaction too: commit says so rather than commit the others.
+        producer.begin_transaction()
+        producer.send(OUTPUT, b"kept back")
+        refused = producer.send(OUTPUT, 12345)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            refused.result(timeout=30)
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        producer.abort_transaction()
         producer.begin_transaction()
         producer.send(OUTPUT, b"next")
         producer.commit_transaction()

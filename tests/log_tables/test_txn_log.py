@@ -184,3 +184,33 @@ def test_a_partition_without_transactions_is_read_without_a_scan(open_log: OpenL
     plog.append(batch_for(0, 3), producer_id=1, producer_epoch=0, base_sequence=0)
     assert not (tmp_path / "log" / TXN_FILE).exists()
     assert _reader_offsets(tmp_path / "log", READ_COMMITTED) == [0, 1, 2]
+
+
+def test_a_hot_range_read_steps_over_markers_without_duplicates(tmp_path: Path) -> None:
+    """``read_range`` (what Spark's readers and the views read the hot tail with) goes on
+    past markers and aborted records, in the middle of a range and at its end."""
+    from log_tables.cold.topic_reader import hot_end_offset, read_range
+    from log_tables.hot.log_manager import LogManager
+    from log_tables.layout import Layout
+
+    manager = LogManager(tmp_path / "data")
+    try:
+        manager.create_topic("t", 1)
+        plog = manager.log("t", 0)
+        plog.append(batch_for(0, 2))                    # 0-1
+        _txn(plog, A, 1, 0)                             # 2, committed at 3
+        plog.append_marker(A, 1, commit=True, coordinator_epoch=0)
+        _txn(plog, B, 1, 0)                             # 4, aborted at 5
+        plog.append_marker(B, 1, commit=False, coordinator_epoch=0)
+        plog.append(batch_for(6, 3))                    # 6-8
+        _txn(plog, A, 1, 0, epoch=1)                    # 9, committed at 10: the log ends
+        plog.append_marker(A, 2, commit=True, coordinator_epoch=0)
+        layout = Layout.of(manager.data_dir)
+        end = hot_end_offset(layout, "t", 0)
+        assert end == 11
+        rows = [o for rb in read_range(layout, "t", 0, 0, end) for o in rb.column("offset").to_pylist()]
+        assert rows == [0, 1, 2, 6, 7, 8, 9]
+        tail = [o for rb in read_range(layout, "t", 0, 9, end) for o in rb.column("offset").to_pylist()]
+        assert tail == [9]
+    finally:
+        manager.close()

@@ -66,7 +66,7 @@ from log_tables.errors import (
     TransactionalIdNotFoundError,
     UnstableOffsetCommitError,
 )
-from log_tables.hot.producer_ids import ProducerIds
+from log_tables.hot.producer_ids import MAX_EPOCH, ProducerIds
 
 log = logging.getLogger(__name__)
 class TransactionCoordinator:
@@ -227,10 +227,15 @@ class TransactionCoordinator:
         async with self._lock(tid):
             self._serve(tid)
             meta = self._txns.get(tid)
-            if meta is not None and meta.producer_id == producer_id and \
-                    epoch == meta.producer_epoch - 1 and meta.commits == commit and \
-                    meta.state in (PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT,
-                                   COMPLETE_ABORT):
+            if meta is not None and (producer_id, epoch) == (
+                    meta.last_producer_id, meta.last_producer_epoch) and meta.state in (
+                    PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT):
+                if meta.commits != commit:
+                    raise InvalidTxnStateError(
+                        f"transactional id {tid!r}'s transaction was already "
+                        f"{'committed' if meta.commits else 'aborted'} (the answer may have "
+                        f"been lost); it cannot be {'committed' if commit else 'aborted'} "
+                        "now: end it as it was ended")
                 # A retry of the end that bumped the epoch (its answer was lost), or an
                 # abort of a transaction the coordinator aborted: done, or finished now.
                 if meta.state in PREPARING:
@@ -289,15 +294,16 @@ class TransactionCoordinator:
         if meta is None:
             raise TransactionalIdNotFoundError(
                 f"no transactional id {tid!r}: initialise the producer first")
+        if (producer_id, epoch) == (meta.last_producer_id, meta.last_producer_epoch) and \
+                meta.state == COMPLETE_ABORT:
+            raise TransactionAbortableError(
+                f"transactional id {tid!r}'s transaction was aborted (it ran past its "
+                f"{meta.timeout_ms} ms); abort it, then begin another")
         if meta.producer_id != producer_id:
             raise InvalidProducerIdMappingError(
                 f"transactional id {tid!r} has producer id {meta.producer_id}, not "
                 f"{producer_id}")
         if epoch < meta.producer_epoch:
-            if epoch == meta.producer_epoch - 1 and meta.state == COMPLETE_ABORT:
-                raise TransactionAbortableError(
-                    f"transactional id {tid!r}'s transaction was aborted (it ran past its "
-                    f"{meta.timeout_ms} ms); abort it, then begin another")
             raise ProducerFencedError(
                 f"producer {producer_id} of transactional id {tid!r} at epoch {epoch} is "
                 f"fenced: another instance initialised at epoch {meta.producer_epoch}")
@@ -327,17 +333,20 @@ class TransactionCoordinator:
         if meta is None:
             return self.producer_ids.init_producer()
         try:
-            return self.producer_ids.init_producer(meta.producer_id)
+            pid, epoch = self.producer_ids.init_producer(meta.producer_id)
         except InvalidProducerEpochError:  # exhausted (or forgotten): a new id
             return self.producer_ids.init_producer()
+        if epoch >= MAX_EPOCH - 1:  # no room for a transaction's end bump: a new id
+            return self.producer_ids.init_producer()
+        return pid, epoch
 
     async def _end(self, meta: TxnMeta, commit: bool) -> TxnMeta:
-        pid, epoch = meta.producer_id, meta.producer_epoch
-        # Epochs ran out: the markers keep this one, and the next init takes a new id.
-        with contextlib.suppress(InvalidProducerEpochError):
-            pid, epoch = await asyncio.to_thread(self.producer_ids.init_producer, pid)
+        """Decide: a new epoch (every end has one, KIP-890), the outcome made durable."""
+        _, epoch = await asyncio.to_thread(self.producer_ids.init_producer, meta.producer_id)
         prepared = meta.with_(producer_epoch=epoch,
                               state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+                              last_producer_id=meta.producer_id,
+                              last_producer_epoch=meta.producer_epoch,
                               updated_ms=self.clock.now_ms())
         await self._write(prepared)
         step("txn-prepared")
@@ -357,6 +366,9 @@ class TransactionCoordinator:
         step("txn-markers")
         done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
                           groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())
+        if meta.producer_epoch >= MAX_EPOCH - 1:  # no epoch left for another end: a new id
+            pid, epoch = await asyncio.to_thread(self.producer_ids.init_producer)
+            done = done.with_(producer_id=pid, producer_epoch=epoch)
         await self._write(done)
         return done
 

@@ -36,6 +36,10 @@ class TxnMeta(msgspec.Struct, kw_only=True, frozen=True):
     offsets: tuple[tuple[str, str, int, int, str | None], ...] = ()
     """(group, topic, partition, offset, metadata): offsets committed with the transaction
     (Kafka keeps them pending at the group's coordinator; here, durable with the state)."""
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+    """The producer id and epoch the last transaction was written with: what a retry of
+    its end (whose answer was lost), or an abort of one the coordinator aborted, carries."""
     started_ms: int = -1
     """When the transaction went Ongoing (its timeout runs from here); -1: not begun."""
     updated_ms: int = 0

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -55,6 +57,7 @@ class StateLog(Protocol):
         ...
 
 
+log = logging.getLogger(__name__)
 READY_WAIT_S = 5.0
 """How long a state write waits for a slot this broker has just come to lead to be
 replicated (a client without retries, curl, is not answered 503 by a new cluster)."""
@@ -94,13 +97,23 @@ class LocalStateLog:
     def load(self, slot: int) -> dict[str, TxnMeta]:
         if TXN_STATE_TOPIC not in self.manager.registry:
             return {}
-        found: dict[str, TxnMeta] = {}
-        for key, value in _records(self._log(slot)):
-            if value is None:
-                found.pop(key, None)
-            else:
-                found[key] = decode(value)
-        return found
+        return _replay(_records(self._log(slot)), slot)
+
+
+def _replay(records: Iterator[tuple[str, bytes | None]], slot: int) -> dict[str, TxnMeta]:
+    """The newest state of each id; a record that is not one (written by other means) is
+    logged and passed over, so that one bad record never stops a coordinator loading."""
+    found: dict[str, TxnMeta] = {}
+    for key, value in records:
+        if value is None:
+            found.pop(key, None)
+            continue
+        try:
+            found[key] = decode(value)
+        except msgspec.DecodeError as exc:
+            log.warning("%s-%d: a record of %r is not a transaction's state (%s); passed "
+                        "over", TXN_STATE_TOPIC, slot, key, exc)
+    return found
 
 
 def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
@@ -165,13 +178,7 @@ class ClusterStateLog:
     def load(self, slot: int) -> dict[str, TxnMeta]:
         if TXN_STATE_TOPIC not in self.manager.registry:
             return {}
-        found: dict[str, TxnMeta] = {}
-        for key, value in _records(self.manager.log(TXN_STATE_TOPIC, slot)):
-            if value is None:
-                found.pop(key, None)
-            else:
-                found[key] = decode(value)
-        return found
+        return _replay(_records(self.manager.log(TXN_STATE_TOPIC, slot)), slot)
 
 
 class _HereOnly:
