@@ -34,6 +34,7 @@ from ingest_api.broker.transactions.parts import (
     MAX_PARTITIONS,
     GroupOffsets,
     Offset,
+    SlotEpochs,
     SlotServing,
     check_id,
     flatten,
@@ -50,17 +51,15 @@ from ingest_api.broker.transactions.state import (
     PREPARING,
     TxnMeta,
 )
-from ingest_api.broker.transactions.state_log import StateLog, txn_slot
+from ingest_api.broker.transactions.state_log import StateLog
 from log_tables.clock import SYSTEM_CLOCK, Clock
 from log_tables.errors import (
     ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
-    NotCoordinatorError,
     ProducerFencedError,
     TransactionAbortableError,
     TransactionalIdNotFoundError,
@@ -89,8 +88,7 @@ class TransactionCoordinator:
         self.groups = groups
         self.clock = clock
         self.serving = serving
-        self._epochs: dict[int, int] = {}
-        """Slot -> the coordinator epoch it is loaded at (the markers carry it)."""
+        self.epochs = SlotEpochs(state_log.slots, serving)
         self.pending_offsets: dict[str, dict[str, list[Offset]]] = {}
         """Transactional id -> group -> offsets it will commit (also in its state)."""
         self._txns: dict[str, TxnMeta] = {}
@@ -116,7 +114,7 @@ class TransactionCoordinator:
             self._txns[tid] = meta
             if meta.offsets:
                 self.pending_offsets[tid] = grouped(meta.offsets)
-        self._epochs[slot] = epoch
+        self.epochs.loaded[slot] = epoch
         for meta in loaded.values():
             if meta.state in PREPARING:
                 try:
@@ -128,28 +126,10 @@ class TransactionCoordinator:
 
     def unload_slot(self, slot: int) -> None:
         """Another broker serves ``slot`` now: its ids leave this broker's memory."""
-        self._epochs.pop(slot, None)
-        for tid in [t for t in self._txns if self._slot(t) == slot]:
+        self.epochs.loaded.pop(slot, None)
+        for tid in [t for t in self._txns if self.epochs.slot(t) == slot]:
             del self._txns[tid]
             self.pending_offsets.pop(tid, None)
-
-    def _slot(self, tid: str) -> int:
-        return txn_slot(tid, self.state_log.slots)
-
-    def _serve(self, tid: str) -> int:
-        """The coordinator epoch at which this broker serves ``tid`` now."""
-        slot = self._slot(tid)
-        loaded = self._epochs.get(slot)
-        if self.serving is None and loaded is not None:
-            return loaded
-        led = self.serving.epoch(slot) if self.serving is not None else None
-        if led is not None and led == loaded:
-            return led
-        if self.serving is not None and (self.serving.loading(slot) or led is not None):
-            raise CoordinatorLoadInProgressError(
-                f"transactional id {tid!r}'s state (slot {slot}) is being loaded; try again")
-        raise NotCoordinatorError(f"this broker does not coordinate transactional id {tid!r} "
-                                  "(any more); ask for its coordinator again")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -169,7 +149,7 @@ class TransactionCoordinator:
                 f"transaction_timeout_ms {timeout_ms} is outside 1..{self.max_timeout_ms} "
                 "(the broker's transaction_max_timeout_ms)")
         async with self._lock(tid):
-            self._serve(tid)
+            self.epochs.serve(tid)
             meta = self._txns.get(tid)
             if meta is not None and meta.state in PREPARING:
                 meta = await self._complete(meta)
@@ -189,7 +169,7 @@ class TransactionCoordinator:
         for topic, partition in wanted:
             self.require_partition(topic, partition)
         async with self._lock(tid):
-            self._serve(tid)
+            self.epochs.serve(tid)
             meta = self._ready(tid, producer_id, epoch)
             have = set(meta.partitions) if meta.state == ONGOING else set()
             if meta.state == ONGOING and wanted <= have:
@@ -209,7 +189,7 @@ class TransactionCoordinator:
             raise InvalidTxnStateError("this broker has no consumer groups")
         await maybe_await(self.groups.check(group, member_id, member_epoch, offsets))
         async with self._lock(tid):
-            self._serve(tid)
+            self.epochs.serve(tid)
             meta = self._ready(tid, producer_id, epoch)
             held = self.pending_offsets.get(tid, {}) if meta.state == ONGOING else {}
             merged = {(t, p): (t, p, o, m) for t, p, o, m in held.get(group, [])}
@@ -225,7 +205,7 @@ class TransactionCoordinator:
                   ) -> tuple[int, int]:
         """EndTxn: commit or abort; the producer's id and new epoch."""
         async with self._lock(tid):
-            self._serve(tid)
+            self.epochs.serve(tid)
             meta = self._txns.get(tid)
             if meta is not None and (producer_id, epoch) == (
                     meta.last_producer_id, meta.last_producer_epoch) and meta.state in (
@@ -257,7 +237,7 @@ class TransactionCoordinator:
                partition: int) -> None:
         """A transactional write to ``topic``-``partition`` belongs to the producer's
         open transaction, which added the partition (KIP-890)."""
-        self._serve(tid)
+        self.epochs.serve(tid)
         meta = self._check(tid, producer_id, epoch)
         if meta.state != ONGOING or (topic, partition) not in meta.partitions:
             raise InvalidTxnStateError(
@@ -279,7 +259,7 @@ class TransactionCoordinator:
                 "once it ends")
 
     def describe(self, tid: str) -> TxnMeta:
-        self._serve(tid)
+        self.epochs.serve(tid)
         meta = self._txns.get(tid)
         if meta is None:
             raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
@@ -355,7 +335,7 @@ class TransactionCoordinator:
     async def _complete(self, meta: TxnMeta) -> TxnMeta:
         """Write the markers and the offsets of a decided transaction; then Complete."""
         commit = meta.state == PREPARE_COMMIT
-        coordinator_epoch = self._serve(meta.transactional_id)
+        coordinator_epoch = self.epochs.serve(meta.transactional_id)
         for t, p in meta.partitions:
             await self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
                                      coordinator_epoch)

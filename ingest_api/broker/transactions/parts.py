@@ -7,7 +7,12 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from log_tables.errors import InvalidRequestError
+from consumer_groups.hashing import group_slot
+from log_tables.errors import (
+    CoordinatorLoadInProgressError,
+    InvalidRequestError,
+    NotCoordinatorError,
+)
 
 MAX_TRANSACTIONAL_ID_CHARS = 249
 MAX_PARTITIONS = 10_000
@@ -48,6 +53,35 @@ class SlotServing(Protocol):
     def epoch(self, slot: int) -> int | None: ...
 
     def loading(self, slot: int) -> bool: ...
+
+
+class SlotEpochs:
+    """The coordinator epoch of each slot loaded here (the markers carry it), and
+    whether this broker serves a transactional id now (``serving`` None: a broker alone,
+    every slot loaded)."""
+
+    def __init__(self, slots: int, serving: SlotServing | None) -> None:
+        self.slots = slots
+        self.serving = serving
+        self.loaded: dict[int, int] = {}
+
+    def slot(self, tid: str) -> int:
+        return group_slot(tid, self.slots)
+
+    def serve(self, tid: str) -> int:
+        """The coordinator epoch at which this broker serves ``tid`` now."""
+        slot = self.slot(tid)
+        loaded = self.loaded.get(slot)
+        if self.serving is None and loaded is not None:
+            return loaded
+        led = self.serving.epoch(slot) if self.serving is not None else None
+        if led is not None and led == loaded:
+            return led
+        if self.serving is not None and (self.serving.loading(slot) or led is not None):
+            raise CoordinatorLoadInProgressError(
+                f"transactional id {tid!r}'s state (slot {slot}) is being loaded; try again")
+        raise NotCoordinatorError(f"this broker does not coordinate transactional id {tid!r} "
+                                  "(any more); ask for its coordinator again")
 
 
 def check_id(tid: str) -> None:

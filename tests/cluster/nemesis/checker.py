@@ -14,7 +14,11 @@ longest stretch without an acknowledgement, which describe the run):
 - ``unseen``: acknowledged records no consumer saw once the faults stopped;
 - ``commits_backwards``: committed offsets read lower than one read before;
 - ``replicas_differ``: partitions whose replicas are not byte-identical below the high
-  watermark.
+  watermark;
+- of the transactional producer, read ``read_committed`` at the end: ``txn_lost``
+  (records of a transaction whose commit returned, missing), ``txn_duplicated``,
+  ``txn_aborted_seen`` (records of one whose abort returned, seen), ``txn_partial``
+  (transactions whose end failed, seen in part: all of one or none must show).
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ class Verdict:
     unseen: int = 0
     commits_backwards: int = 0
     replicas_differ: int = 0
+    transactions: int = 0
+    """Transactions that committed (and ``txn_*`` below: what a read_committed reader got
+    wrong of them)."""
+    txn_lost: int = 0
+    txn_duplicated: int = 0
+    txn_aborted_seen: int = 0
+    txn_partial: int = 0
     longest_gap_s: float = 0.0
     scheduled: int = 0
     """Faults the seed's schedule drew."""
@@ -53,7 +64,8 @@ class Verdict:
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     COUNTED = ("lost", "duplicated", "misplaced", "out_of_order", "unseen",
-               "commits_backwards", "replicas_differ")
+               "commits_backwards", "replicas_differ", "txn_lost", "txn_duplicated",
+               "txn_aborted_seen", "txn_partial")
 
     @property
     def ok(self) -> bool:
@@ -63,7 +75,8 @@ class Verdict:
         counted = ", ".join(f"{name} {getattr(self, name)}" for name in self.COUNTED)
         return (f"seed {self.seed} ({self.seconds:g}s, {self.dealt} of {self.scheduled} "
                 f"faults dealt): "
-                f"{self.acknowledged} acknowledged, {counted}; {self.failed} failed, "
+                f"{self.acknowledged} acknowledged, {self.transactions} transactions "
+                f"committed, {counted}; {self.failed} failed, "
                 f"{self.unanswered} unanswered, longest stretch without an "
                 f"acknowledgement {self.longest_gap_s:.1f}s")
 
@@ -118,6 +131,37 @@ def check_records(verdict: Verdict, acked: Mapping[bytes, tuple[int, int]],
         if value not in seen:
             verdict.unseen += 1
             _example(verdict, "unseen", f"{value!r} at {p}/{offset}")
+
+
+def check_transactions(verdict: Verdict, outcomes: Mapping[str, Mapping[int, str]],
+                       per_txn: int, committed_log: FinalLog) -> None:
+    """The ``txn_*`` figures: ``outcomes`` per producer label (transaction number ->
+    committed | aborted | unknown); ``committed_log``: what read_committed read."""
+    seen: dict[tuple[str, int], list[int]] = {}
+    for records in committed_log.values():
+        for _, value in records:
+            name, number, i = value.decode().rsplit("-", 2)
+            seen.setdefault((name, int(number)), []).append(int(i))
+    for label, by_txn in outcomes.items():
+        for n, outcome in by_txn.items():
+            got = sorted(seen.pop((label, n), []))
+            whole = got == list(range(per_txn))
+            if outcome == "committed":
+                verdict.transactions += 1
+                missing = len(set(range(per_txn)) - set(got))
+                verdict.txn_lost += missing
+                verdict.txn_duplicated += len(got) - len(set(got))
+                if not whole:
+                    _example(verdict, "txn_lost", f"{label} transaction {n}: saw {got}")
+            elif outcome == "aborted" and got:
+                verdict.txn_aborted_seen += len(got)
+                _example(verdict, "txn_aborted_seen", f"{label} transaction {n}: saw {got}")
+            elif outcome == "unknown" and got and not whole:
+                verdict.txn_partial += 1
+                _example(verdict, "txn_partial", f"{label} transaction {n}: saw {got}")
+    for (who, txn), left in seen.items():  # a transaction the producer never began
+        verdict.txn_aborted_seen += len(left)
+        _example(verdict, "txn_aborted_seen", f"{who} transaction {txn} (not begun): {left}")
 
 
 def check_replicas(verdict: Verdict, data_dirs: Sequence[Path], topic: str,

@@ -4,13 +4,17 @@
    ``PARTITIONS`` partitions, replication factor 3, ``min.insync.replicas`` 2.
 2. Two idempotent acks=all producers (one given broker 1 alone, one brokers 2 and 3)
    sending keyed records as fast as they can; a group of two consumers (given brokers
-   2 and 1, 3 and 1) committing every second; a watch on the committed offsets.
+   2 and 1, 3 and 1) committing every second; a watch on the committed offsets; a
+   transactional producer committing (and aborting one in five) transactions over the
+   partitions of a second topic.
 3. The seed's faults for ``seconds``, then every fault healed, every broker running.
 4. The ISR whole again, the producers flushed, the consumers caught up with the high
    watermarks; each partition read from its log start to its high watermark; the
    brokers stopped cleanly and their replicas compared byte for byte.
 5. ``checker``'s figures: lost, duplicated, misplaced, out of order, unseen, commits
-   backwards, replicas that differ.
+   backwards, replicas that differ; and of the transactions, read ``read_committed``
+   once no transaction is open: committed records lost or duplicated, aborted ones
+   seen, transactions seen in part.
 """
 
 from __future__ import annotations
@@ -26,17 +30,24 @@ from typing import TypeVar
 import httpx
 import pyarrow as pa
 
-from tests.cluster.nemesis.checker import FinalLog, Verdict, check_records, check_replicas
+from tests.cluster.nemesis.checker import (
+    FinalLog,
+    Verdict,
+    check_records,
+    check_replicas,
+    check_transactions,
+)
 from tests.cluster.nemesis.cluster import NemesisCluster, nemesis_cluster
 from tests.cluster.nemesis.faults import Nemesis, schedule
 from tests.cluster.nemesis.network import network
-from tests.cluster.nemesis.workload import CommitWatch, Consuming, Producing
+from tests.cluster.nemesis.workload import CommitWatch, Consuming, Producing, Transacting
 from tests.server import CLUSTER
 
 log = logging.getLogger("nemesis")
 _T = TypeVar("_T")
 
 TOPIC = "nemesis"
+TXN_TOPIC = "nemesis-txn"
 GROUP = "nemesis-group"
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 4000
@@ -64,26 +75,27 @@ def wait_for(condition: Callable[[], _T | None], what: str, timeout_s: float = H
     return found
 
 
-def _create_topic(cluster: NemesisCluster) -> None:
+def _create_topic(cluster: NemesisCluster, topic: str = TOPIC) -> None:
     def created() -> bool:
         try:
             r = httpx.post(cluster.url(1) + CLUSTER + "/topics", timeout=10, json={
-                "topic_name": TOPIC, "partitions_count": PARTITIONS, "replication_factor": 3,
+                "topic_name": topic, "partitions_count": PARTITIONS, "replication_factor": 3,
                 "configs": [{"name": "min.insync.replicas", "value": "2"}]})
         except httpx.HTTPError:
             return False
         return r.status_code == 201
 
-    wait_for(created, f"topic {TOPIC} created", 60)
-    _wait_in_sync(cluster, 60)
+    wait_for(created, f"topic {topic} created", 60)
+    _wait_in_sync(cluster, 60, topic)
 
 
-def _wait_in_sync(cluster: NemesisCluster, timeout_s: float = HEAL_S) -> None:
+def _wait_in_sync(cluster: NemesisCluster, timeout_s: float = HEAL_S,
+                  topic: str = TOPIC) -> None:
     def whole() -> bool:
-        states = [cluster.state(TOPIC, p) for p in range(PARTITIONS)]
+        states = [cluster.state(topic, p) for p in range(PARTITIONS)]
         return all(s is not None and s.leader > 0 and len(s.isr) == 3 for s in states)
 
-    wait_for(whole, "every partition led with three in-sync replicas", timeout_s)
+    wait_for(whole, f"every partition of {topic} led with three in-sync replicas", timeout_s)
 
 
 def _high_watermarks(cluster: NemesisCluster, acked_ends: dict[int, int]) -> dict[int, int]:
@@ -100,7 +112,8 @@ def _high_watermarks(cluster: NemesisCluster, acked_ends: dict[int, int]) -> dic
             for p in range(PARTITIONS)}
 
 
-def _read(cluster: NemesisCluster, partition: int, end: int) -> list[tuple[int, bytes]]:
+def _read(cluster: NemesisCluster, partition: int, end: int, topic: str = TOPIC,
+          isolation: str = "read_uncommitted") -> list[tuple[int, bytes]]:
     """The partition from its log start to ``end``, through any broker (as Arrow)."""
     out: list[tuple[int, bytes]] = []
     offset = 0
@@ -109,8 +122,9 @@ def _read(cluster: NemesisCluster, partition: int, end: int) -> list[tuple[int, 
             for i in cluster.ids:
                 try:
                     r = httpx.get(
-                        f"{cluster.url(i)}{CLUSTER}/topics/{TOPIC}/partitions/{partition}/records",
-                        params={"offset": offset, "max_records": 10_000, "max_bytes": 8 << 20},
+                        f"{cluster.url(i)}{CLUSTER}/topics/{topic}/partitions/{partition}/records",
+                        params={"offset": offset, "max_records": 10_000, "max_bytes": 8 << 20,
+                                "isolation_level": isolation},
                         headers={"accept": "application/vnd.apache.arrow.stream"}, timeout=30)
                 except httpx.HTTPError:
                     continue
@@ -123,8 +137,8 @@ def _read(cluster: NemesisCluster, partition: int, end: int) -> list[tuple[int, 
         offsets = table.column("offset").to_pylist()
         values = table.column("value").to_pylist()
         out += [(o, v) for o, v in zip(offsets, values, strict=True) if o < end]
-        offset = int(r.headers["lakelog-next-offset"])
-        if not offsets and offset < end:
+        before, offset = offset, int(r.headers["lakelog-next-offset"])
+        if not offsets and offset <= before:
             raise NotRecovered(f"partition {partition}: nothing at {offset}, below the "
                                f"high watermark {end}")
     return out
@@ -137,6 +151,7 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
     verdict.scheduled = len(faults)
     with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
         _create_topic(cluster)
+        _create_topic(cluster, TXN_TOPIC)
         urls = [cluster.url(i) for i in cluster.ids]
         # p1 has broker 1 alone (the bootstrap faults aim at it), the others a list.
         producers = [Producing("p1", urls[0], TOPIC),
@@ -144,7 +159,8 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         consumers = [Consuming("c1", [urls[1], urls[0]], GROUP, TOPIC),
                      Consuming("c2", [urls[2], urls[0]], GROUP, TOPIC)]
         watch = CommitWatch(urls, GROUP)
-        for worker in [*producers, *consumers, watch]:
+        transacting = Transacting("t1", urls, TXN_TOPIC, PARTITIONS)
+        for worker in [*producers, *consumers, watch, transacting]:
             worker.start()
         wait_for(lambda: all(p.acked for p in producers), "the first acknowledgements", 60)
         nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1)
@@ -157,6 +173,7 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         if nemesis.errors:
             raise NotRecovered(f"faults not dealt: {nemesis.errors}")
         _wait_in_sync(cluster)
+        transacting.stop()
         verdict.unanswered = sum(p.finish(120) for p in producers)
         acked_ends: dict[int, int] = {}
         for producer in producers:
@@ -168,6 +185,9 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
             c.stop()
         watch.stop()
         final: FinalLog = {p: _read(cluster, p, hw) for p, hw in hws.items()}
+        stable = {p: _stable_end(cluster, p) for p in range(PARTITIONS)}
+        committed: FinalLog = {p: _read(cluster, p, end, TXN_TOPIC, "read_committed")
+                               for p, end in stable.items()}
         cluster.stop_all()
         acked = {v: loc for p in producers for v, loc in p.acked.items()}
         verdict.failed = sum(len(p.failed) for p in producers)
@@ -176,8 +196,27 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
                       [s for c in consumers for s in c.stretches])
         verdict.commits_backwards = len(watch.backwards)
         verdict.examples["commits_backwards"] = watch.backwards[:10]
+        check_transactions(verdict, {transacting.label: transacting.outcomes},
+                           transacting.per_txn, committed)
+        verdict.examples["txn_errors"] = transacting.errors[:10]
         check_replicas(verdict, [cluster.servers[i].data_dir for i in cluster.ids], TOPIC, hws)
     return verdict
+
+
+def _stable_end(cluster: NemesisCluster, partition: int) -> int:
+    """The transactional topic's partition end once no transaction is open there (its
+    last stable offset is its high watermark)."""
+    def stable() -> int | None:
+        bounds = []
+        for isolation in ("read_committed", "read_uncommitted"):
+            r = cluster.any_get(f"/topics/{TXN_TOPIC}/partitions/{partition}/records",
+                                offset=0, max_records=1, isolation_level=isolation)
+            if r is None:
+                return None
+            bounds.append(int(r.json()["high_watermark"]))
+        return bounds[0] if bounds[0] == bounds[1] else None
+
+    return wait_for(stable, f"{TXN_TOPIC}-{partition}: every transaction ended")
 
 
 def _caught_up(consumers: list[Consuming], hws: dict[int, int]) -> bool:

@@ -209,3 +209,79 @@ class CommitWatch(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(10)
+
+
+class Transacting(threading.Thread):
+    """A transactional producer (Kafka's read-process-write shape without the read): each
+    transaction writes ``per_txn`` records over the topic's partitions (values
+    ``<name>-<txn>-<i>``), then commits, or one in five aborts. It keeps each
+    transaction's outcome as the client saw it: ``committed`` (commit returned),
+    ``aborted`` (abort returned), ``unknown`` (the end failed: either outcome may hold,
+    but all of the transaction's records or none). After an error it aborts; after a
+    fatal one (or an abort that fails) it starts a new producer of the same id, whose
+    ``init_transactions`` fences the old and aborts what it left open."""
+
+    def __init__(self, name: str, bootstrap: str | Sequence[str], topic: str,
+                 partitions: int, *, per_txn: int = 12) -> None:
+        super().__init__(name=f"nemesis-txn-{name}", daemon=True)
+        self.label = name
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.per_txn = per_txn
+        self.outcomes: dict[int, str] = {}
+        """Transaction number -> committed | aborted | unknown."""
+        self.errors: list[str] = []
+        self.producer: Producer | None = None
+        self._halt = threading.Event()
+
+    def _producer(self) -> Producer:
+        if self.producer is None:
+            self.producer = Producer(self.bootstrap, transactional_id=f"nemesis-{self.label}",
+                                     linger_ms=2, delivery_timeout_ms=30_000,
+                                     transaction_timeout_ms=20_000)
+            self.producer.init_transactions(timeout_s=60)
+        return self.producer
+
+    def _drop(self) -> None:
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                self.producer.close()
+        self.producer = None
+
+    def run(self) -> None:
+        n = 0
+        while not self._halt.is_set():
+            try:
+                producer = self._producer()
+            except Exception as exc:
+                self.errors.append(f"init: {type(exc).__name__}: {exc}")
+                self._drop()
+                self._halt.wait(0.5)
+                continue
+            n += 1
+            commit = n % 5 != 0
+            self.outcomes[n] = "unknown"
+            try:
+                producer.begin_transaction()
+                for i in range(self.per_txn):
+                    producer.send(self.topic, f"{self.label}-{n}-{i}".encode(),
+                                  partition=i % self.partitions)
+                if commit:
+                    producer.commit_transaction(timeout_s=60)
+                    self.outcomes[n] = "committed"
+                else:
+                    producer.abort_transaction(timeout_s=60)
+                    self.outcomes[n] = "aborted"
+            except Exception as exc:
+                self.errors.append(f"txn {n}: {type(exc).__name__}: {exc}")
+                try:  # a commit decided before it failed makes this abort fail
+                    producer.abort_transaction(timeout_s=60)
+                    self.outcomes[n] = "aborted"
+                except Exception:
+                    self._drop()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(180)
+        self._drop()
