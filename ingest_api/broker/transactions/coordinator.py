@@ -336,10 +336,12 @@ class TransactionCoordinator:
         """Write the markers and the offsets of a decided transaction; then Complete."""
         commit = meta.state == PREPARE_COMMIT
         coordinator_epoch = self.epochs.serve(meta.transactional_id)
-        for t, p in meta.partitions:
-            await self.markers.write(t, p, meta.producer_id, meta.producer_epoch, commit,
-                                     coordinator_epoch)
-            step("txn-marker")
+        # Every partition's marker at once; the first failure is raised once all ended.
+        failures = [r for r in await asyncio.gather(*(
+            self._marker(t, p, meta, commit, coordinator_epoch) for t, p in meta.partitions),
+            return_exceptions=True) if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
         if commit and self.groups is not None:
             for group, offsets in grouped(meta.offsets).items():
                 await maybe_await(self.groups.write(group, offsets))
@@ -351,6 +353,12 @@ class TransactionCoordinator:
             done = done.with_(producer_id=pid, producer_epoch=epoch)
         await self._write(done)
         return done
+
+    async def _marker(self, topic: str, partition: int, meta: TxnMeta, commit: bool,
+                      coordinator_epoch: int) -> None:
+        await self.markers.write(topic, partition, meta.producer_id, meta.producer_epoch,
+                                 commit, coordinator_epoch)
+        step("txn-marker")
 
     async def _write(self, meta: TxnMeta) -> None:
         await self.state_log.write(meta, self.clock.now_ms())
