@@ -30,6 +30,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -51,6 +53,7 @@ from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.hot.isolation import READ_COMMITTED, Isolation
 from log_tables.layout import Layout
 from log_tables.spark.leaders import leader_bounds, merged
+from log_tables.spark.sink import SinkStreamWriter, SinkWriter, Target, target_of
 from log_tables.spark.tails import TailSource, read_tail, tail_source
 from log_tables.storage import adopt_env, object_store_env
 
@@ -234,6 +237,21 @@ class LakelogDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _StreamReader(_lower(self.options), self.default_layout, self.store_env)
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("lakelog")``: one transaction (``log_tables.spark.sink``)."""
+        options = _lower(self.options)
+        version = options.get("txnversion")
+        return SinkWriter(self._target(options), int(version) if version else None)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        """``writeStream.format("lakelog")``: each micro-batch once."""
+        return SinkStreamWriter(self._target(_lower(self.options)))
+
+    def _target(self, options: dict[str, str]) -> Target:
+        layout = _layout(options, self.default_layout) \
+            if options.get("datadir") or self.default_layout else None
+        return target_of(options, tail_source(layout) if layout is not None else None)
 
 
 def _env_for(layout: Layout, given: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
