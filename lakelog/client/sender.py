@@ -180,9 +180,10 @@ class Sender(FlightSteps):
         if in_callback() or not self._turn.acquire(timeout=ASSIST_WAIT_S):
             return  # in a callback, this thread's turn is the one running
         try:
-            if self._stopped or self.txn is not None or (self.idempotent and (
-                    self._producer is None or self._new_epoch)):
-                return  # (a transaction's partitions are added over the network)
+            if self._stopped or (self.txn is not None and not self.txn.added) or (
+                    self.idempotent and self.txn is None and (
+                        self._producer is None or self._new_epoch)):
+                return  # (a transaction's first partitions are added over the network)
             started, _, _ = self._start(assist=True)
             for flight in started:
                 self._guarded(self._begin, flight)

@@ -348,10 +348,11 @@ class TransactionCoordinator:
         step("txn-markers")
         done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
                           groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())
-        if meta.producer_epoch >= MAX_EPOCH - 1:  # no epoch left for another end: a new id
+        rotated = meta.producer_epoch >= MAX_EPOCH - 1
+        if rotated:  # no epoch left for another end: a new id (its state must last)
             pid, epoch = await asyncio.to_thread(self.producer_ids.init_producer)
             done = done.with_(producer_id=pid, producer_epoch=epoch)
-        await self._write(done)
+        await self._write(done, durable=rotated)
         return done
 
     async def _marker(self, topic: str, partition: int, meta: TxnMeta, commit: bool,
@@ -360,8 +361,8 @@ class TransactionCoordinator:
                                  commit, coordinator_epoch)
         step("txn-marker")
 
-    async def _write(self, meta: TxnMeta) -> None:
-        await self.state_log.write(meta, self.clock.now_ms())
+    async def _write(self, meta: TxnMeta, durable: bool = True) -> None:
+        await self.state_log.write(meta, self.clock.now_ms(), durable)
         self._txns[meta.transactional_id] = meta
         if meta.offsets:
             self.pending_offsets[meta.transactional_id] = grouped(meta.offsets)

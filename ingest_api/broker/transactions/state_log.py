@@ -48,8 +48,10 @@ class StateLog(Protocol):
 
     slots: int
 
-    async def write(self, meta: TxnMeta, now_ms: int) -> None:
-        """Make ``meta`` the transactional id's state, durably, before returning."""
+    async def write(self, meta: TxnMeta, now_ms: int, durable: bool = True) -> None:
+        """Make ``meta`` the transactional id's state, durably before returning unless
+        ``durable`` is False (a ``Complete*`` state: lost in a crash, the ``Prepare*``
+        before it is finished again, which writes no second marker)."""
         ...
 
     def load(self, slot: int) -> dict[str, TxnMeta]:
@@ -82,17 +84,18 @@ class LocalStateLog:
                 self.manager.create_topic(TXN_STATE_TOPIC, self.slots)
         return self.manager.log(TXN_STATE_TOPIC, slot)
 
-    async def write(self, meta: TxnMeta, now_ms: int) -> None:
-        await asyncio.to_thread(self._write, meta, now_ms)
+    async def write(self, meta: TxnMeta, now_ms: int, durable: bool = True) -> None:
+        await asyncio.to_thread(self._write, meta, now_ms, durable)
 
-    def _write(self, meta: TxnMeta, now_ms: int) -> None:
+    def _write(self, meta: TxnMeta, now_ms: int, durable: bool) -> None:
         plog = self._log(txn_slot(meta.transactional_id, self.slots))
         batch = pa.record_batch([pa.array([now_ms], pa.int64()),
                                  pa.array([meta.transactional_id.encode()], pa.binary()),
                                  pa.array([encode(meta)], pa.binary()), null_headers(1)],
                                 schema=RECORD_SCHEMA)
         info = plog.append(batch)
-        plog.flush(info.last_offset + 1)
+        if durable:
+            plog.flush(info.last_offset + 1)
 
     def load(self, slot: int) -> dict[str, TxnMeta]:
         if TXN_STATE_TOPIC not in self.manager.registry:
@@ -149,7 +152,7 @@ class ClusterStateLog:
         self.link = link
         self.slots = slots
 
-    async def write(self, meta: TxnMeta, now_ms: int) -> None:
+    async def write(self, meta: TxnMeta, now_ms: int, durable: bool = True) -> None:
         slot = txn_slot(meta.transactional_id, self.slots)
         topic = self.manager.topic(TXN_STATE_TOPIC)
         request = ProduceRequest(keys=[meta.transactional_id.encode()], values=[encode(meta)],
@@ -157,7 +160,8 @@ class ClusterStateLog:
                                  partitions=np.array([slot], np.int64))
         deadline = time.monotonic() + READY_WAIT_S
         while True:
-            result = await self.produce.produce(topic, request, "all", _HereOnly(self.link))
+            result = await self.produce.produce(topic, request, "all" if durable else "1",
+                                                _HereOnly(self.link))
             if not result.errors:
                 return
             err = result.errors[0]
