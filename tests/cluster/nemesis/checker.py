@@ -55,6 +55,11 @@ class Verdict:
     txn_duplicated: int = 0
     txn_aborted_seen: int = 0
     txn_partial: int = 0
+    txn_offsets_wrong: int = 0
+    """Groups whose committed offset is not a transaction that committed (or may have),
+    or is below the last that surely did."""
+    zombie_commits: int = 0
+    """Commits of a producer fenced by a newer instance that were not refused."""
     longest_gap_s: float = 0.0
     scheduled: int = 0
     """Faults the seed's schedule drew."""
@@ -65,7 +70,7 @@ class Verdict:
 
     COUNTED = ("lost", "duplicated", "misplaced", "out_of_order", "unseen",
                "commits_backwards", "replicas_differ", "txn_lost", "txn_duplicated",
-               "txn_aborted_seen", "txn_partial")
+               "txn_aborted_seen", "txn_partial", "txn_offsets_wrong", "zombie_commits")
 
     @property
     def ok(self) -> bool:
@@ -162,6 +167,19 @@ def check_transactions(verdict: Verdict, outcomes: Mapping[str, Mapping[int, str
     for (who, txn), left in seen.items():  # a transaction the producer never began
         verdict.txn_aborted_seen += len(left)
         _example(verdict, "txn_aborted_seen", f"{who} transaction {txn} (not begun): {left}")
+
+
+def check_txn_offsets(verdict: Verdict, outcomes: Mapping[str, Mapping[int, str]],
+                      committed_offsets: Mapping[str, int | None]) -> None:
+    """Each producer's group offset (its transaction numbers) against the outcomes."""
+    for label, by_txn in outcomes.items():
+        got = committed_offsets.get(label)
+        sure = max((n for n, o in by_txn.items() if o == "committed"), default=None)
+        maybe = {n for n, o in by_txn.items() if o in ("committed", "unknown")}
+        if (got is None and sure is None) or (got in maybe and (sure is None or got >= sure)):
+            continue
+        verdict.txn_offsets_wrong += 1
+        _example(verdict, "txn_offsets_wrong", f"{label}: offset {got}, last committed {sure}")
 
 
 def check_replicas(verdict: Verdict, data_dirs: Sequence[Path], topic: str,

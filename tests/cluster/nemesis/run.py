@@ -36,6 +36,7 @@ from tests.cluster.nemesis.checker import (
     check_records,
     check_replicas,
     check_transactions,
+    check_txn_offsets,
 )
 from tests.cluster.nemesis.cluster import NemesisCluster, nemesis_cluster
 from tests.cluster.nemesis.faults import Nemesis, schedule
@@ -48,6 +49,7 @@ _T = TypeVar("_T")
 
 TOPIC = "nemesis"
 TXN_TOPIC = "nemesis-txn"
+TXN_TOPIC2 = "nemesis-txn-2"
 GROUP = "nemesis-group"
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 4000
@@ -152,6 +154,7 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
     with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
         _create_topic(cluster)
         _create_topic(cluster, TXN_TOPIC)
+        _create_topic(cluster, TXN_TOPIC2)
         urls = [cluster.url(i) for i in cluster.ids]
         # p1 has broker 1 alone (the bootstrap faults aim at it), the others a list.
         producers = [Producing("p1", urls[0], TOPIC),
@@ -159,8 +162,10 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         consumers = [Consuming("c1", [urls[1], urls[0]], GROUP, TOPIC),
                      Consuming("c2", [urls[2], urls[0]], GROUP, TOPIC)]
         watch = CommitWatch(urls, GROUP)
-        transacting = Transacting("t1", urls, TXN_TOPIC, PARTITIONS)
-        for worker in [*producers, *consumers, watch, transacting]:
+        transacting = [Transacting("t1", urls, [TXN_TOPIC, TXN_TOPIC2], PARTITIONS),
+                       Transacting("t2", [urls[2], urls[1]], [TXN_TOPIC2, TXN_TOPIC],
+                                   PARTITIONS)]
+        for worker in [*producers, *consumers, watch, *transacting]:
             worker.start()
         wait_for(lambda: all(p.acked for p in producers), "the first acknowledgements", 60)
         nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1)
@@ -173,7 +178,8 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         if nemesis.errors:
             raise NotRecovered(f"faults not dealt: {nemesis.errors}")
         _wait_in_sync(cluster)
-        transacting.stop()
+        for t in transacting:
+            t.stop()
         verdict.unanswered = sum(p.finish(120) for p in producers)
         acked_ends: dict[int, int] = {}
         for producer in producers:
@@ -185,9 +191,13 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
             c.stop()
         watch.stop()
         final: FinalLog = {p: _read(cluster, p, hw) for p, hw in hws.items()}
-        stable = {p: _stable_end(cluster, p) for p in range(PARTITIONS)}
-        committed: FinalLog = {p: _read(cluster, p, end, TXN_TOPIC, "read_committed")
-                               for p, end in stable.items()}
+        committed: FinalLog = {}
+        for i, topic in enumerate((TXN_TOPIC, TXN_TOPIC2)):
+            for p in range(PARTITIONS):
+                committed[i * PARTITIONS + p] = _read(cluster, p, _stable_end(cluster, topic, p),
+                                                      topic, "read_committed")
+        group_offsets = {t.label: _group_offset(cluster, t.group, t.topics[0])
+                         for t in transacting}
         cluster.stop_all()
         acked = {v: loc for p in producers for v, loc in p.acked.items()}
         verdict.failed = sum(len(p.failed) for p in producers)
@@ -196,27 +206,49 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
                       [s for c in consumers for s in c.stretches])
         verdict.commits_backwards = len(watch.backwards)
         verdict.examples["commits_backwards"] = watch.backwards[:10]
-        check_transactions(verdict, {transacting.label: transacting.outcomes},
-                           transacting.per_txn, committed)
-        verdict.examples["txn_errors"] = transacting.errors[:10]
+        outcomes = {t.label: t.outcomes for t in transacting}
+        check_transactions(verdict, outcomes, transacting[0].per_txn, committed)
+        check_txn_offsets(verdict, outcomes, group_offsets)
+        verdict.zombie_commits = sum(t.zombie_commits for t in transacting)
+        verdict.examples["txn_errors"] = [e for t in transacting for e in t.errors[:5]]
         check_replicas(verdict, [cluster.servers[i].data_dir for i in cluster.ids], TOPIC, hws)
     return verdict
 
 
-def _stable_end(cluster: NemesisCluster, partition: int) -> int:
-    """The transactional topic's partition end once no transaction is open there (its
+def _stable_end(cluster: NemesisCluster, topic: str, partition: int) -> int:
+    """A transactional topic's partition end once no transaction is open there (its
     last stable offset is its high watermark)."""
     def stable() -> int | None:
         bounds = []
         for isolation in ("read_committed", "read_uncommitted"):
-            r = cluster.any_get(f"/topics/{TXN_TOPIC}/partitions/{partition}/records",
+            r = cluster.any_get(f"/topics/{topic}/partitions/{partition}/records",
                                 offset=0, max_records=1, isolation_level=isolation)
             if r is None:
                 return None
             bounds.append(int(r.json()["high_watermark"]))
         return bounds[0] if bounds[0] == bounds[1] else None
 
-    return wait_for(stable, f"{TXN_TOPIC}-{partition}: every transaction ended")
+    return wait_for(stable, f"{topic}-{partition}: every transaction ended")
+
+
+def _group_offset(cluster: NemesisCluster, group: str, topic: str) -> int | None:
+    """The transactional producer's group's committed offset of partition 0 (its last
+    committed transaction's number)."""
+    def ask() -> list[dict[str, object]] | None:
+        for i in cluster.ids:
+            try:
+                r = httpx.get(f"{cluster.url(i)}{CLUSTER}/consumer-groups/{group}/offsets",
+                              timeout=10)
+            except httpx.HTTPError:
+                continue
+            if r.status_code in (200, 404):  # 404: no offset ever committed
+                return list(r.json().get("offsets", [])) if r.status_code == 200 else []
+        return None
+
+    rows = wait_for(lambda: (lambda got: None if got is None else [got])(ask()),
+                    f"group {group}'s offsets")[0]
+    return next((int(str(o["offset"])) for o in rows
+                 if o["topic_name"] == topic and o["partition_id"] == 0), None)
 
 
 def _caught_up(consumers: list[Consuming], hws: dict[int, int]) -> bool:

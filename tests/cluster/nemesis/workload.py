@@ -212,35 +212,46 @@ class CommitWatch(threading.Thread):
 
 
 class Transacting(threading.Thread):
-    """A transactional producer (Kafka's read-process-write shape without the read): each
-    transaction writes ``per_txn`` records over the topic's partitions (values
-    ``<name>-<txn>-<i>``), then commits, or one in five aborts. It keeps each
-    transaction's outcome as the client saw it: ``committed`` (commit returned),
-    ``aborted`` (abort returned), ``unknown`` (the end failed: either outcome may hold,
-    but all of the transaction's records or none). After an error it aborts; after a
-    fatal one (or an abort that fails) it starts a new producer of the same id, whose
-    ``init_transactions`` fences the old and aborts what it left open."""
+    """A transactional producer in Kafka's consume-transform-produce shape: each
+    transaction writes ``per_txn`` records over the partitions of ``topics`` (values
+    ``<name>-<txn>-<i>``) and commits the transaction's number as its group's offset of
+    partition 0 of the first topic, then commits, or one in five aborts. Every tenth is
+    left to a zombie: a second producer of the same id initialises meanwhile, and the
+    first's commit must fail (``producer_fenced``), its records never shown.
 
-    def __init__(self, name: str, bootstrap: str | Sequence[str], topic: str,
+    Each transaction's outcome as the client saw it: ``committed`` (commit returned),
+    ``aborted`` (abort returned, or a zombie's commit refused), ``unknown`` (the end
+    failed: either outcome may hold, but all of the transaction or none); zombie commits
+    that were not refused are counted. After an error it aborts; after a fatal one (or an
+    abort that fails) it starts a new producer of the id, whose ``init_transactions``
+    fences the old and aborts what it left open."""
+
+    def __init__(self, name: str, bootstrap: str | Sequence[str], topics: Sequence[str],
                  partitions: int, *, per_txn: int = 12) -> None:
         super().__init__(name=f"nemesis-txn-{name}", daemon=True)
         self.label = name
         self.bootstrap = bootstrap
-        self.topic = topic
+        self.topics = list(topics)
         self.partitions = partitions
         self.per_txn = per_txn
+        self.group = f"nemesis-txn-{name}"
         self.outcomes: dict[int, str] = {}
         """Transaction number -> committed | aborted | unknown."""
+        self.zombie_commits = 0
         self.errors: list[str] = []
         self.producer: Producer | None = None
         self._halt = threading.Event()
 
+    def _new(self) -> Producer:
+        producer = Producer(self.bootstrap, transactional_id=f"nemesis-{self.label}",
+                            linger_ms=2, delivery_timeout_ms=30_000,
+                            transaction_timeout_ms=20_000)
+        producer.init_transactions(timeout_s=60)
+        return producer
+
     def _producer(self) -> Producer:
         if self.producer is None:
-            self.producer = Producer(self.bootstrap, transactional_id=f"nemesis-{self.label}",
-                                     linger_ms=2, delivery_timeout_ms=30_000,
-                                     transaction_timeout_ms=20_000)
-            self.producer.init_transactions(timeout_s=60)
+            self.producer = self._new()
         return self.producer
 
     def _drop(self) -> None:
@@ -248,6 +259,14 @@ class Transacting(threading.Thread):
             with contextlib.suppress(Exception):
                 self.producer.close()
         self.producer = None
+
+    def _write(self, producer: Producer, n: int) -> None:
+        producer.begin_transaction()
+        for i in range(self.per_txn):
+            producer.send(self.topics[i % len(self.topics)], f"{self.label}-{n}-{i}".encode(),
+                          partition=(i // len(self.topics)) % self.partitions)
+        producer.send_offsets_to_transaction({TopicPartition(self.topics[0], 0): n},
+                                             self.group, timeout_s=60)
 
     def run(self) -> None:
         n = 0
@@ -263,10 +282,20 @@ class Transacting(threading.Thread):
             commit = n % 5 != 0
             self.outcomes[n] = "unknown"
             try:
-                producer.begin_transaction()
-                for i in range(self.per_txn):
-                    producer.send(self.topic, f"{self.label}-{n}-{i}".encode(),
-                                  partition=i % self.partitions)
+                self._write(producer, n)
+                if n % 10 == 3:  # a zombie: another instance takes the id over first
+                    self.producer = self._new()
+                    try:
+                        producer.commit_transaction(timeout_s=60)
+                        self.zombie_commits += 1
+                    except Exception as exc:
+                        if "producer_fenced" not in str(exc) and \
+                                "ProducerFenced" not in type(exc).__name__:
+                            raise
+                        self.outcomes[n] = "aborted"
+                    with contextlib.suppress(Exception):
+                        producer.close()
+                    continue
                 if commit:
                     producer.commit_transaction(timeout_s=60)
                     self.outcomes[n] = "committed"
@@ -276,7 +305,7 @@ class Transacting(threading.Thread):
             except Exception as exc:
                 self.errors.append(f"txn {n}: {type(exc).__name__}: {exc}")
                 try:  # a commit decided before it failed makes this abort fail
-                    producer.abort_transaction(timeout_s=60)
+                    self._producer().abort_transaction(timeout_s=60)
                     self.outcomes[n] = "aborted"
                 except Exception:
                     self._drop()
