@@ -173,3 +173,35 @@ def test_the_coordinator_killed_after_prepare_commit_is_finished_by_the_next(
         r = cluster.get(leader, f"/topics/{topic}/partitions/{p}/records",
                         params={"offset": 0, "isolation_level": "read_uncommitted"})
         assert r.status_code == 200 and r.json()["high_watermark"] == 2, r.text
+
+
+def test_a_transactional_write_sent_to_a_broker_that_does_not_lead_is_forwarded(
+        cluster: Cluster) -> None:
+    """The nemesis found a transactional write to a broker that does not lead its
+    partition answered 421 (the KIP-890 check raised NOT_LEADER there instead of leaving
+    the partition to its leader): a producer that only knew that broker retried for its
+    whole delivery timeout."""
+    import base64
+
+    topic = "txn-forward"
+    leaders = cluster.create_topic(topic, 3)
+    wait_for(lambda: len(set(cluster.leaders(topic, 3).values())) == 3 or None,
+             "the partitions led by three brokers")
+    r = cluster.post(1, "/transactions/forwarded:init", json={})
+    assert r.status_code == 200, r.text
+    ids = {"producer_id": r.json()["producer_id"], "producer_epoch": r.json()["producer_epoch"]}
+    r = cluster.post(1, "/transactions/forwarded/partitions", json={
+        **ids, "partitions": [{"topic_name": topic, "partition_id": p} for p in range(3)]})
+    assert r.status_code == 204, r.text
+    assert len(set(leaders.values())) == 3  # one request: a partition led here, two not
+    r = cluster.post(1, f"/topics/{topic}/records:batch",
+                     params={"transactional_id": "forwarded"}, json={"entries": [
+                         {"id": str(p), "partition_id": p, **ids, "sequence": 0,
+                          "value": {"type": "BINARY",
+                                    "data": base64.b64encode(f"w{p}".encode()).decode()}}
+                         for p in range(3)]})
+    assert r.status_code == 207 and not r.json()["failures"], r.text
+    r = cluster.post(2, "/transactions/forwarded:commit", json=ids)
+    assert r.status_code == 200, r.text
+    got = _read_committed(cluster, topic, 3, "forwarded-reader")
+    assert sorted(got) == [b"w0", b"w1", b"w2"]

@@ -98,15 +98,15 @@ class ProduceService:
         tid = request.transactional_id
         for run in runs:
             try:
-                if tid is not None:
-                    self._transactional(tid, meta.name, run, request.verified)
                 epoch = None
                 if route is not None:
                     epoch = route.local_epoch(meta.name, run.partition)
                     if epoch is None:
-                        elsewhere.append(run)
+                        elsewhere.append(run)  # its leader checks a transactional one
                         continue
                     epochs[run.partition] = epoch
+                if tid is not None:
+                    self._transactional(tid, meta.name, run, request.verified)
                 plog = self.manager.log(meta.name, run.partition)
                 if self.replicas is not None and (lp := self.replicas.for_append(
                         meta.name, run.partition, epoch)) is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ingest_api.broker.produce.request import ProduceRequest
-from log_tables.errors import InvalidRecordError
+from log_tables.errors import InvalidRecordError, LakelogError
 from log_tables.hot.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -30,8 +30,12 @@ async def check_remote(link: ClusterLink, manager: LogManager, tid: str, topic: 
     pid, epoch = int(request.producers.ids[0]), int(request.producers.epochs[0])
     verified: set[int] = set()
     for p in sorted(set(request.partitions.tolist())):
-        if not isinstance(link.route(topic, p, True), int):
-            continue  # its leader checks it
+        try:
+            here = isinstance(link.route(topic, p, False), int)
+        except LakelogError:  # no leader now: the produce service answers for it
+            continue
+        if not here:
+            continue  # forwarded to its leader, which checks it
         producers = manager.log(topic, p).producers
         entry = producers.producers.get(pid)
         if pid not in producers.txns.open or entry is None or entry.epoch != epoch:
