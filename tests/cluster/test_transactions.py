@@ -205,3 +205,4 @@ def test_a_transactional_write_sent_to_a_broker_that_does_not_lead_is_forwarded(
     assert r.status_code == 200, r.text
     got = _read_committed(cluster, topic, 3, "forwarded-reader")
     assert sorted(got) == [b"w0", b"w1", b"w2"]
+

@@ -17,8 +17,7 @@
 - A transaction ``Ongoing`` past its ``timeout_ms`` is aborted by the coordinator; its
   producer's next call hears ``transaction_abortable`` (abort, then begin again).
 
-Each transactional id's calls run one at a time (a lock per id); the state changes are
-written to the state log before they are answered.
+An id's calls run one at a time (a lock per id), their states logged before answered.
 """
 
 from __future__ import annotations
@@ -63,7 +62,6 @@ from log_tables.errors import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionalIdNotFoundError,
-    UnstableOffsetCommitError,
 )
 from log_tables.hot.producer_ids import MAX_EPOCH, ProducerIds
 
@@ -249,15 +247,6 @@ class TransactionCoordinator:
         return {(t, p) for txn in self.pending_offsets.values()
                 for t, p, _, _ in txn.get(group, [])}
 
-    def require_stable(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
-        """Kafka's OffsetFetch with require_stable: refuse while offsets are pending."""
-        pending = self.pending_partitions(group) & set(partitions)
-        if pending:
-            t, p = min(pending)
-            raise UnstableOffsetCommitError(
-                f"group {group!r} has offsets of {t}-{p} in an open transaction; ask again "
-                "once it ends")
-
     def describe(self, tid: str) -> TxnMeta:
         self.epochs.serve(tid)
         meta = self._txns.get(tid)
@@ -274,11 +263,15 @@ class TransactionCoordinator:
         if meta is None:
             raise TransactionalIdNotFoundError(
                 f"no transactional id {tid!r}: initialise the producer first")
-        if (producer_id, epoch) == (meta.last_producer_id, meta.last_producer_epoch) and \
-                meta.state == COMPLETE_ABORT:
-            raise TransactionAbortableError(
-                f"transactional id {tid!r}'s transaction was aborted (it ran past its "
-                f"{meta.timeout_ms} ms); abort it, then begin another")
+        if (producer_id, epoch) == (meta.last_producer_id, meta.last_producer_epoch):
+            if meta.state == COMPLETE_ABORT:
+                raise TransactionAbortableError(
+                    f"transactional id {tid!r}'s transaction was aborted (it ran past its "
+                    f"{meta.timeout_ms} ms); abort it, then begin another")
+            if meta.state in PREPARING:  # (its markers are being written: not fenced)
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r}'s transaction is being ended (it ran past "
+                    f"its {meta.timeout_ms} ms, or its end is finishing); retry")
         if meta.producer_id != producer_id:
             raise InvalidProducerIdMappingError(
                 f"transactional id {tid!r} has producer id {meta.producer_id}, not "
