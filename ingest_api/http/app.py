@@ -45,6 +45,7 @@ from ingest_api.http.routers import (
 )
 from ingest_api.http.routers import groups as groups_router
 from ingest_api.http.state import AppState
+from ingest_api.http.txn_models import TXN_REQUEST_MODELS
 from ingest_api.settings import ApiSettings
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def create_app(settings: ApiSettings | None = None,
             schema = get_openapi(title=app.title, version=app.version,
                                  description=app.description, routes=app.routes)
             _, components = msgspec.json.schema_components(
-                REQUEST_MODELS, ref_template="#/components/schemas/{name}")
+                (*REQUEST_MODELS, *TXN_REQUEST_MODELS), ref_template="#/components/schemas/{name}")
             schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
             app.openapi_schema = schema
         return app.openapi_schema

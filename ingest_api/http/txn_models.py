@@ -49,3 +49,7 @@ class TxnEnd(msgspec.Struct, forbid_unknown_fields=True):
 
     producer_id: NonNegative
     producer_epoch: Epoch
+
+
+TXN_REQUEST_MODELS = (TxnInit, TxnPartitions, TxnOffsets, TxnEnd)
+"""The bodies the OpenAPI document's components describe (``ingest_api.http.app``)."""
