@@ -54,8 +54,14 @@ def _topic_with_a_group(cluster: Cluster, topic: str, group: str) -> tuple[int, 
         prod.flush(60)
     assert sorted((f.result(0).partition, f.result(0).offset) for f in futures) == [
         (p, n) for p in range(PARTITIONS) for n in range(PRODUCED)]
-    r = cluster.post(1, f"/consumer-groups/{group}/offsets", json={"offsets": [
-        {"topic_name": topic, "partition_id": p, "offset": o} for p, o in COMMITTED.items()]})
+    # The first group request makes the coordinator slots; until a slot's leader is
+    # elected its group is answered 503 coordinator_not_available (retriable): retried.
+    def committed() -> httpx.Response | None:
+        r = cluster.post(1, f"/consumer-groups/{group}/offsets", json={"offsets": [
+            {"topic_name": topic, "partition_id": p, "offset": o} for p, o in COMMITTED.items()]})
+        return None if r.status_code == 503 else r
+
+    r, _ = wait_for(committed, f"group {group}'s coordinator answering")
     assert r.status_code == 200, r.text
     coordinator = cluster.get(1, f"/consumer-groups/{group}/coordinator").json()["broker_id"]
     return coordinator, cluster.leaders(topic, PARTITIONS)
