@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from cluster.coordinators import CoordinatorSlots
 from cluster.model import OFFSETS_TOPIC
@@ -28,6 +29,23 @@ from ingest_api.broker.cluster_link import ClusterLink
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
+
+
+async def every_tick_or_wake(wake: asyncio.Event, step: Callable[[], Awaitable[None]],
+                             what: str) -> None:
+    """Run ``step`` every ``TICK_S`` and whenever ``wake`` is set, for ever; a failing
+    step is logged and run again at the next tick (the slot followers' loop)."""
+    while True:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+        # cancellation that meets its timeout, and stop() would wait forever.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TICK_S):
+                await wake.wait()
+        wake.clear()
+        try:
+            await step()
+        except Exception:
+            log.exception("%s failed; trying again", what)
 
 
 class GroupSlots:
@@ -68,18 +86,11 @@ class GroupSlots:
                 await self._task
 
     async def _run(self) -> None:
-        while True:
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
-            # cancellation that meets its timeout, and stop() would wait forever.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TICK_S):
-                    await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self.sync()
-                await self.forget_deleted_topics()
-            except Exception:
-                log.exception("loading or unloading coordinator slots failed; trying again")
+        async def step() -> None:
+            await self.sync()
+            await self.forget_deleted_topics()
+
+        await every_tick_or_wake(self._wake, step, "loading or unloading coordinator slots")
 
     def _topic_deleted(self, name: str) -> None:  # on the loop: the list of the moment
         self._deleted_topics.append(name)

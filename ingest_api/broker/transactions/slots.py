@@ -1,6 +1,6 @@
 """The transaction coordinator slots this broker serves, as leadership of the
 ``__transaction_state`` partitions moves (``cluster.coordinators``): a task on the
-server's loop that, every ``TICK_S`` and on every metadata change, lets go of the slots
+server's loop that, every ``group_slots.TICK_S`` and on every metadata change, lets go of the slots
 it no longer leads and loads those it leads at a new leader epoch (the slot's state
 log read to its end; the ends under way finished), serving them only then.
 """
@@ -13,10 +13,10 @@ import logging
 
 from cluster.coordinators import CoordinatorSlots
 from ingest_api.broker.cluster_link import ClusterLink
+from ingest_api.broker.group_slots import every_tick_or_wake
 from ingest_api.broker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
-TICK_S = 0.1
 
 
 class TxnSlots:
@@ -45,16 +45,8 @@ class TxnSlots:
                 await self._task
 
     async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TICK_S):
-                    await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self.sync()
-            except Exception:
-                log.exception("loading or letting go of transaction coordinator slots "
-                              "failed; trying again")
+        await every_tick_or_wake(self._wake, self.sync,
+                                 "loading or letting go of transaction coordinator slots")
 
     async def sync(self) -> None:
         changes = self.slots.changes()
