@@ -28,6 +28,7 @@ from cluster.model import (
     encode,
 )
 from cluster.session import ZkSession, unreachable_as
+from cluster.tierers import tiered_by
 from cluster.view import ClusterView
 from log_tables.config import config_value
 from log_tables.errors import (
@@ -78,7 +79,8 @@ class ClusterBroker:
             offsets_topic_replication_factor=offsets_topic_replication_factor,
             **(balance or {}))
         self.view.listeners.append(self._changed)
-        self._leadership_written: dict[str, list[int]] | None = None
+        self._leadership_written: tuple[dict[str, list[int]], dict[str, list[int]]] | None \
+            = None
         self._ready = False
         self._leadership_lock = threading.Lock()
 
@@ -208,16 +210,23 @@ class ClusterBroker:
                 led.setdefault(topic, []).append(p)
         return led
 
+    def tiered_partitions(self) -> dict[str, list[int]]:
+        """The partitions this broker's job process tiers (``cluster.tierers``)."""
+        topics = {name: t for name, t in self.view.all_topics().items() if name != OFFSETS_TOPIC}
+        return tiered_by(self.broker_id, topics, self.view.all_states())
+
     def _write_leadership(self) -> None:
-        """``<data_dir>/leadership.json``: the partitions this broker leads, for its job
-        process (which tiers, compacts and expires only those)."""
+        """``<data_dir>/leadership.json``: the partitions this broker leads and those it
+        tiers, for its job process (which compacts and expires only the first, and tiers
+        only the second)."""
         with self._leadership_lock:
             # Without the lease this broker leads nothing: its job process stops too.
-            led = self.led_partitions() if self.session.has_lease else {}
-            if led == self._leadership_written:
+            led, tiers = ((self.led_partitions(), self.tiered_partitions())
+                          if self.session.has_lease else ({}, {}))
+            if (led, tiers) == self._leadership_written:
                 return
-            write_leadership(self.manager.data_dir, self.broker_id, led)
-            self._leadership_written = led
+            write_leadership(self.manager.data_dir, self.broker_id, led, tiers)
+            self._leadership_written = (led, tiers)
 
     # -- mirroring topics --------------------------------------------------------------
     def _changed(self, kind: str, name: str) -> None:

@@ -77,16 +77,18 @@ Led = Mapping[str, Set[int]]
 """Partitions by topic that a cluster's broker leads."""
 
 
-def led_here(layout: Layout, cluster: bool | None = None) -> Led | None:
-    """The partitions this data directory's broker leads now, or None (every partition)
-    when it is not a cluster's broker. ``cluster`` None: a data directory that joined a
-    cluster (it holds ``cluster.json``) is one. A broker of a cluster without
-    ``leadership.json`` (it is starting, or lost its metadata) leads nothing."""
+def led_here(layout: Layout, cluster: bool | None = None, *, tiers: bool = False
+             ) -> Led | None:
+    """The partitions this data directory's broker leads now (``tiers``: those it tiers,
+    ``cluster.tierers``), or None (every partition) when it is not a cluster's broker.
+    ``cluster`` None: a data directory that joined a cluster (it holds ``cluster.json``)
+    is one. A broker of a cluster without ``leadership.json`` (it is starting, or lost its
+    metadata) leads nothing."""
     if cluster is None:
         cluster = read_cluster_id(Path(layout.data_dir)) is not None
     if not cluster:
         return None
-    return read_leadership(Path(layout.data_dir)) or {}
+    return read_leadership(Path(layout.data_dir), "tiers" if tiers else "partitions") or {}
 
 
 class Job(abc.ABC, Generic[Report]):

@@ -140,7 +140,8 @@ class JobScheduler:
         return led_here(self.layout, self.cluster)
 
     def _tier(self) -> object:
-        return TierJob(self.layout, led=self._led()).run(self._session)
+        return TierJob(self.layout, led=led_here(self.layout, self.cluster, tiers=True)
+                       ).run(self._session)
 
     def _retention(self) -> object:
         return RetentionJob(self.layout, led=self._led()).run()

@@ -248,7 +248,7 @@ class TierJob(Job[TierReport]):
         spans: dict[int, dict[TxnId, tuple[int, int]]] = {}
         for p in range(partitions):
             if not self.leads(topic, p):
-                continue  # another broker's: its hot log here is an empty mirror
+                continue  # another broker tiers it (``cluster.tierers``)
             directory = self.layout.partition_dir(topic, p)
             # Only durable segments: one rolled moments ago may still await its fdatasync,
             # and a tiered record must never be one that an OS crash could take back.

@@ -1,7 +1,8 @@
 """Files a cluster's broker keeps in its data directory for the processes beside it.
 
-``leadership.json``: the partitions this broker leads, written by the broker whenever
-that changes and read by its job process, which tiers, compacts and expires only those.
+``leadership.json``: the partitions this broker leads and those it tiers (not the same:
+``cluster.tierers``), written by the broker whenever either changes and read by its job
+process, which compacts and expires only the first and tiers only the second.
 ``cluster.json``: the id of the cluster this data directory belongs to, so that a data
 directory is never joined to another cluster by mistake (a wrong chroot, say); and, as of
 the broker's latest start, where it answers (its URL, and the CA bundle it checks other
@@ -21,18 +22,22 @@ LEADERSHIP_FILE = "leadership.json"
 CLUSTER_FILE = "cluster.json"
 
 
-def write_leadership(data_dir: Path, broker_id: int, led: dict[str, list[int]]) -> None:
-    atomic_write(data_dir / LEADERSHIP_FILE,
-                 json.dumps({"broker_id": broker_id, "partitions": led}).encode())
+def write_leadership(data_dir: Path, broker_id: int, led: dict[str, list[int]],
+                     tiers: dict[str, list[int]] | None = None) -> None:
+    """``tiers`` None: the broker tiers what it leads."""
+    doc = {"broker_id": broker_id, "partitions": led, "tiers": led if tiers is None else tiers}
+    atomic_write(data_dir / LEADERSHIP_FILE, json.dumps(doc).encode())
 
 
-def read_leadership(data_dir: Path) -> dict[str, set[int]] | None:
-    """The partitions led here by topic; None when this is not a cluster's broker."""
+def read_leadership(data_dir: Path, key: str = "partitions") -> dict[str, set[int]] | None:
+    """The partitions led here (``key`` "tiers": tiered here) by topic; None when this is
+    not a cluster's broker. A file without "tiers" (its broker predates them) tiers what
+    it leads."""
     try:
         doc = json.loads((data_dir / LEADERSHIP_FILE).read_bytes())
     except FileNotFoundError:
         return None
-    return {t: set(ps) for t, ps in doc["partitions"].items()}
+    return {t: set(ps) for t, ps in doc.get(key, doc["partitions"]).items()}
 
 
 def clear_leadership(data_dir: Path) -> None:

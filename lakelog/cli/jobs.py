@@ -30,7 +30,8 @@ def jobs_tier(
     url: Url = DEFAULT_URL,
 ) -> None:
     """Roll sealed hot segments into the topics' Delta tables, exactly once (on a
-    cluster's broker, of the partitions it leads)."""
+    cluster's broker, of the partitions it tiers: the leader of partition 0 tiers all the
+    topic's partitions it holds a replica of)."""
     from compaction_jobs.job import led_here
     from compaction_jobs.tier import TierJob
     from log_tables.layout import Layout
@@ -47,8 +48,8 @@ def jobs_tier(
             for t in rolled:
                 for part in client.roll_segments(t):
                     ends[(t, part["partition_id"])] = part["end_offset"]
-    led = led_here(layout)
-    if led is not None:  # a cluster's broker: the other partitions are tiered by theirs
+    led = led_here(layout, tiers=True)
+    if led is not None:  # a cluster's broker: the other partitions are tiered by others
         ends = {(t, p): end for (t, p), end in ends.items() if p in led.get(t, ())}
     report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
                      skip_damaged=skip_damaged, led=led).run(

@@ -18,7 +18,16 @@ longest stretch without an acknowledgement, which describe the run):
 - of the transactional producer, read ``read_committed`` at the end: ``txn_lost``
   (records of a transaction whose commit returned, missing), ``txn_duplicated``,
   ``txn_aborted_seen`` (records of one whose abort returned, seen), ``txn_partial``
-  (transactions whose end failed, seen in part: all of one or none must show).
+  (transactions whose end failed, seen in part: all of one or none must show);
+- of the consume-transform-produce process, killed and paused mid-transaction: for each
+  record of its input read ``read_committed`` at the end, its outputs read
+  ``read_committed``: ``ctp_lost`` (none), ``ctp_duplicated`` (more than one),
+  ``ctp_bogus`` (outputs of no committed input: an aborted record read, or a changed
+  value), ``ctp_out_of_order`` (an input partition's outputs not in its offsets' order);
+- of the Delta tables after tiering (``tables.py``): ``delta_differs`` (records where a
+  transactional topic's table and its read_committed log differ: so every figure above
+  holds of the tables too) and ``delta_torn`` (a committed transaction's records of one
+  topic in part in some version of its table).
 """
 
 from __future__ import annotations
@@ -60,6 +69,16 @@ class Verdict:
     or is below the last that surely did."""
     zombie_commits: int = 0
     """Commits of a producer fenced by a newer instance that were not refused."""
+    ctp_transactions: int = 0
+    """Transactions the consume-transform-produce process saw committed."""
+    ctp_kills_mid_commit: int = 0
+    """Its kills that struck between asking for a commit and the answer."""
+    ctp_lost: int = 0
+    ctp_duplicated: int = 0
+    ctp_bogus: int = 0
+    ctp_out_of_order: int = 0
+    delta_differs: int = 0
+    delta_torn: int = 0
     longest_gap_s: float = 0.0
     scheduled: int = 0
     """Faults the seed's schedule drew."""
@@ -70,7 +89,9 @@ class Verdict:
 
     COUNTED = ("lost", "duplicated", "misplaced", "out_of_order", "unseen",
                "commits_backwards", "replicas_differ", "txn_lost", "txn_duplicated",
-               "txn_aborted_seen", "txn_partial", "txn_offsets_wrong", "zombie_commits")
+               "txn_aborted_seen", "txn_partial", "txn_offsets_wrong", "zombie_commits",
+               "ctp_lost", "ctp_duplicated", "ctp_bogus", "ctp_out_of_order",
+               "delta_differs", "delta_torn")
 
     @property
     def ok(self) -> bool:
@@ -81,7 +102,9 @@ class Verdict:
         return (f"seed {self.seed} ({self.seconds:g}s, {self.dealt} of {self.scheduled} "
                 f"faults dealt): "
                 f"{self.acknowledged} acknowledged, {self.transactions} transactions "
-                f"committed, {counted}; {self.failed} failed, "
+                f"committed, {self.ctp_transactions} consume-transform-produce "
+                f"transactions ({self.ctp_kills_mid_commit} kills mid-commit), "
+                f"{counted}; {self.failed} failed, "
                 f"{self.unanswered} unanswered, longest stretch without an "
                 f"acknowledgement {self.longest_gap_s:.1f}s")
 
@@ -180,6 +203,36 @@ def check_txn_offsets(verdict: Verdict, outcomes: Mapping[str, Mapping[int, str]
             continue
         verdict.txn_offsets_wrong += 1
         _example(verdict, "txn_offsets_wrong", f"{label}: offset {got}, last committed {sure}")
+
+
+def check_ctp(verdict: Verdict, inputs: Mapping[tuple[str, int], Sequence[tuple[int, bytes]]],
+              outputs: FinalLog) -> None:
+    """The ``ctp_*`` figures: ``inputs`` per (topic, partition), its records read
+    read_committed; ``outputs``: the output topic read read_committed."""
+    from tests.cluster.nemesis.ctp import parse_output
+
+    want = {(t, p, o): v for (t, p), records in inputs.items() for o, v in records}
+    got: dict[tuple[str, int, int], int] = {}
+    last: dict[tuple[str, int], int] = {}
+    for records in outputs.values():
+        for _, value in records:
+            t, p, o, v = parse_output(value)
+            got[(t, p, o)] = got.get((t, p, o), 0) + 1
+            if want.get((t, p, o)) != v:
+                verdict.ctp_bogus += 1
+                _example(verdict, "ctp_bogus", f"output {value!r}: input {want.get((t, p, o))!r}")
+            if o <= last.get((t, p), -1):
+                verdict.ctp_out_of_order += 1
+                _example(verdict, "ctp_out_of_order", f"{t}/{p}: {o} after {last[(t, p)]}")
+            last[(t, p)] = max(o, last.get((t, p), -1))
+    for key in want:
+        n = got.get(key, 0)
+        if n == 0:
+            verdict.ctp_lost += 1
+            _example(verdict, "ctp_lost", f"no output of input {key}")
+        elif n > 1:
+            verdict.ctp_duplicated += n - 1
+            _example(verdict, "ctp_duplicated", f"{n} outputs of input {key}")
 
 
 def check_replicas(verdict: Verdict, data_dirs: Sequence[Path], topic: str,

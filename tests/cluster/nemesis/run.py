@@ -6,15 +6,21 @@
    sending keyed records as fast as they can; a group of two consumers (given brokers
    2 and 1, 3 and 1) committing every second; a watch on the committed offsets; a
    transactional producer committing (and aborting one in five) transactions over the
-   partitions of a second topic.
-3. The seed's faults for ``seconds``, then every fault healed, every broker running.
+   partitions of a second topic; a consume-transform-produce process (``ctp.py``) from
+   the transactional topics to a third.
+3. The seed's faults for ``seconds`` (``faults.py``, and on the process ``clients.py``),
+   then every fault healed, every broker running.
 4. The ISR whole again, the producers flushed, the consumers caught up with the high
    watermarks; each partition read from its log start to its high watermark; the
+   consume-transform-produce process caught up with its input; the transactional topics'
+   tables tiered to their ends (by the brokers' job processes, under the faults); the
    brokers stopped cleanly and their replicas compared byte for byte.
 5. ``checker``'s figures: lost, duplicated, misplaced, out of order, unseen, commits
    backwards, replicas that differ; and of the transactions, read ``read_committed``
    once no transaction is open: committed records lost or duplicated, aborted ones
-   seen, transactions seen in part.
+   seen, transactions seen in part; of the consume-transform-produce process, inputs
+   without exactly one output; of the tables, what differs from the logs and what any
+   version of them shows of a transaction in part.
 """
 
 from __future__ import annotations
@@ -30,14 +36,17 @@ from typing import TypeVar
 import httpx
 import pyarrow as pa
 
+from tests.cluster.nemesis import ctp, tables
 from tests.cluster.nemesis.checker import (
     FinalLog,
     Verdict,
+    check_ctp,
     check_records,
     check_replicas,
     check_transactions,
     check_txn_offsets,
 )
+from tests.cluster.nemesis.clients import ClientNemesis, CtpProcess, client_schedule
 from tests.cluster.nemesis.cluster import NemesisCluster, nemesis_cluster
 from tests.cluster.nemesis.faults import Nemesis, schedule
 from tests.cluster.nemesis.network import network
@@ -58,7 +67,13 @@ BROKER_ENV = {
     "LAKELOG_REPLICA_LAG_TIME_MAX_MS": "4000",
     "LAKELOG_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "10",
     "LAKELOG_PRODUCE_TIMEOUT_MS": "10000",
+    # Each broker's job process tiers (one Spark JVM each, started on the first segment
+    # to tier): the transactional topics roll a segment every second.
+    "LAKELOG_TIER_INTERVAL_MS": "1000",
+    "LAKELOG_ROLL_CHECK_INTERVAL_MS": "200",
+    "LAKELOG_SPARK_MASTER": "local[1]",
 }
+TIERED_CONFIGS = [{"name": "segment.ms", "value": "1000"}]
 HEAL_S = 180.0
 """Deadline of each wait once the faults stop: a cluster that has not recovered by then
 fails the run."""
@@ -77,12 +92,13 @@ def wait_for(condition: Callable[[], _T | None], what: str, timeout_s: float = H
     return found
 
 
-def _create_topic(cluster: NemesisCluster, topic: str = TOPIC) -> None:
+def _create_topic(cluster: NemesisCluster, topic: str = TOPIC,
+                  configs: list[dict[str, str]] | None = None) -> None:
     def created() -> bool:
         try:
             r = httpx.post(cluster.url(1) + CLUSTER + "/topics", timeout=10, json={
                 "topic_name": topic, "partitions_count": PARTITIONS, "replication_factor": 3,
-                "configs": [{"name": "min.insync.replicas", "value": "2"}]})
+                "configs": [{"name": "min.insync.replicas", "value": "2"}, *(configs or [])]})
         except httpx.HTTPError:
             return False
         return r.status_code == 201
@@ -153,8 +169,8 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
     verdict.scheduled = len(faults)
     with network(3, seed) as net, nemesis_cluster(directory, net, env=BROKER_ENV) as cluster:
         _create_topic(cluster)
-        _create_topic(cluster, TXN_TOPIC)
-        _create_topic(cluster, TXN_TOPIC2)
+        for topic in (TXN_TOPIC, TXN_TOPIC2, ctp.OUTPUT):
+            _create_topic(cluster, topic, TIERED_CONFIGS)
         urls = [cluster.url(i) for i in cluster.ids]
         # p1 has broker 1 alone (the bootstrap faults aim at it), the others a list.
         producers = [Producing("p1", urls[0], TOPIC),
@@ -167,16 +183,22 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
                                    PARTITIONS)]
         for worker in [*producers, *consumers, watch, *transacting]:
             worker.start()
+        process = CtpProcess(directory, urls, [TXN_TOPIC, TXN_TOPIC2])
+        process.start()
         wait_for(lambda: all(p.acked for p in producers), "the first acknowledgements", 60)
         nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1)
+        on_client = ClientNemesis(process, client_schedule(seed, seconds))
+        on_client.start()
         try:
             nemesis.run()
         finally:
+            on_client.heal()
             nemesis.heal()
-        verdict.faults = nemesis.history
+        verdict.faults = sorted(nemesis.history + on_client.history)
         verdict.dealt = nemesis.dealt
-        if nemesis.errors:
-            raise NotRecovered(f"faults not dealt: {nemesis.errors}")
+        verdict.ctp_kills_mid_commit = on_client.mid_commit
+        if nemesis.errors or on_client.errors:
+            raise NotRecovered(f"faults not dealt: {nemesis.errors + on_client.errors}")
         _wait_in_sync(cluster)
         for t in transacting:
             t.stop()
@@ -191,13 +213,32 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
             c.stop()
         watch.stop()
         final: FinalLog = {p: _read(cluster, p, hw) for p, hw in hws.items()}
-        committed: FinalLog = {}
-        for i, topic in enumerate((TXN_TOPIC, TXN_TOPIC2)):
-            for p in range(PARTITIONS):
-                committed[i * PARTITIONS + p] = _read(cluster, p, _stable_end(cluster, topic, p),
-                                                      topic, "read_committed")
-        group_offsets = {t.label: _group_offset(cluster, t.group, t.topics[0])
+        stable = {topic: {p: _stable_end(cluster, topic, p) for p in range(PARTITIONS)}
+                  for topic in (TXN_TOPIC, TXN_TOPIC2)}
+        inputs = {(topic, p): _read(cluster, p, end, topic, "read_committed")
+                  for topic, ends in stable.items() for p, end in ends.items()}
+        committed: FinalLog = {i: inputs[key] for i, key in enumerate(sorted(inputs))}
+        group_offsets = {t.label: _group_offsets(cluster, t.group).get((t.topics[0], 0))
                          for t in transacting}
+        wait_for(lambda: _transformed(cluster, inputs), "the consume-transform-produce "
+                 "process's committed offsets past its input")
+        process.kill()
+        verdict.ctp_transactions = sum(1 for line in process.lines()
+                                       if line.startswith("committed "))
+        stable[ctp.OUTPUT] = {p: _stable_end(cluster, ctp.OUTPUT, p) for p in range(PARTITIONS)}
+        outputs = {p: _read(cluster, p, end, ctp.OUTPUT, "read_committed")
+                   for p, end in stable[ctp.OUTPUT].items()}
+        check_ctp(verdict, inputs, outputs)
+        warehouse = directory / "warehouse"
+        writers = [tables.TxnWriter(t.label, t.topics, t.per_txn, t.outcomes)
+                   for t in transacting]
+        for topic, ends in stable.items():
+            tables.wait_tiered(warehouse, topic, ends, wait_for)
+            log_of = outputs if topic == ctp.OUTPUT else {
+                p: inputs[(topic, p)] for p in range(PARTITIONS)}
+            tables.check_table(verdict, tables.table_path(warehouse, topic), log_of)
+            if topic != ctp.OUTPUT:
+                tables.check_torn(verdict, tables.table_path(warehouse, topic), topic, writers)
         cluster.stop_all()
         acked = {v: loc for p in producers for v, loc in p.acked.items()}
         verdict.failed = sum(len(p.failed) for p in producers)
@@ -231,9 +272,18 @@ def _stable_end(cluster: NemesisCluster, topic: str, partition: int) -> int:
     return wait_for(stable, f"{topic}-{partition}: every transaction ended")
 
 
-def _group_offset(cluster: NemesisCluster, group: str, topic: str) -> int | None:
-    """The transactional producer's group's committed offset of partition 0 (its last
-    committed transaction's number)."""
+def _transformed(cluster: NemesisCluster,
+                 inputs: dict[tuple[str, int], list[tuple[int, bytes]]]) -> bool:
+    """Whether the consume-transform-produce group's committed offsets are past every
+    committed input record."""
+    offsets = _group_offsets(cluster, ctp.GROUP)
+    return all(not records or offsets.get(key, 0) > records[-1][0]
+               for key, records in inputs.items())
+
+
+def _group_offsets(cluster: NemesisCluster, group: str) -> dict[tuple[str, int], int]:
+    """A group's committed offsets (a transactional producer's group: its last committed
+    transaction's number at partition 0 of its first topic)."""
     def ask() -> list[dict[str, object]] | None:
         for i in cluster.ids:
             try:
@@ -247,8 +297,8 @@ def _group_offset(cluster: NemesisCluster, group: str, topic: str) -> int | None
 
     rows = wait_for(lambda: (lambda got: None if got is None else [got])(ask()),
                     f"group {group}'s offsets")[0]
-    return next((int(str(o["offset"])) for o in rows
-                 if o["topic_name"] == topic and o["partition_id"] == 0), None)
+    return {(str(o["topic_name"]), int(str(o["partition_id"]))): int(str(o["offset"]))
+            for o in rows}
 
 
 def _caught_up(consumers: list[Consuming], hws: dict[int, int]) -> bool:
