@@ -5,8 +5,11 @@ Each seed deals a random mix of faults on three real brokers, each in a network
 namespace of its own (SIGKILL and SIGSTOP past and short of the session of any broker,
 the controller, a leader, the bootstrap broker; ZooKeeper restarted; a broker cut off
 from ZooKeeper or from the other brokers), under two idempotent acks=all producers, a
-consumer group and two transactional producers (two topics, offsets in each transaction,
-one zombie in ten), and counts what a replicated log must never do. Every count must be 0.
+consumer group, two transactional producers (two topics, offsets in each transaction,
+one zombie in ten) and a consume-transform-produce process (SIGKILLed mid-commit and
+SIGSTOPped past its timeouts), while the brokers' job processes tier the transactional
+topics; it counts what a replicated log must never do, in the logs and in the Delta
+tables. Every count must be 0.
 
 ``LAKELOG_NEMESIS_SEED`` replays one seed, ``LAKELOG_NEMESIS_SECONDS`` lengthens it.
 """
@@ -42,6 +45,7 @@ def test_nothing_acknowledged_is_lost_under_the_nemesis(seed: int, tmp_path: Pat
         print(f"  {line}")
     assert verdict.acknowledged > 1000, verdict.summary()
     assert verdict.transactions > 0, verdict.summary()  # the transactional checks ran
+    assert verdict.ctp_transactions > 0, verdict.summary()
     assert verdict.dealt >= verdict.scheduled // 2, verdict.summary()  # faults, not skips
     assert verdict.ok, (f"replay: LAKELOG_NEMESIS_SEED={seed} LAKELOG_NEMESIS_SECONDS="
                         f"{SECONDS:g}; {verdict.summary()}; examples: {verdict.examples}")

@@ -63,7 +63,15 @@ def test_led_here_reads_the_leadership_only_of_a_clusters_broker(tmp_path: Path)
     assert led_here(layout) == {}
     write_leadership(tmp_path, 2, {"events": [0, 2]})
     assert led_here(layout) == {"events": {0, 2}}
+    assert led_here(layout, tiers=True) == {"events": {0, 2}}  # tiers what it leads
     assert led_here(layout, cluster=False) is None  # served without ZooKeeper
+    write_leadership(tmp_path, 2, {"events": [0, 2]}, {"events": [0, 1, 2]})
+    assert led_here(layout) == {"events": {0, 2}}
+    assert led_here(layout, tiers=True) == {"events": {0, 1, 2}}
+    # A file an older broker wrote (no "tiers"): its job process tiers what it leads.
+    (tmp_path / "leadership.json").write_text(
+        json.dumps({"broker_id": 2, "partitions": {"events": [1]}}))
+    assert led_here(layout, tiers=True) == {"events": {1}}
 
 
 def _tier_commits(layout: Layout, topic: str) -> list[tuple[int, int, set[int]]]:
