@@ -159,7 +159,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         body = msgspec.json.encode({"error_code": status, "error": NAMES[status],
-                                    "message": message, "retriable": False})
+                                    "message": message, "retriable": status == 408})
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, REASONS[status], len(body)) + body)

@@ -83,6 +83,7 @@ def test_huge_heads_slow_clients_and_too_many_connections_are_bounded(
     started = time.monotonic()
     slow = raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a", pause_s=0)
     assert slow.startswith(b"HTTP/1.1 408") and b"request_timeout" in slow
+    assert b'"retriable":true' in slow  # nothing was done: a client may send it again
     assert 0.8 < time.monotonic() - started < 5
     # A connection that sends nothing at all is closed too.
     assert raw(b"").startswith(b"HTTP/1.1 408")
