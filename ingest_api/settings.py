@@ -101,6 +101,11 @@ class ApiSettings(GroupSettings, ClusterSettings):
     transaction_max_timeout_ms: int = Field(
         900_000, ge=1000, description="The longest transaction_timeout_ms a producer may "
                                       "ask for (Kafka's transaction.max.timeout.ms).")
+    transactional_id_expiration_ms: int = Field(
+        604_800_000, ge=1000, description="A transactional id with no transaction under way "
+                                          "and no change for this long is forgotten (its "
+                                          "producer must initialise again; Kafka's "
+                                          "transactional.id.expiration.ms).")
     transaction_abort_interval_ms: int = Field(
         1000, ge=10, description="How often coordinators look for transactions past their "
                                  "timeout, to abort them (Kafka's transaction.abort.timed."

@@ -35,6 +35,9 @@ from log_tables.files import atomic_write
 REGISTRY_FILE = "topics.json"
 TXN_STATE_TOPIC = "__transaction_state"
 """The transaction coordinators' state log (Kafka's name): one partition per slot."""
+TXN_STATE_CONFIGS: Mapping[str, str] = {"segment.bytes": str(16 << 20)}
+"""Its segments: small enough that those a compaction of its slots leaves below the log
+start are deleted (``ingest_api.broker.transactions.cleaner``)."""
 INTERNAL_TOPICS = frozenset({TXN_STATE_TOPIC})
 """lakelog's own topics: made by the broker, never by a user, and in no listing."""
 FORMAT_VERSION = 1

@@ -190,6 +190,7 @@ class Broker:
             state_log, manager.producer_ids, self.txn_markers,
             max_timeout_ms=settings.transaction_max_timeout_ms,
             abort_interval_ms=settings.transaction_abort_interval_ms,
+            expiration_ms=settings.transactional_id_expiration_ms,
             require_partition=manager.log if link is None else _known_partition(link),
             groups=group_offsets(groups, link),
             serving=None if link is None else CoordinatorSlots(

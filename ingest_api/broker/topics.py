@@ -31,7 +31,12 @@ from log_tables.errors import (
     UnknownConfigError,
 )
 from log_tables.hot.log_manager import LogManager
-from log_tables.registry import INTERNAL_TOPICS, TXN_STATE_TOPIC, TopicMetadata
+from log_tables.registry import (
+    INTERNAL_TOPICS,
+    TXN_STATE_CONFIGS,
+    TXN_STATE_TOPIC,
+    TopicMetadata,
+)
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -164,7 +169,7 @@ class TopicAdmin:
         configs, _ = config_values(new.configs)
         if new.name == TXN_STATE_TOPIC:  # as Kafka's: 3 copies, 2 in sync, where they live
             factor = max(1, min(3, live))
-            configs = {"min.insync.replicas": str(min(2, factor))}
+            configs = {"min.insync.replicas": str(min(2, factor)), **TXN_STATE_CONFIGS}
         if internal:
             meta = TopicMetadata(OFFSETS_TOPIC, "", partitions, {}, 0)
         else:

@@ -27,6 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
+from ingest_api.broker.transactions.cleaner import StateCleaner
 from ingest_api.broker.transactions.markers import Markers
 from ingest_api.broker.transactions.parts import (
     MAX_OFFSETS,
@@ -75,6 +76,7 @@ class TransactionCoordinator:
     def __init__(self, state_log: StateLog, producer_ids: ProducerIds, markers: Markers, *,
                  max_timeout_ms: int, abort_interval_ms: int,
                  require_partition: Callable[[str, int], object],
+                 expiration_ms: int = 604_800_000,
                  groups: GroupOffsets | None = None, clock: Clock = SYSTEM_CLOCK,
                  serving: SlotServing | None = None) -> None:
         self.state_log = state_log
@@ -87,6 +89,7 @@ class TransactionCoordinator:
         self.clock = clock
         self.serving = serving
         self.epochs = SlotEpochs(state_log.slots, serving)
+        self.cleaner = StateCleaner(state_log, expiration_ms)
         self.pending_offsets: dict[str, dict[str, list[Offset]]] = {}
         """Transactional id -> group -> offsets it will commit (also in its state)."""
         self._txns: dict[str, TxnMeta] = {}
@@ -262,7 +265,8 @@ class TransactionCoordinator:
         meta = self._txns.get(tid)
         if meta is None:
             raise TransactionalIdNotFoundError(
-                f"no transactional id {tid!r}: initialise the producer first")
+                f"no transactional id {tid!r} (never initialised, or expired after "
+                "transactional_id_expiration_ms idle): initialise the producer first")
         if (producer_id, epoch) == (meta.last_producer_id, meta.last_producer_epoch):
             if meta.state == COMPLETE_ABORT:
                 raise TransactionAbortableError(
@@ -355,12 +359,13 @@ class TransactionCoordinator:
         step("txn-marker")
 
     async def _write(self, meta: TxnMeta, durable: bool = True) -> None:
-        await self.state_log.write(meta, self.clock.now_ms(), durable)
-        self._txns[meta.transactional_id] = meta
-        if meta.offsets:
-            self.pending_offsets[meta.transactional_id] = grouped(meta.offsets)
-        else:
-            self.pending_offsets.pop(meta.transactional_id, None)
+        async with self.cleaner.writing(self.epochs.slot(meta.transactional_id)):
+            await self.state_log.write(meta, self.clock.now_ms(), durable)
+            self._txns[meta.transactional_id] = meta
+            if meta.offsets:
+                self.pending_offsets[meta.transactional_id] = grouped(meta.offsets)
+            else:
+                self.pending_offsets.pop(meta.transactional_id, None)
 
     async def _expire(self) -> None:
         while True:
@@ -371,7 +376,8 @@ class TransactionCoordinator:
                 log.exception("aborting timed-out transactions failed; trying again")
 
     async def expire_once(self) -> None:
-        """Abort every transaction past its timeout; finish those left preparing."""
+        """Abort every transaction past its timeout; finish those left preparing; expire
+        idle ids and compact the slots due (``cleaner``)."""
         now = self.clock.now_ms()
         for tid, meta in list(self._txns.items()):
             late = meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms
@@ -389,3 +395,5 @@ class TransactionCoordinator:
                              meta.timeout_ms)
                     await self._end(meta, commit=False)
                     self.aborted_by_timeout += 1
+        for slot in sorted(self.epochs.loaded):
+            await self.cleaner.clean(slot, self._txns, self.epochs, self.clock.now_ms())

@@ -6,6 +6,7 @@ slot by reading it from its start.
 ``LocalStateLog`` is a broker's own: the topic is made in its log manager at first use
 (an internal topic: no listing, job or table sees it), and a write is appended and
 fsynced before it returns, so that a state a client was told of survives a crash.
+``cleaner`` compacts the slots and expires idle ids.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from log_tables.errors import (
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import RECORD_SCHEMA, null_headers
-from log_tables.registry import TXN_STATE_TOPIC
+from log_tables.registry import TXN_STATE_CONFIGS, TXN_STATE_TOPIC
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -58,8 +59,22 @@ class StateLog(Protocol):
         """Every transactional id of ``slot``, as last written."""
         ...
 
+    def records(self, slot: int) -> int:
+        """How many records ``slot`` holds from its log start."""
+        ...
+
+    async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
+                      now_ms: int) -> None:
+        """Make ``records`` (each id's state; None: a tombstone, the id is gone) the whole
+        of ``slot``: append them durably, then move the log start to the first
+        (``cleaner``). Below the first, every record is one they supersede: deleting them
+        on any replica is safe."""
+        ...
+
 
 log = logging.getLogger(__name__)
+REWRITE_BATCH = 1000
+"""States per append of a compaction."""
 READY_WAIT_S = 5.0
 """How long a state write waits for a slot this broker has just come to lead to be
 replicated (a client without retries, curl, is not answered 503 by a new cluster)."""
@@ -81,7 +96,7 @@ class LocalStateLog:
     def _log(self, slot: int) -> PartitionLog:
         if TXN_STATE_TOPIC not in self.manager.registry:
             with self._lock, contextlib.suppress(TopicExistsError):
-                self.manager.create_topic(TXN_STATE_TOPIC, self.slots)
+                self.manager.create_topic(TXN_STATE_TOPIC, self.slots, dict(TXN_STATE_CONFIGS))
         return self.manager.log(TXN_STATE_TOPIC, slot)
 
     async def write(self, meta: TxnMeta, now_ms: int, durable: bool = True) -> None:
@@ -89,11 +104,7 @@ class LocalStateLog:
 
     def _write(self, meta: TxnMeta, now_ms: int, durable: bool) -> None:
         plog = self._log(txn_slot(meta.transactional_id, self.slots))
-        batch = pa.record_batch([pa.array([now_ms], pa.int64()),
-                                 pa.array([meta.transactional_id.encode()], pa.binary()),
-                                 pa.array([encode(meta)], pa.binary()), null_headers(1)],
-                                schema=RECORD_SCHEMA)
-        info = plog.append(batch)
+        info = plog.append(_batch([(meta.transactional_id, meta)], now_ms))
         if durable:
             plog.flush(info.last_offset + 1)
 
@@ -101,6 +112,36 @@ class LocalStateLog:
         if TXN_STATE_TOPIC not in self.manager.registry:
             return {}
         return _replay(_records(self._log(slot)), slot)
+
+    def records(self, slot: int) -> int:
+        plog = self._log(slot)
+        return plog.log_end_offset - plog.log_start_offset
+
+    async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
+                      now_ms: int) -> None:
+        await asyncio.to_thread(self._rewrite, slot, records, now_ms)
+
+    def _rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
+                 now_ms: int) -> None:
+        plog = self._log(slot)
+        first = plog.log_end_offset
+        for i in range(0, len(records), REWRITE_BATCH):
+            plog.append(_batch(records[i:i + REWRITE_BATCH], now_ms))
+        plog.flush(plog.log_end_offset)
+        plog.delete_records(first)
+
+
+def _batch(records: list[tuple[str, TxnMeta | None]], now_ms: int) -> pa.RecordBatch:
+    keys, values = _columns(records)
+    return pa.record_batch([pa.array([now_ms] * len(records), pa.int64()),
+                            pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                            null_headers(len(records))], schema=RECORD_SCHEMA)
+
+
+def _columns(records: list[tuple[str, TxnMeta | None]]
+             ) -> tuple[list[bytes | None], list[bytes | None]]:
+    return ([tid.encode() for tid, _ in records],
+            [None if m is None else encode(m) for _, m in records])
 
 
 def _replay(records: Iterator[tuple[str, bytes | None]], slot: int) -> dict[str, TxnMeta]:
@@ -153,28 +194,51 @@ class ClusterStateLog:
         self.slots = slots
 
     async def write(self, meta: TxnMeta, now_ms: int, durable: bool = True) -> None:
-        slot = txn_slot(meta.transactional_id, self.slots)
+        await self._produce(txn_slot(meta.transactional_id, self.slots),
+                            [(meta.transactional_id, meta)], now_ms, durable)
+
+    def records(self, slot: int) -> int:
+        if TXN_STATE_TOPIC not in self.manager.registry:
+            return 0
+        plog = self.manager.log(TXN_STATE_TOPIC, slot)
+        return plog.log_end_offset - plog.log_start_offset
+
+    async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
+                      now_ms: int) -> None:
+        first = None
+        for i in range(0, len(records), REWRITE_BATCH):
+            offsets = await self._produce(slot, records[i:i + REWRITE_BATCH], now_ms, True)
+            first = int(offsets.min()) if first is None else first
+        if first is not None:
+            await asyncio.to_thread(self.manager.log(TXN_STATE_TOPIC, slot).delete_records,
+                                    first)
+
+    async def _produce(self, slot: int, records: list[tuple[str, TxnMeta | None]],
+                       now_ms: int, durable: bool) -> np.ndarray:
+        """The records' offsets."""
+        tid = records[0][0]
         topic = self.manager.topic(TXN_STATE_TOPIC)
-        request = ProduceRequest(keys=[meta.transactional_id.encode()], values=[encode(meta)],
-                                 timestamps=np.array([now_ms], np.int64),
-                                 partitions=np.array([slot], np.int64))
+        keys, values = _columns(records)
+        request = ProduceRequest(keys=keys, values=values,
+                                 timestamps=np.full(len(records), now_ms, np.int64),
+                                 partitions=np.full(len(records), slot, np.int64))
         deadline = time.monotonic() + READY_WAIT_S
         while True:
             result = await self.produce.produce(topic, request, "all" if durable else "1",
                                                 _HereOnly(self.link))
             if not result.errors:
-                return
-            err = result.errors[0]
+                return result.offsets
+            err = next(iter(result.errors.values()))
             if isinstance(err, LeaderNotAvailableError) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)  # a slot led a moment ago: replicated shortly
                 continue
             if isinstance(err, LeaderNotAvailableError):
                 raise CoordinatorLoadInProgressError(
-                    f"transactional id {meta.transactional_id!r}: its coordinator slot {slot} "
+                    f"transactional id {tid!r}: its coordinator slot {slot} "
                     f"is not ready here yet ({err.message}); try again") from None
             if isinstance(err, NotLeaderError):
                 raise NotCoordinatorError(
-                    f"transactional id {meta.transactional_id!r}: this broker no longer "
+                    f"transactional id {tid!r}: this broker no longer "
                     f"leads its coordinator slot {slot} ({err.message}); ask its "
                     "coordinator again") from None
             raise err
