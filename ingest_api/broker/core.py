@@ -26,6 +26,7 @@ from cluster.replica_manager import ReplicaManager
 from cluster.session import ZkSession
 from cluster.znode import VersionedZnode
 from consumer_groups.coordinator import GroupCoordinator
+from consumer_groups.held import HeldOffsets
 from consumer_groups.offsets import OffsetStore
 from consumer_groups.subscriptions import SubscriptionWriter
 from ingest_api.broker.cluster_info import ClusterInfo
@@ -154,7 +155,8 @@ class Broker:
             self.txn_slots.start()
         await txns.start()
         produce.transactions = txns
-        groups.pending = txns.pending_partitions
+        self.held_offsets = held = HeldOffsets()
+        groups.pending = lambda group: txns.pending_partitions(group) | held.partitions(group)
         self.poll = GroupPoll(groups, fetch, manager, link)
         # Group lag counts to each partition's leader's bounds (in a cluster: its leader's).
         self.bounds = bounds = LeaderBounds(manager, tiered, link)

@@ -82,7 +82,7 @@ class GroupSummary:
     members: int
 
 
-TXN_CALLS = ("marker", "verify", "offsets-check", "offsets-commit")
+TXN_CALLS = ("marker", "verify", "offsets-check", "offsets-commit", "offsets-release")
 """The broker-to-broker calls of transactions (``Peers.txn``)."""
 
 
@@ -145,7 +145,8 @@ class Peers(Protocol):
     async def txn(self, broker: BrokerInfo, call: str, body: Mapping[str, object]) -> None:
         """A transaction coordinator's call to another broker (``TXN_CALLS``): a marker
         to a partition it leads, a write checked by the coordinator it is, a group's
-        offsets checked or committed by that group's coordinator. Raises the error
+        offsets checked (and held), committed or released by that group's coordinator.
+        Raises the error
         ``broker`` answered, as this broker would."""
         ...
 

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
+from cluster.model import OFFSETS_TOPIC
 from consumer_groups.hashing import group_slot
 from lakelog.client import Consumer, Producer, TopicPartition
 from lakelog.zookeeper import ZooKeeperServer
@@ -206,3 +208,53 @@ def test_a_transactional_write_sent_to_a_broker_that_does_not_lead_is_forwarded(
     got = _read_committed(cluster, topic, 3, "forwarded-reader")
     assert sorted(got) == [b"w0", b"w1", b"w2"]
 
+
+
+def test_offsets_a_transaction_holds_are_unstable_at_a_group_coordinator_elsewhere(
+        cluster: Cluster) -> None:
+    """KIP-447 across brokers: the transaction's coordinator (broker 1) has the group's
+    coordinator (broker 2) hold the offsets it adds, so that a ``require_stable`` fetch
+    there (or forwarded there) is told ``unstable_offset_commit`` until the commit writes
+    them, or the abort releases them. Before, only a group coordinated where the
+    transaction was knew."""
+    topic = "txn-held"
+    _replicated_topic(cluster, topic, 1)
+    tid = _tid_led_by(cluster, 1, "held")
+    with Consumer(_urls(cluster), "held-warm-up", [topic]) as consumer:
+        consumer.poll(timeout_s=0.5)  # the group coordinator slots exist from here
+    slots = 50  # offsets_topic_num_partitions' default
+
+    def group_led_by_2() -> str | None:
+        for i in range(1000):
+            try:
+                state = cluster.state(OFFSETS_TOPIC, group_slot(f"held-{i}", slots))
+            except NoNodeError:  # the slots not made yet
+                return None
+            if state.leader == 2:
+                return f"held-{i}"
+        return None
+
+    group, _ = wait_for(group_led_by_2, "a group coordinated by broker 2")
+
+    def fetch(via: int) -> tuple[int, str | list[tuple[int, int]]]:
+        r = cluster.get(via, f"/consumer-groups/{group}/offsets",
+                        params={"require_stable": "true"})
+        if r.status_code != 200:
+            return r.status_code, r.json()["error"]
+        return 200, [(o["partition_id"], o["offset"]) for o in r.json()["offsets"]]
+
+    with Producer(_urls(cluster), transactional_id=tid, linger_ms=1) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"x", partition=0)
+        producer.send_offsets_to_transaction({TopicPartition(topic, 0): 7}, group)
+        assert fetch(2) == (409, "unstable_offset_commit")
+        assert fetch(3) == (409, "unstable_offset_commit")  # forwarded to broker 2
+        producer.commit_transaction()
+        assert fetch(2) == (200, [(0, 7)])
+        producer.begin_transaction()
+        producer.send(topic, b"y", partition=0)
+        producer.send_offsets_to_transaction({TopicPartition(topic, 0): 9}, group)
+        assert fetch(2) == (409, "unstable_offset_commit")
+        producer.abort_transaction()
+        assert fetch(2) == (200, [(0, 7)])

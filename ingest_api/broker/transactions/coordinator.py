@@ -39,7 +39,6 @@ from ingest_api.broker.transactions.parts import (
     check_id,
     flatten,
     grouped,
-    maybe_await,
     step,
 )
 from ingest_api.broker.transactions.state import (
@@ -188,7 +187,9 @@ class TransactionCoordinator:
         transaction does, if the member (at ``member_epoch``) is still the group's now."""
         if self.groups is None:
             raise InvalidTxnStateError("this broker has no consumer groups")
-        await maybe_await(self.groups.check(group, member_id, member_epoch, offsets))
+        known = self._txns.get(tid)
+        await self.groups.checked(group, member_id, member_epoch, offsets,
+                                  known.timeout_ms if known else self.max_timeout_ms, tid)
         async with self._lock(tid):
             self.epochs.serve(tid)
             meta = self._ready(tid, producer_id, epoch)
@@ -339,9 +340,8 @@ class TransactionCoordinator:
             return_exceptions=True) if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
-        if commit and self.groups is not None:
-            for group, offsets in grouped(meta.offsets).items():
-                await maybe_await(self.groups.write(group, offsets))
+        if self.groups is not None:
+            await self.groups.ended(meta, commit)
         step("txn-markers")
         done = meta.with_(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=(),
                           groups=(), offsets=(), started_ms=-1, updated_ms=self.clock.now_ms())

@@ -16,28 +16,37 @@ if TYPE_CHECKING:
 
 
 def group_offsets(groups: GroupCoordinator, link: ClusterLink | None) -> GroupOffsets:
+    """Here, the offsets a transaction holds are in its own state (the coordinator's
+    ``pending_partitions``); a group coordinated on another broker holds them too."""
     if link is None:
-        return GroupOffsets(groups.check_commit, groups.commit_ended)
+        return GroupOffsets(lambda g, m, e, o, _timeout, _tid: groups.check_commit(g, m, e, o),
+                            lambda g, o, _tid: groups.commit_ended(g, o))
 
-    async def check(group: str, member_id: str | None, epoch: int,
-                    offsets: list[Offset]) -> None:
+    async def check(group: str, member_id: str | None, epoch: int, offsets: list[Offset],
+                    timeout_ms: int, tid: str) -> None:
         coordinator = await link.coordinator_of(group)
         if coordinator is None:
             groups.check_commit(group, member_id, epoch, offsets)
             return
         await link.peers.txn(coordinator, "offsets-check", {
             "group_id": group, "member_id": member_id, "member_epoch": epoch,
-            "offsets": _rows(offsets)})
+            "offsets": _rows(offsets), "transactional_id": tid, "timeout_ms": timeout_ms})
 
-    async def write(group: str, offsets: list[Offset]) -> None:
+    async def write(group: str, offsets: list[Offset], tid: str) -> None:
         coordinator = await link.coordinator_of(group)
         if coordinator is None:
             await groups.commit_ended(group, offsets)
             return
         await link.peers.txn(coordinator, "offsets-commit", {
-            "group_id": group, "offsets": _rows(offsets)})
+            "group_id": group, "offsets": _rows(offsets), "transactional_id": tid})
 
-    return GroupOffsets(check, write)
+    async def release(group: str, tid: str) -> None:
+        coordinator = await link.coordinator_of(group)
+        if coordinator is not None:
+            await link.peers.txn(coordinator, "offsets-release", {
+                "group_id": group, "transactional_id": tid})
+
+    return GroupOffsets(check, write, release)
 
 
 def _rows(offsets: list[Offset]) -> list[dict[str, object]]:

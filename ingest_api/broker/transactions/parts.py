@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from consumer_groups.hashing import group_slot
+
+if TYPE_CHECKING:
+    from ingest_api.broker.transactions.state import TxnMeta
 from log_tables.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -37,14 +40,31 @@ def step(name: str) -> None:
 
 class GroupOffsets:
     """What the coordinator needs of the consumer groups: ``check`` fences a member's
-    offsets as a commit would (raising what a commit raises); ``write`` commits offsets a
-    transaction committed. Either may be a coroutine function (a group coordinated by
-    another broker of a cluster is asked through peers)."""
+    offsets as a commit would (raising what a commit raises; a group coordinated on
+    another broker also holds them, ``consumer_groups.held``, for the transaction's
+    timeout at most); ``write`` commits offsets a transaction committed, ``release``
+    drops the offsets of an aborted one. Each may be a coroutine function (a group
+    coordinated by another broker of a cluster is asked through peers); each takes the
+    transactional id last."""
 
-    def __init__(self, check: Callable[[str, str | None, int, list[Offset]], object],
-                 write: Callable[[str, list[Offset]], object]) -> None:
+    def __init__(self, check: Callable[[str, str | None, int, list[Offset], int, str], object],
+                 write: Callable[[str, list[Offset], str], object],
+                 release: Callable[[str, str], object] | None = None) -> None:
         self.check = check
         self.write = write
+        self.release = release
+
+    async def checked(self, group: str, member_id: str | None, epoch: int,
+                      offsets: list[Offset], timeout_ms: int, tid: str) -> None:
+        await maybe_await(self.check(group, member_id, epoch, offsets, timeout_ms, tid))
+
+    async def ended(self, meta: TxnMeta, commit: bool) -> None:
+        """A decided transaction's offsets: written to their groups, or released."""
+        for group, offsets in grouped(meta.offsets).items():
+            if commit:
+                await maybe_await(self.write(group, offsets, meta.transactional_id))
+            elif self.release is not None:
+                await maybe_await(self.release(group, meta.transactional_id))
 
 
 class SlotServing(Protocol):

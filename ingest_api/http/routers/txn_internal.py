@@ -70,8 +70,12 @@ async def offsets_check(request: Request) -> Response:
     st, b = await _broker_call(request)
     group = _coordinated_here(st, str(b["group_id"]))
     member = b.get("member_id")
+    offsets = offsets_of(b["offsets"])
     st.groups.check_commit(group, None if member is None else str(member),
-                           int(b["member_epoch"]), offsets_of(b["offsets"]))
+                           int(b["member_epoch"]), offsets)
+    if "transactional_id" in b:  # (a peer of before holds nothing)
+        st.broker.held_offsets.hold(group, str(b["transactional_id"]),
+                                    {(t, p) for t, p, _, _ in offsets}, int(b["timeout_ms"]))
     return Response(status_code=204)
 
 
@@ -80,6 +84,16 @@ async def offsets_commit(request: Request) -> Response:
     st, b = await _broker_call(request)
     group = _coordinated_here(st, str(b["group_id"]))
     await st.groups.commit_ended(group, offsets_of(b["offsets"]))
+    if "transactional_id" in b:
+        st.broker.held_offsets.release(group, str(b["transactional_id"]))
+    return Response(status_code=204)
+
+
+@router.post(TXN_PATH + "/offsets-release")
+async def offsets_release(request: Request) -> Response:
+    """An aborted transaction's offsets: no longer held."""
+    st, b = await _broker_call(request)
+    st.broker.held_offsets.release(str(b["group_id"]), str(b["transactional_id"]))
     return Response(status_code=204)
 
 
