@@ -41,7 +41,8 @@ class Fault:
     at_s: float
     kind: str
     target: str
-    """any, controller, leader (of a random partition), bootstrap (producer 1's broker)."""
+    """any, controller, leader (of a random partition; one in two, of the transaction
+    coordinator's slot of a transactional producer), bootstrap (producer 1's broker)."""
     duration_s: float
     draw: int
     """This fault's own random number: which candidate, which partition."""
@@ -81,12 +82,15 @@ class Nemesis:
     what each did when its time is up."""
 
     def __init__(self, cluster: NemesisCluster, faults: list[Fault], *, topic: str,
-                 partitions: int, bootstrap: int) -> None:
+                 partitions: int, bootstrap: int,
+                 coordinator: tuple[str, int] | None = None) -> None:
         self.cluster = cluster
         self.faults = faults
         self.topic = topic
         self.partitions = partitions
         self.bootstrap = bootstrap
+        self.coordinator = coordinator
+        """The partition whose leader is a transaction coordinator to aim at."""
         self.history: list[str] = []
         self.errors: list[str] = []
         self.dealt = 0
@@ -156,7 +160,9 @@ class Nemesis:
             found = c.controller()
             return [found] if found is not None else []
         if fault.target == "leader":
-            state = c.state(self.topic, fault.draw % self.partitions)
+            topic, partition = (self.coordinator if self.coordinator is not None
+                                and fault.draw % 2 else (self.topic, fault.draw % self.partitions))
+            state = c.state(topic, partition)
             return [state.leader] if state is not None and state.leader > 0 else []
         if fault.target == "bootstrap":
             return [self.bootstrap]
@@ -186,7 +192,9 @@ class Nemesis:
         if not c.alive(b):  # still coming back from an earlier kill's restart
             self.note(f"skipped {fault.kind} of broker {b}: not running")
             return
-        self.note(f"{fault.kind} broker {b} ({fault.target}) for {fault.duration_s:.1f}s")
+        aim = "transaction coordinator" if fault.target == "leader" and \
+            self.coordinator is not None and fault.draw % 2 else fault.target
+        self.note(f"{fault.kind} broker {b} ({aim}) for {fault.duration_s:.1f}s")
         self.dealt += 1
         begin(b)
         time.sleep(fault.duration_s)

@@ -36,6 +36,8 @@ from typing import TypeVar
 import httpx
 import pyarrow as pa
 
+from consumer_groups.hashing import group_slot
+from log_tables.registry import TXN_STATE_TOPIC
 from tests.cluster.nemesis import ctp, tables
 from tests.cluster.nemesis.checker import (
     FinalLog,
@@ -186,7 +188,9 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         process = CtpProcess(directory, urls, [TXN_TOPIC, TXN_TOPIC2])
         process.start()
         wait_for(lambda: all(p.acked for p in producers), "the first acknowledgements", 60)
-        nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1)
+        nemesis = Nemesis(cluster, faults, topic=TOPIC, partitions=PARTITIONS, bootstrap=1,
+                          # transaction_state_log_num_partitions: 16, the default
+                          coordinator=(TXN_STATE_TOPIC, group_slot(transacting[0].tid, 16)))
         on_client = ClientNemesis(process, client_schedule(seed, seconds))
         on_client.start()
         try:

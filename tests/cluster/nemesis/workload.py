@@ -235,6 +235,7 @@ class Transacting(threading.Thread):
         self.partitions = partitions
         self.per_txn = per_txn
         self.group = f"nemesis-txn-{name}"
+        self.tid = f"nemesis-{name}"
         self.outcomes: dict[int, str] = {}
         """Transaction number -> committed | aborted | unknown."""
         self.zombie_commits = 0
@@ -243,7 +244,7 @@ class Transacting(threading.Thread):
         self._halt = threading.Event()
 
     def _new(self) -> Producer:
-        producer = Producer(self.bootstrap, transactional_id=f"nemesis-{self.label}",
+        producer = Producer(self.bootstrap, transactional_id=self.tid,
                             linger_ms=2, delivery_timeout_ms=30_000,
                             transaction_timeout_ms=20_000)
         producer.init_transactions(timeout_s=60)
