@@ -253,6 +253,10 @@ class RecordAccumulator:
                 out[i] = p
         return out
 
+    def queued_partitions(self) -> list[TopicPartition]:
+        """The partitions with records in their queues (under ``cond``)."""
+        return [tp for tp, q in self._queues.items() if q]
+
     def ready(self, now: float, busy: set[TopicPartition]) -> list[TopicPartition]:
         """The partitions whose batch may go: full, lingered, or flushed (or closing)."""
         go = self.flush_requested or self.closed

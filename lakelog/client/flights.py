@@ -104,6 +104,7 @@ class FlightSteps:
     requests_sent: int
     _headers: list[tuple[str, str]]
     _in_flight: dict[int, Batch]
+    _busy: set[TopicPartition]
     _producer: tuple[int, int] | None
     _new_epoch: bool
     _sequences: dict[TopicPartition, int]
@@ -170,6 +171,12 @@ class FlightSteps:
             oldest = min(oldest, first)
         return live, oldest
 
+    def _queued_partitions(self) -> set[TopicPartition]:
+        """The partitions with records waiting, or taken by a request (those of every
+        request this turn of the loop started among them)."""
+        with self.accumulator.cond:
+            return set(self.accumulator.queued_partitions()) | self._busy
+
     def _begin(self, flight: Flight) -> None:
         flight.live, oldest = self._live(flight.taken)
         if not flight.live:
@@ -183,7 +190,8 @@ class FlightSteps:
         try:
             ident = flight.ident = self._producer_id(attempts) if self.idempotent else None
             if self.txn is not None:
-                self.txn.add_partitions([tp for tp, _ in flight.live], attempts)
+                self.txn.add_partitions([tp for tp, _ in flight.live], attempts,
+                                        self._queued_partitions)
         except LakelogClientError as exc:
             self.deliveries.fail(flight.every, exc)
             self._finish(flight)

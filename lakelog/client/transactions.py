@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -143,11 +143,16 @@ class TransactionManager:
         raise _state("send outside a transaction: begin_transaction first")
 
     # -- the sender's ------------------------------------------------------------------------
-    def add_partitions(self, tps: Iterable[TopicPartition], attempts: Attempts) -> None:
-        """Add the partitions not yet in the transaction (before records go to them)."""
-        new = sorted(set(tps) - self.added)
-        if not new:
+    def add_partitions(self, tps: Iterable[TopicPartition], attempts: Attempts,
+                       queued: Callable[[], Iterable[TopicPartition]] = tuple) -> None:
+        """Add the partitions not yet in the transaction (before records go to them),
+        with those of ``queued`` (the partitions with records waiting) in the same call,
+        as Kafka's sender adds every partition sent to since its last add: a transaction
+        over six partitions makes one call, not one per partition's first request."""
+        wanted = set(tps) - self.added
+        if not wanted:
             return
+        new = sorted(wanted | (set(queued()) - self.added))
         if self.state != IN_TRANSACTION or self.ident is None:
             raise self.error if isinstance(self.error, LakelogClientError) and \
                 self.state in (ABORTABLE, FATAL) else _state(

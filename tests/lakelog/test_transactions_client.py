@@ -180,3 +180,29 @@ def test_lakelog_consume_reads_committed_records_with_its_isolation_level(
         bad = _lakelog(env, "consume", OUTPUT, "--isolation-level", "sometimes")
         assert bad.returncode == 2 and "read_committed" in bad.stderr
         producer.abort_transaction()
+
+
+def _partition_adds(server: ServerProcess) -> float:
+    """AddPartitionsToTxn calls the server answered (its request histogram's count)."""
+    with server.client() as c:
+        text = c.get(server.url + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("lakelog_request_seconds_count")
+               and "/partitions\"" in line and "transactions" in line)
+
+
+def test_one_call_adds_every_partition_with_records_waiting(server: ServerProcess) -> None:
+    """As Kafka's sender: the first request of a transaction adds every partition that
+    has records waiting, of every topic, in one call (the bench found one call per
+    topic's request, each a durable state write the sender waited on)."""
+    make_topic(server, "adds-a", 3)
+    make_topic(server, "adds-b", 3)
+    with Producer(server.url, transactional_id="adds", linger_ms=200) as producer:
+        producer.init_transactions()
+        before = _partition_adds(server)
+        producer.begin_transaction()
+        for topic in ("adds-a", "adds-b"):
+            for p in range(3):
+                producer.send(topic, b"v", partition=p)
+        producer.commit_transaction()
+        assert _partition_adds(server) - before == 1
