@@ -9,9 +9,12 @@ topic of which it holds a replica, a follower's replica included: below the high
 watermark it publishes, a follower's records are the leader's, byte for byte, and every
 one of them is committed. A partition it holds no replica of (replication factor below
 the number of brokers) is tiered by its own leader, and a transaction reaching it may be
-tiered in two commits. While partition 0 has no leader, none of the topic's partitions is
-tiered (two tierers at once would be safe, tiering is exactly once per partition whoever
-does it, but the whole-transaction rule would not hold).
+tiered in two commits. A replica of the tierer's that lags (out of the ISR) holds back
+its partition's tiering until it catches up: the guarantee first, the leader's hot log
+grows meanwhile. Two tierers at once (leadership files lag a move of partition 0's
+leader) stay safe: a commit of transactions loses all its partitions when another job
+took one of them first (``commit_changes``'s ``whole``), and is planned again. While
+partition 0 has no leader, none of the topic's partitions is tiered.
 """
 
 from __future__ import annotations

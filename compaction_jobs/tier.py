@@ -151,6 +151,8 @@ class _TopicPlan(NamedTuple):
     works: list[SegmentWork]
     outputs: Outputs | None
     """Where the works' files go (None: no works)."""
+    whole: bool = False
+    """Transactions among the records: committed whole or not at all (``commit_changes``)."""
 
 
 class TierJob(Job[TierReport]):
@@ -288,7 +290,7 @@ class TierJob(Job[TierReport]):
                              tuple(a for a in aborted[p]
                                    if a.first_offset < end and a.last_offset >= start))
                  for p, seg, start, end in todo]
-        return _TopicPlan(topic, dt, tiered, floors, works, out)
+        return _TopicPlan(topic, dt, tiered, floors, works, out, any(spans.values()))
 
     # -- move and commit -----------------------------------------------------------
     def _commit(self, plan: _TopicPlan, staged: list[StagedFile]
@@ -339,7 +341,8 @@ class TierJob(Job[TierReport]):
         done, lost = commit_changes(
             plan.table, changes, self.name, self.job_id,
             on_lost=lambda c: out.discard([finals[s.work.staged_path]
-                                           for s in by_partition[c.partition] if s.size_bytes]))
+                                           for s in by_partition[c.partition] if s.size_bytes]),
+            whole=plan.whole)
         if done:
             step("committed")
         return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],

@@ -6,8 +6,10 @@ the older offset.
 A transaction's coordinator keeps its pending offsets in its own durable state; when the
 group's coordinator is another broker it tells it, as it has the member's offsets checked
 (``hold``), and again when the transaction commits them or aborts (``release``). A hold
-lasts at most the transaction's timeout, so one whose release was lost (its coordinator
-died; a peer call failed) ends when the transaction would be aborted anyway. Holds live
+lasts at most twice the transaction's timeout: one whose release was lost (a peer call
+failed; the add failed after the check) ends after the transaction would have been
+aborted, and a commit decided just before the timeout, whose coordinator died, is
+finished by the next coordinator well within the second half. Holds live
 in memory: a group coordinator that moves mid-transaction forgets them (what is left, see
 docs/transactions.md).
 """
@@ -30,7 +32,7 @@ class HeldOffsets:
 
     def hold(self, group: str, transactional_id: str, partitions: set[Partition],
              timeout_ms: int) -> None:
-        until = self.clock.now_ms() + timeout_ms
+        until = self.clock.now_ms() + 2 * timeout_ms
         with self._lock:
             by_txn = self._held.setdefault(group, {})
             had = by_txn.get(transactional_id, (frozenset(), 0))[0]

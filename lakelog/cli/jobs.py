@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +11,8 @@ import typer
 from lakelog.cli.root import DEFAULT_URL, DataDir, Master, Url, Warehouse, admin, app
 from log_tables.errors import LakelogError
 
+ROLL_ATTEMPTS = 5
+"""Tiering runs of ``jobs tier --roll`` on a cluster's broker before it gives up."""
 jobs_app = typer.Typer(help="Run lakelog's PySpark jobs once (from cron, Airflow or spark-submit).",
                        no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
@@ -33,7 +36,7 @@ def jobs_tier(
     cluster's broker, of the partitions it tiers: the leader of partition 0 tiers all the
     topic's partitions it holds a replica of)."""
     from compaction_jobs.job import led_here
-    from compaction_jobs.tier import TierJob
+    from compaction_jobs.tier import TierJob, untiered
     from log_tables.layout import Layout
     from log_tables.spark.session import lakelog_session
 
@@ -42,27 +45,35 @@ def jobs_tier(
         import os
 
         os.environ["LAKELOG_DATA_DIR"] = str(data_dir)
-    ends: dict[tuple[str, int], int] = {}  # what the server sealed: all of it must be tiered
-    if roll and (rolled := topic or [m.name for m in layout.topics()]):
+    rolled = (topic or [m.name for m in layout.topics()]) if roll else []
+
+    def seal() -> dict[tuple[str, int], int]:
         with admin(url) as client:
-            for t in rolled:
-                for part in client.roll_segments(t):
-                    ends[(t, part["partition_id"])] = part["end_offset"]
+            return {(t, part["partition_id"]): part["end_offset"]
+                    for t in rolled for part in client.roll_segments(t)}
+
+    ends = seal() if rolled else {}  # what the leaders sealed: all of it must be tiered
     led = led_here(layout, tiers=True)
     if led is not None:  # a cluster's broker: the other partitions are tiered by others
         ends = {(t, p): end for (t, p), end in ends.items() if p in led.get(t, ())}
-    report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
-                     skip_damaged=skip_damaged, led=led).run(
-        lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
-                                app_name="lakelog-tier"))
-    typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition range(s)"
-               + (f", {report.conflicts} partition(s) already tiered by another job"
-                  if report.conflicts else ""))
-    if report.damaged:  # each was printed above; a scheduler sees the exit status
-        raise typer.Exit(1)
+    # A partition tiered here from a follower's replica may lag the leader's roll: sealed
+    # again (the replica has caught up meanwhile) and tiered again, a few times.
+    for attempt in range(1 if led is None else ROLL_ATTEMPTS):
+        if attempt:
+            time.sleep(1.0)
+            seal()
+        report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
+                         skip_damaged=skip_damaged, led=led).run(
+            lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
+                                    app_name="lakelog-tier"))
+        typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition "
+                   "range(s)" + (f", {report.conflicts} partition(s) already tiered by "
+                                 "another job" if report.conflicts else ""))
+        if report.damaged:  # each was printed above; a scheduler sees the exit status
+            raise typer.Exit(1)
+        if not roll or not (late := untiered(layout, ends)):
+            break
     if roll:
-        from compaction_jobs.tier import untiered
-
         if late := untiered(layout, ends):
             raise LakelogError(f"not all in Delta after the roll: {', '.join(late)}")
         typer.echo(f"Delta holds every record produced before the roll "

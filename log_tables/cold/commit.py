@@ -66,12 +66,15 @@ def relative_path(table_uri: str, path: str) -> str:
 
 def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str, job_id: str,
                    *, data_change: bool = True,
-                   on_lost: Callable[[PartitionChange], None] | None = None
-                   ) -> tuple[list[PartitionChange], list[PartitionChange]]:
+                   on_lost: Callable[[PartitionChange], None] | None = None,
+                   whole: bool = False) -> tuple[list[PartitionChange], list[PartitionChange]]:
     """Commit ``changes`` in one Delta commit on ``dt``; returns (committed, lost).
 
     A partition is lost when one of its expected versions is no longer current (another
     job committed to it first); ``on_lost`` is called for each (to delete its new files).
+    ``whole``: one partition lost loses them all (the changes hold transactions that must
+    not reach the table in part: what is left, planned on another job's table, may
+    hold part of one that job tiered whole elsewhere).
     """
     live = {c.partition: c for c in changes}
     lost: list[PartitionChange] = []
@@ -83,6 +86,12 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
                 lost.append(live.pop(p))
                 if on_lost is not None:
                     on_lost(change)
+        if lost and whole:
+            for change in live.values():
+                lost.append(change)
+                if on_lost is not None:
+                    on_lost(change)
+            live.clear()
         if not live:
             return [], lost
         now_ms = int(time.time() * 1000)

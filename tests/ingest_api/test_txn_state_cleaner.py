@@ -140,3 +140,34 @@ def test_state_writes_racing_compactions_are_never_lost(manager: LogManager) -> 
         await c.stop()
 
     asyncio.run(run())
+
+
+def test_a_slot_reloaded_during_a_compaction_is_not_rewritten(manager: LogManager) -> None:
+    """The slot moved away and came back (a new coordinator epoch) while the compaction
+    read it: the states it holds may be older than the new leader's, so it writes
+    nothing and moves no log start. (Made here by changing the loaded epoch from inside
+    the state log's read: a move and a return timed inside one compaction cannot be
+    aimed at on a real cluster.)"""
+    async def run() -> None:
+        clock = ManualClock()
+        c = _coordinator(manager, clock, min_records=1)
+        await c.start()
+        pid, epoch = await c.init_producer("moved", 60_000)
+        await _transaction(c, "moved", pid, epoch)
+        state_log = c.state_log
+        held = state_log.records(0)
+        reads = state_log.records
+
+        def records_then_moved(slot: int) -> int:
+            c.epochs.loaded[slot] = 7  # unloaded and loaded again at a new epoch
+            return reads(slot)
+
+        state_log.records = records_then_moved  # type: ignore[method-assign]
+        await c.expire_once()
+        assert c.cleaner.compactions == 0 and state_log.records(0) == held
+        state_log.records = reads  # type: ignore[method-assign]
+        await c.expire_once()  # at the new epoch, compacted as usual
+        assert c.cleaner.compactions == 1 and state_log.records(0) == 1
+        await c.stop()
+
+    asyncio.run(run())

@@ -5,7 +5,7 @@ deleted (what Kafka's log cleaner does for its compacted ``__transaction_state``
 - **Expiry** (Kafka's ``transactional.id.expiration.ms``): an id with no transaction
   under way (``Empty``, ``CompleteCommit``, ``CompleteAbort``) that has not changed for
   ``expiration_ms`` leaves the coordinator; a producer still using it is told
-  ``invalid_producer_id_mapping`` and initialises again.
+  ``transactional_id_not_found`` (fatal) and initialises again.
 - **Compaction**: once a slot holds more than ``min_records`` records since its log
   start and more than twice as many as it has ids (Kafka's ``min.cleanable.dirty.ratio``
   of 0.5), the coordinator appends every id's state again (acks=all, durable) and moves
@@ -14,7 +14,9 @@ deleted (what Kafka's log cleaner does for its compacted ``__transaction_state``
 
 The rewrite must see every state written before it: while it runs, no write of the slot
 starts and those under way finish first (``writing`` is the gate every state write goes
-through). A crash between the appends and the move of the log start leaves both copies,
+through); and it is of the slot as loaded at one coordinator epoch: its writes and the
+move of the log start are refused once this broker no longer leads the slot at that
+epoch (another may have written newer states meanwhile). A crash between the appends and the move of the log start leaves both copies,
 which replay to the same states.
 """
 
@@ -83,16 +85,19 @@ class StateCleaner:
         """Expire ``slot``'s idle ids from ``txns`` (the coordinator's) and compact the
         slot if it is due (and still loaded here: ``epochs``)."""
         async with self._alone(slot):
-            if slot not in epochs.loaded:
+            epoch = epochs.loaded.get(slot)
+            if epoch is None:
+                return
+            held = await asyncio.to_thread(self.state_log.records, slot)
+            if epochs.loaded.get(slot) != epoch:  # moved away (and back?) meanwhile
                 return
             mine = {tid: m for tid, m in txns.items() if epochs.slot(tid) == slot}
             gone = {tid for tid, m in mine.items() if self.expires(m, now_ms)}
-            held = await asyncio.to_thread(self.state_log.records, slot)
             if not gone and held <= max(self.min_records, 2 * len(mine)):
                 return
             # The tombstones make an expiry hold even where the log start does not move.
             live = [(tid, None if tid in gone else m) for tid, m in sorted(mine.items())]
-            await self.state_log.rewrite(slot, live, now_ms)
+            await self.state_log.rewrite(slot, live, now_ms, epoch)
             for tid in gone:
                 txns.pop(tid, None)
             self.expired += len(gone)

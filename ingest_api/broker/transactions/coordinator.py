@@ -187,9 +187,6 @@ class TransactionCoordinator:
         transaction does, if the member (at ``member_epoch``) is still the group's now."""
         if self.groups is None:
             raise InvalidTxnStateError("this broker has no consumer groups")
-        known = self._txns.get(tid)
-        await self.groups.checked(group, member_id, member_epoch, offsets,
-                                  known.timeout_ms if known else self.max_timeout_ms, tid)
         async with self._lock(tid):
             self.epochs.serve(tid)
             meta = self._ready(tid, producer_id, epoch)
@@ -198,6 +195,9 @@ class TransactionCoordinator:
             merged.update({(t, p): (t, p, o, m) for t, p, o, m in offsets})
             if sum(len(v) for g, v in held.items() if g != group) + len(merged) > MAX_OFFSETS:
                 raise InvalidRequestError(f"a transaction holds at most {MAX_OFFSETS} offsets")
+            # Checked (and held, by a group coordinated elsewhere) once the call is sure.
+            await self.groups.checked(group, member_id, member_epoch, offsets,
+                                      meta.timeout_ms, tid)
             pending = {**held, group: sorted(merged.values())}
             ongoing = self._ongoing(meta)
             await self._write(ongoing.with_(groups=tuple(sorted(pending)),

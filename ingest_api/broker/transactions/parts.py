@@ -4,6 +4,7 @@ consumer groups and slots it is given, its kill points, and small conversions.""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +21,7 @@ from log_tables.errors import (
 MAX_TRANSACTIONAL_ID_CHARS = 249
 MAX_PARTITIONS = 10_000
 """Partitions one transaction may add (a bound on its state record)."""
+log = logging.getLogger(__name__)
 MAX_OFFSETS = 10_000
 """Offsets one transaction may hold for its groups."""
 
@@ -59,12 +61,18 @@ class GroupOffsets:
         await maybe_await(self.check(group, member_id, epoch, offsets, timeout_ms, tid))
 
     async def ended(self, meta: TxnMeta, commit: bool) -> None:
-        """A decided transaction's offsets: written to their groups, or released."""
+        """A decided transaction's offsets: written to their groups, or released (at
+        best: a hold not released ends by itself, and must not stop the abort)."""
         for group, offsets in grouped(meta.offsets).items():
             if commit:
                 await maybe_await(self.write(group, offsets, meta.transactional_id))
             elif self.release is not None:
-                await maybe_await(self.release(group, meta.transactional_id))
+                try:
+                    await maybe_await(self.release(group, meta.transactional_id))
+                except Exception as exc:  # any failure: the hold times out by itself
+                    log.warning("releasing group %r's offsets held for transactional id %r "
+                                "failed (%s); they stay held until the hold times out", group,
+                                meta.transactional_id, exc)
 
 
 class SlotServing(Protocol):

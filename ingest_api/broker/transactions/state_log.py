@@ -64,11 +64,12 @@ class StateLog(Protocol):
         ...
 
     async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
-                      now_ms: int) -> None:
+                      now_ms: int, epoch: int) -> None:
         """Make ``records`` (each id's state; None: a tombstone, the id is gone) the whole
-        of ``slot``: append them durably, then move the log start to the first
-        (``cleaner``). Below the first, every record is one they supersede: deleting them
-        on any replica is safe."""
+        of ``slot`` as loaded at coordinator ``epoch``: append them durably, then move the
+        log start to the first (``cleaner``); refused (``NotCoordinatorError``) where this
+        broker no longer leads the slot at ``epoch``. Below the first, every record is one
+        they supersede: deleting them on any replica is safe."""
         ...
 
 
@@ -114,11 +115,13 @@ class LocalStateLog:
         return _replay(_records(self._log(slot)), slot)
 
     def records(self, slot: int) -> int:
+        if TXN_STATE_TOPIC not in self.manager.registry:
+            return 0  # (asking does not make the topic)
         plog = self._log(slot)
         return plog.log_end_offset - plog.log_start_offset
 
     async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
-                      now_ms: int) -> None:
+                      now_ms: int, epoch: int) -> None:
         await asyncio.to_thread(self._rewrite, slot, records, now_ms)
 
     def _rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
@@ -204,17 +207,19 @@ class ClusterStateLog:
         return plog.log_end_offset - plog.log_start_offset
 
     async def rewrite(self, slot: int, records: list[tuple[str, TxnMeta | None]],
-                      now_ms: int) -> None:
+                      now_ms: int, epoch: int) -> None:
         first = None
         for i in range(0, len(records), REWRITE_BATCH):
-            offsets = await self._produce(slot, records[i:i + REWRITE_BATCH], now_ms, True)
+            offsets = await self._produce(slot, records[i:i + REWRITE_BATCH], now_ms, True,
+                                          epoch)
             first = int(offsets.min()) if first is None else first
         if first is not None:
+            _HereOnly(self.link, epoch).local_epoch(TXN_STATE_TOPIC, slot)  # raises if moved
             await asyncio.to_thread(self.manager.log(TXN_STATE_TOPIC, slot).delete_records,
                                     first)
 
     async def _produce(self, slot: int, records: list[tuple[str, TxnMeta | None]],
-                       now_ms: int, durable: bool) -> np.ndarray:
+                       now_ms: int, durable: bool, epoch: int | None = None) -> np.ndarray:
         """The records' offsets."""
         tid = records[0][0]
         topic = self.manager.topic(TXN_STATE_TOPIC)
@@ -225,7 +230,7 @@ class ClusterStateLog:
         deadline = time.monotonic() + READY_WAIT_S
         while True:
             result = await self.produce.produce(topic, request, "all" if durable else "1",
-                                                _HereOnly(self.link))
+                                                _HereOnly(self.link, epoch))
             if not result.errors:
                 return result.offsets
             err = next(iter(result.errors.values()))
@@ -252,12 +257,17 @@ class ClusterStateLog:
 class _HereOnly:
     """A state write's route (``produce.service.Route``): the slot's partition here."""
 
-    def __init__(self, link: ClusterLink) -> None:
+    def __init__(self, link: ClusterLink, epoch: int | None = None) -> None:
         self.link = link
+        self.epoch = epoch
+        """Only at this leader epoch (a compaction's: the epoch it loaded the slot at)."""
 
     def local_epoch(self, topic: str, partition: int) -> int | None:
         where = self.link.route(topic, partition, True)  # never elsewhere: raises there
         assert isinstance(where, int)
+        if self.epoch is not None and where != self.epoch:
+            raise NotLeaderError(f"{topic}-{partition} is led here at epoch {where}, not at "
+                                 f"{self.epoch}, where its states were read")
         return where
 
     def forward(self, topic: str, request: ProduceRequest, runs: list[Run],
