@@ -28,7 +28,7 @@ from cluster.model import (
     encode,
 )
 from cluster.session import ZkSession, unreachable_as
-from cluster.tierers import tiered_by
+from cluster.tierers import SETTLE_FACTOR, tiered_by
 from cluster.view import ClusterView
 from log_tables.config import config_value
 from log_tables.errors import (
@@ -55,7 +55,8 @@ class ClusterBroker:
     def __init__(self, broker_id: int, session: ZkSession, info: BrokerInfo,
                  manager: LogManager, *, topic_defaults: Mapping[str, str] | None = None,
                  balance: BalanceOptions | None = None,
-                 offsets_topic_replication_factor: int = 3, tls_ca: str | None = None) -> None:
+                 offsets_topic_replication_factor: int = 3, tls_ca: str | None = None,
+                 replica_lag_time_max_ms: int = 30_000) -> None:
         """``session``: started already (the server reads its security from ZooKeeper
         before the logs are open). ``manager``: built with this cluster's producer ids
         (``cluster.producer_ids.ClusterProducerIds``). ``topic_defaults``: this broker's defaults of topic
@@ -66,6 +67,7 @@ class ClusterBroker:
         tells the readers beside this broker)."""
         self.broker_id = broker_id
         self.tls_ca = tls_ca
+        self.tier_settle_ms = SETTLE_FACTOR * replica_lag_time_max_ms
         self.topic_defaults = dict(topic_defaults or {})
         self.info = info
         self.manager = manager
@@ -225,7 +227,8 @@ class ClusterBroker:
                           if self.session.has_lease else ({}, {}))
             if (led, tiers) == self._leadership_written:
                 return
-            write_leadership(self.manager.data_dir, self.broker_id, led, tiers)
+            write_leadership(self.manager.data_dir, self.broker_id, led, tiers,
+                             self.tier_settle_ms)
             self._leadership_written = (led, tiers)
 
     # -- mirroring topics --------------------------------------------------------------

@@ -27,7 +27,7 @@ from log_tables.cold import job_runs
 from log_tables.cold.job_runs import DRY_RUN, FAILED, JobRun
 from log_tables.errors import StorageError
 from log_tables.layout import Layout
-from log_tables.leadership import read_cluster_id, read_leadership
+from log_tables.leadership import read_cluster_id, read_leadership, read_settle_ms
 from log_tables.registry import TopicMetadata
 
 if TYPE_CHECKING:
@@ -89,6 +89,12 @@ def led_here(layout: Layout, cluster: bool | None = None, *, tiers: bool = False
     if not cluster:
         return None
     return read_leadership(Path(layout.data_dir), "tiers" if tiers else "partitions") or {}
+
+
+def settle_here(layout: Layout) -> int:
+    """How old a transaction's marker must be before this broker's tiering job takes it
+    (``cluster.tierers``; 0 outside a cluster)."""
+    return read_settle_ms(Path(layout.data_dir))
 
 
 class Job(abc.ABC, Generic[Report]):

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from compaction_jobs.compact import CompactJob
-from compaction_jobs.job import Led, led_here
+from compaction_jobs.job import Led, led_here, settle_here
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
@@ -140,7 +140,8 @@ class JobScheduler:
         return led_here(self.layout, self.cluster)
 
     def _tier(self) -> object:
-        return TierJob(self.layout, led=led_here(self.layout, self.cluster, tiers=True)
+        return TierJob(self.layout, led=led_here(self.layout, self.cluster, tiers=True),
+                       settle_ms=settle_here(self.layout) if self.cluster is not False else 0
                        ).run(self._session)
 
     def _retention(self) -> object:

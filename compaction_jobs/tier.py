@@ -164,10 +164,13 @@ class TierJob(Job[TierReport]):
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None,
                  orphan_min_age_s: float = 60.0, skip_damaged: bool = False,
-                 led: Led | None = None) -> None:
+                 led: Led | None = None, settle_ms: int = 0) -> None:
         super().__init__(layout, topics, progress=progress, orphan_min_age_s=orphan_min_age_s,
                          led=led)
         self.skip_damaged = skip_damaged
+        self.settle_ms = settle_ms
+        """A committed transaction whose marker is younger is held back as an open one (a
+        cluster's tierer: ``cluster.tierers``)."""
         """Tier around damaged batches (an operator's choice: their records are lost)."""
         self._new_damage: list[DamagedPartition] = []
 
@@ -264,9 +267,13 @@ class TierJob(Job[TierReport]):
                 durable = min(durable, found.last_stable)
             aborted[p] = found.hidden.spans()
             # A transaction with no marker here may be committed elsewhere already: as
-            # one without end here, it holds back its records in the other partitions.
-            spans[p] = {**found.committed, **{t: (first, OPEN_END)
-                                              for t, first in found.open.items()}}
+            # one without end here, it holds back its records in the other partitions; so
+            # does one whose marker is too young for every replica read here to hold all
+            # its records (``settle_ms``).
+            settled = job_runs.now_ms() - self.settle_ms
+            spans[p] = {**{t: span if found.ended_ms.get(t, 0) <= settled else (span[0], OPEN_END)
+                           for t, span in found.committed.items()},
+                        **{t: (first, OPEN_END) for t, first in found.open.items()}}
             for seg, nxt in itertools.pairwise(list_segments(directory)):  # the last is active
                 if nxt.base_offset > durable:
                     break

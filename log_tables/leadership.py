@@ -23,10 +23,20 @@ CLUSTER_FILE = "cluster.json"
 
 
 def write_leadership(data_dir: Path, broker_id: int, led: dict[str, list[int]],
-                     tiers: dict[str, list[int]] | None = None) -> None:
-    """``tiers`` None: the broker tiers what it leads."""
-    doc = {"broker_id": broker_id, "partitions": led, "tiers": led if tiers is None else tiers}
+                     tiers: dict[str, list[int]] | None = None, settle_ms: int = 0) -> None:
+    """``tiers`` None: the broker tiers what it leads. ``settle_ms``: how old a
+    transaction's marker must be before the tiering job takes it (``cluster.tierers``)."""
+    doc = {"broker_id": broker_id, "partitions": led, "tiers": led if tiers is None else tiers,
+           "settle_ms": settle_ms}
     atomic_write(data_dir / LEADERSHIP_FILE, json.dumps(doc).encode())
+
+
+def read_settle_ms(data_dir: Path) -> int:
+    """``settle_ms`` of ``leadership.json`` (0 without one: a broker alone)."""
+    try:
+        return int(json.loads((data_dir / LEADERSHIP_FILE).read_bytes()).get("settle_ms", 0))
+    except FileNotFoundError:
+        return 0
 
 
 def read_leadership(data_dir: Path, key: str = "partitions") -> dict[str, set[int]] | None:

@@ -254,7 +254,8 @@ class Broker:
                      "leader_imbalance_per_broker_percentage":
                          settings.leader_imbalance_per_broker_percentage},
             offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
-            tls_ca=str(settings.tls_ca.absolute()) if settings.tls_ca is not None else None)
+            tls_ca=str(settings.tls_ca.absolute()) if settings.tls_ca is not None else None,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms)
         broker.start()
         METADATA.attach(broker.view)
         log.info("broker %d joined cluster %s at %s (controller: broker %s)",

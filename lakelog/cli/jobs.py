@@ -35,7 +35,7 @@ def jobs_tier(
     """Roll sealed hot segments into the topics' Delta tables, exactly once (on a
     cluster's broker, of the partitions it tiers: the leader of partition 0 tiers all the
     topic's partitions it holds a replica of)."""
-    from compaction_jobs.job import led_here
+    from compaction_jobs.job import led_here, settle_here
     from compaction_jobs.tier import TierJob, untiered
     from log_tables.layout import Layout
     from log_tables.spark.session import lakelog_session
@@ -63,7 +63,8 @@ def jobs_tier(
             time.sleep(1.0)
             seal()
         report = TierJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
-                         skip_damaged=skip_damaged, led=led).run(
+                         skip_damaged=skip_damaged, led=led,
+                         settle_ms=0 if led is None else settle_here(layout)).run(
             lambda: lakelog_session(layout.data_dir, layout.warehouse, master=master,
                                     app_name="lakelog-tier"))
         typer.echo(f"tiered {report.records} records in {len(report.tiered)} partition "

@@ -163,6 +163,8 @@ class TxnScan(NamedTuple):
     open: dict[TxnId, int] = {}  # noqa: RUF012 (a NamedTuple's default, never changed)
     """Transactions with no marker here yet: their first offsets (one may be committed in
     another partition already: its coordinator is writing the markers)."""
+    ended_ms: dict[TxnId, int] = {}  # noqa: RUF012 (a NamedTuple's default, never changed)
+    """When each committed transaction's marker here was written (its leader's clock)."""
 
 
 def scan(headers: Iterable[BatchHeader]) -> TxnScan:
@@ -172,6 +174,7 @@ def scan(headers: Iterable[BatchHeader]) -> TxnScan:
     pending: dict[int, tuple[int, int, int]] = {}  # pid -> (epoch, first, last offset)
     aborted: list[AbortedTxn] = []
     committed: dict[TxnId, tuple[int, int]] = {}
+    ended_ms: dict[TxnId, int] = {}
     for h in headers:
         if not h.transactional:
             continue
@@ -185,11 +188,12 @@ def scan(headers: Iterable[BatchHeader]) -> TxnScan:
             continue
         if h.commits:
             committed[(pid, ended[0])] = ended[1:]
+            ended_ms[(pid, ended[0])] = h.max_timestamp
         else:
             aborted.append(AbortedTxn(pid, ended[1], h.base_offset))
     return TxnScan(min(first for _, first, _ in pending.values()) if pending else None,
                    Hidden(aborted), committed,
-                   {(pid, epoch): first for pid, (epoch, first, _) in pending.items()})
+                   {(pid, epoch): first for pid, (epoch, first, _) in pending.items()}, ended_ms)
 
 
 def marker_records(commit: bool, coordinator_epoch: int, timestamp_ms: int) -> pa.RecordBatch:

@@ -8,9 +8,10 @@ from cluster.model import PartitionState, TopicAssignment
 from cluster.tierers import tiered_by
 
 
-def _state(leader: int) -> PartitionState:
-    return PartitionState(leader=leader, leader_epoch=1, isr=[leader] if leader > 0 else [1],
-                          controller_epoch=1)
+def _state(leader: int, isr: list[int] | None = None) -> PartitionState:
+    """In sync: every broker (``isr`` None)."""
+    return PartitionState(leader=leader, leader_epoch=1,
+                          isr=[1, 2, 3] if isr is None else isr, controller_epoch=1)
 
 
 def _all(topics: dict[str, TopicAssignment], states: dict[tuple[str, int], PartitionState]
@@ -43,3 +44,15 @@ def test_while_partition_0_has_no_leader_no_partition_of_the_topic_is_tiered() -
     assert _all(topics, states) == {1: {}, 2: {}, 3: {"other": [0]}}
     del states[("t", 0)]  # no state read yet
     assert _all(topics, states)[2] == {}
+
+
+def test_a_tierer_out_of_sync_on_one_partition_tiers_none_of_the_topic() -> None:
+    """Its replica there may lack records of a transaction whose marker it holds
+    elsewhere: the topic waits until it is back in sync (the other topic goes on)."""
+    topics = {"t": TopicAssignment([[1, 2, 3], [2, 3, 1], [3, 1, 2]]),
+              "u": TopicAssignment([[1, 2, 3]])}
+    states = {("t", 0): _state(1), ("t", 1): _state(2, [2, 3]), ("t", 2): _state(3),
+              ("u", 0): _state(1)}
+    assert _all(topics, states) == {1: {"u": [0]}, 2: {}, 3: {}}
+    states[("t", 1)] = _state(2)  # back in sync
+    assert _all(topics, states)[1] == {"t": [0, 1, 2], "u": [0]}

@@ -111,6 +111,25 @@ def test_a_commit_whose_markers_are_being_written_waits_for_all_of_them(
     assert _offsets(spark, "t", include_hot=False) == {0: [0, 2], 1: [0]}
 
 
+def test_a_marker_younger_than_settle_ms_holds_its_transaction_back(
+        spark: SparkSession, data: LogManager) -> None:
+    """A cluster's tierer reads followers' replicas, which may not yet hold records of a
+    transaction whose marker it already has in another partition (here: p1 holds nothing
+    of it yet). Until the marker is ``settle_ms`` old the transaction is held back like an
+    open one; once it is, every in-sync replica holds it (``cluster.tierers``)."""
+    data.create_topic("t", 2)
+    p0, p1 = data.log("t", 0), data.log("t", 1)
+    _txn(p0, 9, 0, 2)                           # p0: 0-1
+    p0.append_marker(9, 1, commit=True, coordinator_epoch=0)    # p0: 2
+    p0.append(batch_for(3, 1))                  # p0: 3
+    p0.roll()
+    layout = Layout.of(data.data_dir)
+    TierJob(layout, settle_ms=3_600_000).run(spark)
+    assert _offsets(spark, "t", include_hot=False) == {}
+    TierJob(layout, settle_ms=0).run(spark)     # old enough (here: no wait at all)
+    assert _offsets(spark, "t", include_hot=False) == {0: [0, 1, 3]}
+
+
 def test_ends_are_lowered_until_no_transaction_is_cut() -> None:
     # t1 (p0 [10, 12], p1 [5, 30]) straddles p1's end 20: p0 goes back to 10, p1 to 0;
     # then t2 (p0 [8, 9], p1 [18, 19]) is below p0's end and not p1's: p0 goes to 0.
