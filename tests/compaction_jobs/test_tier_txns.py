@@ -118,7 +118,7 @@ def test_a_marker_younger_than_settle_ms_holds_its_transaction_back(
     of it yet). Until the marker is ``settle_ms`` old the transaction is held back like an
     open one; once it is, every in-sync replica holds it (``cluster.tierers``)."""
     data.create_topic("t", 2)
-    p0, p1 = data.log("t", 0), data.log("t", 1)
+    p0 = data.log("t", 0)  # p1 (data.log("t", 1)) holds nothing of it yet
     _txn(p0, 9, 0, 2)                           # p0: 0-1
     p0.append_marker(9, 1, commit=True, coordinator_epoch=0)    # p0: 2
     p0.append(batch_for(3, 1))                  # p0: 3
