@@ -21,10 +21,12 @@ committed only once its marker is older than ``SETTLE_FACTOR`` times that
 (``settle_ms`` in ``leadership.json``; younger, it holds back like an open one): by then
 every in-sync replica of every partition holds the records written before the marker. A
 replica out of the ISR holds back its topic's tiering until it is back: the guarantee
-first, the hot logs grow meanwhile. Two tierers at once (leadership files lag a move of partition 0's
-leader) stay safe: a commit of transactions loses all its partitions when another job
-took one of them first (``commit_changes``'s ``whole``), and is planned again. While
-partition 0 has no leader, none of the topic's partitions is tiered.
+first, the hot logs grow meanwhile.
+
+Two tierers at once (leadership files lag a move of partition 0's leader) stay safe: a
+commit of transactions loses all its partitions when another job took one of them first
+(``commit_changes``'s ``whole``), and is planned again. While partition 0 has no leader,
+none of the topic's partitions is tiered.
 """
 
 from __future__ import annotations

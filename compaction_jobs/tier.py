@@ -168,10 +168,10 @@ class TierJob(Job[TierReport]):
         super().__init__(layout, topics, progress=progress, orphan_min_age_s=orphan_min_age_s,
                          led=led)
         self.skip_damaged = skip_damaged
+        """Tier around damaged batches (an operator's choice: their records are lost)."""
         self.settle_ms = settle_ms
         """A committed transaction whose marker is younger is held back as an open one (a
         cluster's tierer: ``cluster.tierers``)."""
-        """Tier around damaged batches (an operator's choice: their records are lost)."""
         self._new_damage: list[DamagedPartition] = []
 
     def run(self, spark: SparkSession | Callable[[], SparkSession] | None = None, *,
