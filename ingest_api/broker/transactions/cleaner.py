@@ -16,8 +16,8 @@ The rewrite must see every state written before it: while it runs, no write of t
 starts and those under way finish first (``writing`` is the gate every state write goes
 through); and it is of the slot as loaded at one coordinator epoch: its writes and the
 move of the log start are refused once this broker no longer leads the slot at that
-epoch (another may have written newer states meanwhile). A crash between the appends and the move of the log start leaves both copies,
-which replay to the same states.
+epoch (another may have written newer states meanwhile). A crash between the appends and
+the move of the log start leaves both copies, which replay to the same states.
 """
 
 from __future__ import annotations
