@@ -42,7 +42,8 @@ def _coordinator(manager: LogManager, clock: ManualClock, *, min_records: int = 
                  expiration_ms: int = 604_800_000, late: bool = False
                  ) -> TransactionCoordinator:
     c = TransactionCoordinator(
-        (LateStateLog if late else LocalStateLog)(manager, 1), ProducerIdManager(manager.data_dir), StalledMarkers(manager),
+        (LateStateLog if late else LocalStateLog)(manager, 1),
+        ProducerIdManager(manager.data_dir), StalledMarkers(manager),
         max_timeout_ms=600_000, abort_interval_ms=3_600_000, require_partition=manager.log,
         clock=clock, expiration_ms=expiration_ms)
     c.cleaner.min_records = min_records
