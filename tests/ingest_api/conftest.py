@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from log_tables.hot.log_manager import LogManager
 from tests.server import ServerProcess
 
 
@@ -54,3 +55,13 @@ def spawn_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     for proc in started:
         if proc.proc is not None and proc.proc.poll() is None:
             proc.kill()
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[LogManager]:
+    """Real logs for a transaction coordinator as an object: topic ``t`` of two
+    partitions."""
+    m = LogManager(tmp_path / "data")
+    m.create_topic("t", 2)
+    yield m
+    m.close()

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from consumer_groups.hashing import group_slot
 from tests.server import ServerProcess
 
 
@@ -313,6 +314,41 @@ def test_a_coordinator_killed_at_each_step_of_an_end_is_finished_by_the_next(
             assert everything == ([(0, value)], 2)  # one marker: offset 1, the end at 2
         offsets = client.get(f"/consumer-groups/{group}/offsets").json()["offsets"]
         assert [o["offset"] for o in offsets] == ([1] if commit else [])
+
+
+def test_a_coordinator_killed_mid_compaction_keeps_every_state_and_the_expiry(
+        spawn_server: Callable[..., ServerProcess]) -> None:
+    """SIGKILLed once a compaction of ``__transaction_state`` has appended its states and
+    tombstone, before it moves the log start: the restarted coordinator loads both copies
+    to the same states: the idle id stays expired, its slot neighbour's open transaction
+    is there to commit."""
+    server = spawn_server(auth="none", transactional_id_expiration_ms="3000",
+                          transaction_abort_interval_ms="100")
+    server.stop()
+    server.command = [sys.executable, "-m", "tests.cluster.broker_proc", "txn-state-rewritten"]
+    server.start()
+    idle = _tid()
+    busy = next(t for t in (f"busy-{i}" for i in range(10_000))
+                if group_slot(t, 16) == group_slot(idle, 16))
+    with server.client() as client:
+        client.post("/topics", json={"topic_name": "t", "partitions_count": 1})
+        done = Txn(client, idle)
+        assert done.add("t", 0).status_code == 204
+        done.send("t", 0, ["kept"])
+        assert done.end(commit=True).status_code == 200
+        open_one = Txn(client, busy)  # its timeout (60 s) outlives the expiry
+        assert open_one.add("t", 0).status_code == 204
+        open_one.send("t", 0, ["later"])
+    assert server.proc is not None and server.proc.wait(60) == -9  # idle expired: rewritten
+    server.command = [str(Path(sys.executable).parent / "lakelog")]
+    server.env.pop("LAKELOG_TRANSACTIONAL_ID_EXPIRATION_MS")
+    server.start()
+    with server.client() as client:
+        assert client.get(f"/transactions/{idle}").status_code == 404
+        assert client.get(f"/transactions/{busy}").json()["state"] == "Ongoing"
+        open_one.client = client
+        assert open_one.end(commit=True).status_code == 200
+        assert _values(client, "t", 0)[0] == [(0, "kept"), (2, "later")]
 
 
 def test_a_transactional_id_whose_epochs_run_out_moves_to_a_new_producer_id(

@@ -10,7 +10,6 @@ cannot aim at reliably (the nemesis met it, and its producers were told
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,6 @@ class StalledMarkers:
         plog = self.manager.log(topic, partition)
         if plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch) is not None:
             self.written.append((topic, partition))
-
-
-@pytest.fixture
-def manager(tmp_path: Path) -> Iterator[LogManager]:
-    m = LogManager(tmp_path / "data")
-    m.create_topic("t", 1)
-    yield m
-    m.close()
 
 
 def test_a_transaction_the_coordinator_is_still_aborting_is_concurrent_not_fenced(

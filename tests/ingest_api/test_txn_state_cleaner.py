@@ -6,8 +6,6 @@ A real coordinator on real logs, one slot (every id in it)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,14 +17,6 @@ from log_tables.errors import TransactionalIdNotFoundError
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.producer_ids import ProducerIdManager
 from tests.ingest_api.test_txn_coordinator import StalledMarkers
-
-
-@pytest.fixture
-def manager(tmp_path: Path) -> Iterator[LogManager]:
-    m = LogManager(tmp_path / "data")
-    m.create_topic("t", 2)
-    yield m
-    m.close()
 
 
 class LateStateLog(LocalStateLog):

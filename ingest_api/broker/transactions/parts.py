@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from consumer_groups.hashing import group_slot
-
-if TYPE_CHECKING:
-    from ingest_api.broker.transactions.state import TxnMeta
 from log_tables.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
     NotCoordinatorError,
 )
+
+if TYPE_CHECKING:
+    from ingest_api.broker.transactions.state import TxnMeta
 
 MAX_TRANSACTIONAL_ID_CHARS = 249
 MAX_PARTITIONS = 10_000
@@ -32,7 +32,9 @@ Offset = tuple[str, int, int, str | None]
 step_hook: Callable[[str], None] | None = None
 """Called with each step of an end as the coordinator completes it: ``txn-prepared`` (the
 outcome durable), ``txn-marker`` (after each partition's marker), ``txn-markers`` (every
-marker and offset written, before ``Complete*``). Tests kill the process there."""
+marker and offset written, before ``Complete*``); and ``txn-state-rewritten`` (a
+compaction's states appended, the log start not yet moved: ``cleaner``). Tests kill the
+process there."""
 
 
 def step(name: str) -> None:

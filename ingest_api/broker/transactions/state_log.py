@@ -26,6 +26,7 @@ import pyarrow as pa
 from consumer_groups.hashing import group_slot
 from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.produce.runs import ProduceResult, Run
+from ingest_api.broker.transactions.parts import step
 from ingest_api.broker.transactions.state import TxnMeta, decode, encode
 from log_tables.errors import (
     CoordinatorLoadInProgressError,
@@ -131,6 +132,7 @@ class LocalStateLog:
         for i in range(0, len(records), REWRITE_BATCH):
             plog.append(_batch(records[i:i + REWRITE_BATCH], now_ms))
         plog.flush(plog.log_end_offset)
+        step("txn-state-rewritten")
         plog.delete_records(first)
 
 
@@ -213,6 +215,7 @@ class ClusterStateLog:
             offsets = await self._produce(slot, records[i:i + REWRITE_BATCH], now_ms, True,
                                           epoch)
             first = int(offsets.min()) if first is None else first
+        step("txn-state-rewritten")
         if first is not None:
             _HereOnly(self.link, epoch).local_epoch(TXN_STATE_TOPIC, slot)  # raises if moved
             await asyncio.to_thread(self.manager.log(TXN_STATE_TOPIC, slot).delete_records,
