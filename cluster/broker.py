@@ -191,6 +191,9 @@ class ClusterBroker:
                     f"broker {self.broker_id} has lost touch with ZooKeeper and does not act "
                     f"as the leader of {topic}-{partition} until it is back; try again")
             return placement.leader_epoch
+        if placement.leader_epoch < 0:
+            raise LeaderNotAvailableError(f"{topic}-{partition}'s state is not known here "
+                                          f"yet; try again")
         if placement.leader < 0:
             raise LeaderNotAvailableError(
                 f"{topic}-{partition} has no leader: its broker(s) {list(placement.isr)} "

@@ -255,7 +255,10 @@ class ClusterView:
         with self._lock:
             gone = [t for t in self._watched_topics if t not in children]
         for name in gone:
-            self._drop_topic(name)
+            # The list may be older than a topic synced since (``sync_topic`` runs outside
+            # this queue): drop only what ZooKeeper no longer holds.
+            if self.client.exists(topic_path(name)) is None:
+                self._drop_topic(name)
 
     def _apply_topic(self, name: str, assignment: TopicAssignment) -> None:
         with self._lock:

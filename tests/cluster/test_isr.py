@@ -373,3 +373,32 @@ def test_a_controller_dead_after_one_write_leaves_the_rest_to_the_next(
         else:
             assert s == b
     assert {p for p in range(6) if state(zk, "t", p) != before[p]} == to_write
+
+
+def test_a_late_topic_list_does_not_drop_a_synced_topic(
+        zk: KazooClient, brokers: Sessions, zookeeper: ZooKeeperServer, chroot: str) -> None:
+    """``sync_topic`` (the answer to a create, run in the request's thread) reads a topic
+    outside the event queue; a children list read before the topic existed, applied after,
+    must not drop it (CI once saw a create answered 201 and the creating broker then
+    refuse produces to a partition it had no state for)."""
+    ctl = elected(zk)
+    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    client.start(timeout=30)
+    view = ClusterView(client)
+    try:
+        view.start()
+        assert view.wait_applied(WAIT_S)
+        create(ctl, "t", 3)
+        assert view.sync_topic("t") is not None
+        view._events.put(("topics", ((),)))  # the list from before "t" was made, late
+        assert view.wait_applied(WAIT_S)
+        for p in range(3):
+            placement = view.placement("t", p)
+            assert placement is not None and placement.leader_epoch == 0, placement
+        # A topic really gone still goes.
+        ctl.delete_topic("t")
+        wait_for("t dropped", lambda: view.placement("t", 0) is None)
+    finally:
+        view.stop()
+        client.stop()
+        client.close()
