@@ -263,9 +263,24 @@ class ClusterView:
     def _apply_topic(self, name: str, assignment: TopicAssignment) -> None:
         with self._lock:
             before = self.topics.get(name)
-            if before is not None and before.topic_id != assignment.topic_id:
+            anew = before is not None and before.topic_id != assignment.topic_id
+            missing = [p for p in range(assignment.partitions)
+                       if anew or (name, p) not in self.states]
+        # A new partition's state is read before the topic shows the partition, so that
+        # no reader finds a partition without one (its watch's event comes later).
+        read: dict[int, tuple[PartitionState, ZnodeStat]] = {}
+        for p in missing:
+            try:
+                raw, stat = self.client.get(state_path(name, p))
+            except NoNodeError:
+                continue
+            read[p] = decode(raw, PartitionState), stat
+        with self._lock:
+            if anew:
                 self.states = {k: v for k, v in self.states.items() if k[0] != name}
                 self._stamps = {k: v for k, v in self._stamps.items() if k[0] != name}
+            for p, (state, stat) in read.items():
+                self._hold(name, p, state, stat)
             self.topics[name] = assignment
         for p in range(assignment.partitions):
             self._watch_state(name, p)
@@ -287,19 +302,24 @@ class ClusterView:
 
     def _apply_state(self, name: str, partition: int, state: PartitionState,
                      stat: ZnodeStat) -> None:
+        with self._lock:
+            if not self._hold(name, partition, state, stat):
+                return
+        self._notify("state", name)
+
+    def _hold(self, name: str, partition: int, state: PartitionState, stat: ZnodeStat
+              ) -> bool:
+        """Hold the state unless an older one (under the lock): whether it changed."""
         key = (name, partition)
         stamp = (int(stat.czxid), state.leader_epoch, int(stat.version))
-        with self._lock:
-            held, held_stamp = self.states.get(key), self._stamps.get(key)
-            if held_stamp is not None and stamp <= held_stamp:
-                if stamp < held_stamp:
-                    log.info("%s-%d: ignoring a state of (leader epoch, version) %s below "
-                             "the held %s", name, partition, stamp[1:], held_stamp[1:])
-                return
-            self.states[key], self._stamps[key] = state, stamp
-            if held == state:
-                return  # rewritten as it was: the version is all that changed
-        self._notify("state", name)
+        held, held_stamp = self.states.get(key), self._stamps.get(key)
+        if held_stamp is not None and stamp <= held_stamp:
+            if stamp < held_stamp:
+                log.info("%s-%d: ignoring a state of (leader epoch, version) %s below "
+                         "the held %s", name, partition, stamp[1:], held_stamp[1:])
+            return False
+        self.states[key], self._stamps[key] = state, stamp
+        return held != state  # else rewritten as it was: the version is all that changed
 
     def _notify(self, kind: str, name: str) -> None:
         for listener in list(self.listeners):

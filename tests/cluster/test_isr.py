@@ -402,3 +402,25 @@ def test_a_late_topic_list_does_not_drop_a_synced_topic(
         view.stop()
         client.stop()
         client.close()
+
+
+def test_a_new_topic_shows_with_its_states(
+        zk: KazooClient, brokers: Sessions, zookeeper: ZooKeeperServer, chroot: str) -> None:
+    """A topic's assignment is published with its partitions' states, not before them
+    (their watches' events come later): a broker sent a produce in between would say the
+    partition has no leader."""
+    ctl = elected(zk)
+    create(ctl, "t", 3)
+    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    client.start(timeout=30)
+    view = ClusterView(client)  # not started: no thread applies the watches' events
+    try:
+        view._apply_topic("t", decode(zk.get(topic_path("t"))[0], TopicAssignment))
+        for p in range(3):
+            placement = view.placement("t", p)
+            assert placement is not None and placement.leader_epoch == 0, placement
+            assert placement.leader == placement.replicas[0]
+    finally:
+        view.stop()
+        client.stop()
+        client.close()
