@@ -10,7 +10,8 @@ on the lowest floor because every package raises these and the client
 (``lakelog.client.errors``, which must not import the server) reads bodies back into
 them by name. The log's, the groups' (``consumer_groups.errors`` re-exports them) and
 topic administration's errors are here; a cluster's in ``log_tables.cluster_errors``,
-transactions' in ``log_tables.txn_errors``;
+transactions' in ``log_tables.txn_errors``, the schema registry's in
+``log_tables.schema_errors``;
 a request's form, security and look-ups in ``log_tables.request_errors``.
 """
 
@@ -306,6 +307,8 @@ from log_tables.cluster_errors import *  # noqa: E402, F403
 from log_tables.cluster_errors import CLUSTER_ERRORS  # noqa: E402
 from log_tables.request_errors import *  # noqa: E402, F403
 from log_tables.request_errors import REQUEST_ERRORS  # noqa: E402
+from log_tables.schema_errors import *  # noqa: E402, F403
+from log_tables.schema_errors import SCHEMA_ERRORS  # noqa: E402
 from log_tables.txn_errors import *  # noqa: E402, F403
 from log_tables.txn_errors import TXN_ERRORS  # noqa: E402
 
@@ -319,7 +322,7 @@ DOMAIN_ERRORS: tuple[type[LakelogError], ...] = (
     QueueFullError, OutOfOrderSequenceError, InvalidProducerEpochError, UnknownProducerIdError,
     DataDirLockedError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
     GroupNotEmptyError, InconsistentGroupError, NoOffsetError, InvalidReplicationFactorError,
-    InvalidReplicaAssignmentError, *CLUSTER_ERRORS, *TXN_ERRORS,
+    InvalidReplicaAssignmentError, *CLUSTER_ERRORS, *TXN_ERRORS, *SCHEMA_ERRORS,
 )
 """The errors of the log, the groups, topic administration and a cluster: the client
 raises each as its class (``except RecordTooLargeError``)."""

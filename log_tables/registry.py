@@ -38,8 +38,15 @@ TXN_STATE_TOPIC = "__transaction_state"
 TXN_STATE_CONFIGS: Mapping[str, str] = {"segment.bytes": str(16 << 20)}
 """Its segments: small enough that those a compaction of its slots leaves below the log
 start are deleted (``ingest_api.broker.transactions.cleaner``)."""
-INTERNAL_TOPICS = frozenset({TXN_STATE_TOPIC})
-"""lakelog's own topics: made by the broker, never by a user, and in no listing."""
+SCHEMAS_TOPIC = "__schemas"
+"""The schema registry's records (Confluent's ``_schemas``): one partition, compacted."""
+SCHEMAS_CONFIGS: Mapping[str, str] = {"cleanup.policy": "compact"}
+INTERNAL_TOPICS: Mapping[str, str] = {
+    TXN_STATE_TOPIC: "the transaction coordinators' state",
+    SCHEMAS_TOPIC: "the schema registry's schemas",
+}
+"""lakelog's own topics (with what each holds): made by the broker, never by a user, and
+in no listing."""
 FORMAT_VERSION = 1
 
 

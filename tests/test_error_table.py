@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests")
 TABLE_MODULES = frozenset({"log_tables/errors.py", "log_tables/error_root.py",
                            "log_tables/cluster_errors.py", "log_tables/request_errors.py",
-                           "log_tables/txn_errors.py"})
+                           "log_tables/txn_errors.py", "log_tables/schema_errors.py"})
 OTHER_ROOTS = {
     # The front's error of HTTP parsing and of another broker's answer relayed as it was:
     # its status is the instance's own, its name one of the table's (checked below).

@@ -32,7 +32,7 @@ from log_tables.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from log_tables.registry import TXN_STATE_TOPIC
+from log_tables.registry import SCHEMAS_CONFIGS, SCHEMAS_TOPIC, TXN_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -189,19 +189,44 @@ class ClusterLink:
                 await asyncio.sleep(0.05)
 
     async def _create_txn_topic(self) -> None:
+        await self._create_internal(TXN_STATE_TOPIC, self.txn_slots, {})
+
+    async def _create_internal(self, topic: str, partitions: int,
+                               configs: dict[str, str]) -> None:
+        """Make one of lakelog's own topics, replicated like Kafka's: up to 3 copies,
+        min.insync.replicas up to 2 (``TopicAdmin`` gives the same when the controller
+        is another broker)."""
         controller = self.controller()
         factor = max(1, min(3, len(self.broker.view.live_brokers())))
-        configs = {"min.insync.replicas": str(min(2, factor))}
+        configs = {"min.insync.replicas": str(min(2, factor)), **configs}
         if controller is None:
             def create() -> None:
                 with contextlib.suppress(TopicExistsError):
-                    self.broker.controller.create_topic(TXN_STATE_TOPIC, self.txn_slots,
-                                                        factor, configs, 0)
+                    self.broker.controller.create_topic(topic, partitions, factor, configs, 0)
             await asyncio.to_thread(create)
         else:
             with contextlib.suppress(TopicExistsError):
-                await self.peers.create_topic(controller, TXN_STATE_TOPIC, self.txn_slots)
-        await asyncio.to_thread(self.broker.ensure_topic, TXN_STATE_TOPIC)
+                await self.peers.create_topic(controller, topic, partitions)
+        await asyncio.to_thread(self.broker.ensure_topic, topic)
+
+    async def schemas_leader(self) -> BrokerInfo:
+        """The broker serving the schema registry (the leader of ``__schemas``-0) when it
+        is another; made first when the cluster has none."""
+        if self.broker.view.topic(SCHEMAS_TOPIC) is None and \
+                not await asyncio.to_thread(self.broker.ensure_topic, SCHEMAS_TOPIC):
+            await self._create_internal(SCHEMAS_TOPIC, 1, dict(SCHEMAS_CONFIGS))
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while True:
+            leader = self.broker.view.leader(SCHEMAS_TOPIC, 0)
+            info = self.broker.view.broker(leader) if leader >= 0 else None
+            if info is not None and leader != self.broker_id:
+                return info
+            if time.monotonic() > deadline:
+                raise CoordinatorNotAvailableError(
+                    "the schema registry's partition (__schemas-0) " + (
+                        "moved here a moment ago and is loading" if leader == self.broker_id
+                        else "has no leader") + "; try again")
+            await asyncio.sleep(0.05)
 
     def controller(self) -> BrokerInfo | None:
         """The controller's broker; None when it is this one."""

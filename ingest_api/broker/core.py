@@ -44,6 +44,8 @@ from ingest_api.broker.produce.service import ProduceService
 from ingest_api.broker.records_admin import RecordsAdmin
 from ingest_api.broker.replica_fetcher import Fetchers
 from ingest_api.broker.replica_server import ReplicaServer
+from ingest_api.broker.schemas.registry import SchemaRegistry
+from ingest_api.broker.schemas.store import ClusterSchemaLog, LocalSchemaLog
 from ingest_api.broker.security import ZNODE_PATH, SecurityStore
 from ingest_api.broker.topics import TopicAdmin
 from ingest_api.broker.transactions.coordinator import TransactionCoordinator
@@ -168,6 +170,8 @@ class Broker:
         self.group_admin = GroupAdmin(groups, manager, tiered, topics, bounds, link)
         self.cluster_info = ClusterInfo(manager, tiered, topics, link)
         self.records_admin = RecordsAdmin(tiered, topics, link)
+        self.schemas = SchemaRegistry(LocalSchemaLog(manager) if link is None else
+                                      ClusterSchemaLog(manager, produce, link))
         self.replica_server = ReplicaServer(link, notifier)
         self.subscriptions = SubscriptionWriter(settings.layout.data_dir)
         # No member outlives a server: what an earlier one wrote is gone.
@@ -230,8 +234,8 @@ class Broker:
         (``__transaction_state``) is refused, as Kafka refuses appends to its internal
         topics: only its coordinators write it."""
         if name in INTERNAL_TOPICS:
-            raise InvalidTopicError(f"topic {name!r} is lakelog's own (the transaction "
-                                    "coordinators' state): only they write to it")
+            raise InvalidTopicError(f"topic {name!r} is lakelog's own "
+                                    f"({INTERNAL_TOPICS[name]}): only lakelog writes to it")
         if self.link is not None and name not in self.manager.registry:
             self.link.ensure_topic(name)
         return self.manager.require_topic(name)

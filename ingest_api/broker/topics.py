@@ -33,6 +33,7 @@ from log_tables.errors import (
 from log_tables.hot.log_manager import LogManager
 from log_tables.registry import (
     INTERNAL_TOPICS,
+    SCHEMAS_CONFIGS,
     TXN_STATE_CONFIGS,
     TXN_STATE_TOPIC,
     TopicMetadata,
@@ -129,8 +130,8 @@ class TopicAdmin:
     async def create(self, new: NewTopic) -> CreatedTopic:
         """Create a topic (``validate_only``: check all of it, create nothing)."""
         if new.name in INTERNAL_TOPICS and not new.internal:
-            raise InvalidTopicError(f"{new.name} is lakelog's own (the transaction "
-                                    "coordinators' state); choose another name")
+            raise InvalidTopicError(f"{new.name} is lakelog's own "
+                                    f"({INTERNAL_TOPICS[new.name]}); choose another name")
         if self.link is not None:
             return await self._create_in_cluster(new, self.link)
         factor = METADATA.replication_factor(new.name)  # 1: this broker alone
@@ -167,9 +168,10 @@ class TopicAdmin:
                 f"more brokers or ask for fewer replicas")
         partitions = 1 if new.partitions_count is None else new.partitions_count
         configs, _ = config_values(new.configs)
-        if new.name == TXN_STATE_TOPIC:  # as Kafka's: 3 copies, 2 in sync, where they live
+        if new.name in INTERNAL_TOPICS:  # as Kafka's: 3 copies, 2 in sync, where they live
             factor = max(1, min(3, live))
-            configs = {"min.insync.replicas": str(min(2, factor)), **TXN_STATE_CONFIGS}
+            configs = {"min.insync.replicas": str(min(2, factor)),
+                       **(TXN_STATE_CONFIGS if new.name == TXN_STATE_TOPIC else SCHEMAS_CONFIGS)}
         if internal:
             meta = TopicMetadata(OFFSETS_TOPIC, "", partitions, {}, 0)
         else:
@@ -199,8 +201,8 @@ class TopicAdmin:
     async def delete(self, name: str) -> None:
         """Delete the topic, its committed offsets and its Delta tier."""
         if name in INTERNAL_TOPICS:
-            raise InvalidTopicError(f"{name} is lakelog's own (the transaction coordinators' "
-                                    "state): it cannot be deleted")
+            raise InvalidTopicError(f"{name} is lakelog's own ({INTERNAL_TOPICS[name]}): "
+                                    "it cannot be deleted")
         self.describe(name)
         if self.link is not None:
             broker = self.link.broker

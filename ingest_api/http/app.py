@@ -38,6 +38,8 @@ from ingest_api.http.routers import (
     partitions,
     records,
     replication,
+    schema_settings,
+    schemas,
     security,
     topics,
     transactions,
@@ -98,6 +100,8 @@ def create_app(settings: ApiSettings | None = None,
     app.include_router(admin.router)
     app.include_router(groups_router.router)
     app.include_router(transactions.router)
+    app.include_router(schemas.router)
+    app.include_router(schema_settings.router)
     app.include_router(txn_internal.router)
     app.include_router(group_views.router)
     app.include_router(security.router)

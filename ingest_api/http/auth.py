@@ -85,6 +85,9 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", _B + r"/jobs/runs", "cluster", "describe"),
     _rule("GET POST", _B + r"/(acls|acls:delete|api-keys)", "cluster", "admin"),
     _rule("DELETE", _B + r"/api-keys/[^/]+", "cluster", "admin"),
+    # The schema registry (Confluent's paths): any principal; the routes check subjects.
+    _rule("GET POST PUT DELETE", r"^/(subjects|schemas|config|mode|compatibility)(/.*)?",
+          None),
     _rule("POST", r"^/internal/replica/(fetch|epoch-end)", None),  # brokers only: see there
     _rule("POST", r"^/internal/txn/(marker|verify|offsets-check|offsets-commit)", None),  # same
 )

@@ -64,6 +64,16 @@ HTTP: dict[type[e.LakelogError], tuple[int, int]] = {
     e.InvalidTxnStateError: (409, 40909), e.InvalidTransactionTimeoutError: (400, 40011),
     e.ConcurrentTransactionsError: (409, 40910), e.TransactionalIdNotFoundError: (404, 40407),
     e.UnstableOffsetCommitError: (409, 40911), e.TransactionAbortableError: (409, 40912),
+    # the schema registry's: Confluent Schema Registry's own codes
+    e.SubjectNotFoundError: (404, 40401), e.VersionNotFoundError: (404, 40402),
+    e.SchemaNotFoundError: (404, 40403), e.SubjectSoftDeletedError: (404, 40404),
+    e.SubjectNotSoftDeletedError: (404, 40405), e.SchemaVersionSoftDeletedError: (404, 40406),
+    e.SchemaVersionNotSoftDeletedError: (404, 40407),
+    e.SubjectLevelCompatibilityNotConfiguredError: (404, 40408),
+    e.SubjectLevelModeNotConfiguredError: (404, 40409), e.IncompatibleSchemaError: (409, 409),
+    e.InvalidSchemaError: (422, 42201), e.InvalidVersionError: (422, 42202),
+    e.InvalidCompatibilityLevelError: (422, 42203), e.InvalidModeError: (422, 42204),
+    e.OperationNotPermittedError: (422, 42205), e.ReferenceExistsError: (422, 42206),
     # a request's form
     e.BadRequestError: (400, 400), e.InvalidRequestError: (422, 422),
     e.InvalidParameterError: (400, 400), e.MalformedJsonError: (400, 400),

@@ -217,7 +217,7 @@ class ClusterStateLog:
             first = int(offsets.min()) if first is None else first
         step("txn-state-rewritten")
         if first is not None:
-            _HereOnly(self.link, epoch).local_epoch(TXN_STATE_TOPIC, slot)  # raises if moved
+            HereOnly(self.link, epoch).local_epoch(TXN_STATE_TOPIC, slot)  # raises if moved
             await asyncio.to_thread(self.manager.log(TXN_STATE_TOPIC, slot).delete_records,
                                     first)
 
@@ -233,7 +233,7 @@ class ClusterStateLog:
         deadline = time.monotonic() + READY_WAIT_S
         while True:
             result = await self.produce.produce(topic, request, "all" if durable else "1",
-                                                _HereOnly(self.link, epoch))
+                                                HereOnly(self.link, epoch))
             if not result.errors:
                 return result.offsets
             err = next(iter(result.errors.values()))
@@ -257,7 +257,7 @@ class ClusterStateLog:
         return _replay(_records(self.manager.log(TXN_STATE_TOPIC, slot)), slot)
 
 
-class _HereOnly:
+class HereOnly:
     """A state write's route (``produce.service.Route``): the slot's partition here."""
 
     def __init__(self, link: ClusterLink, epoch: int | None = None) -> None:

@@ -1,0 +1,121 @@
+"""Schemas by type: parsing (with their references), and the form that identifies one.
+
+A schema is kept as its canonical text: its JSON written compactly (``normalize``: with
+keys sorted too), so that the same schema sent with other whitespace finds its id, as
+Confluent's does. Avro is parsed by Apache Avro's library (whose checker also decides
+compatibility, ``compatibility``), JSON Schema by ``jsonschema`` (the schema checked
+against its draft's meta-schema). Protobuf is not served yet: such a schema is refused
+as invalid, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import avro.errors
+import avro.name
+import avro.schema
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+
+from log_tables.errors import InvalidSchemaError
+
+AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
+SCHEMA_TYPES = (AVRO, JSON)
+"""The types served (``GET /schemas/types``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A named schema this one uses: ``subject``'s ``version``, known as ``name``."""
+
+    name: str
+    subject: str
+    version: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "subject": self.subject, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """A schema as stored: its type, canonical text and references."""
+
+    schema_type: str
+    text: str
+    references: tuple[Reference, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, tuple[Reference, ...]]:
+        """What makes two schemas the same (and so of the same id)."""
+        return self.schema_type, self.text, self.references
+
+
+Resolve = Callable[[Reference], Schema]
+"""A reference's schema (raises ``InvalidSchemaError`` when it does not exist)."""
+
+
+def canonical(schema_type: str, text: str, references: Sequence[Reference], resolve: Resolve,
+              normalize: bool = False) -> Schema:
+    """The schema, checked, in the form it is kept in; ``InvalidSchemaError`` says why
+    it is not one."""
+    if schema_type not in SCHEMA_TYPES:
+        hint = ("PROTOBUF schemas are not served yet" if schema_type == PROTOBUF else
+                f"schemaType must be one of {', '.join(SCHEMA_TYPES)}")
+        raise InvalidSchemaError(f"{hint}; got {schema_type!r}")
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise InvalidSchemaError(f"the {schema_type} schema is not JSON: {exc}") from None
+    if schema_type == AVRO and isinstance(doc, str):
+        doc = {"type": doc}  # "string" and {"type": "string"} are one schema
+    out = Schema(schema_type, json.dumps(doc, separators=(",", ":"), sort_keys=normalize,
+                                         ensure_ascii=False), tuple(references))
+    if schema_type == AVRO:
+        avro_schema(out, resolve)
+    else:
+        json_schema(out)
+    return out
+
+
+def avro_schema(schema: Schema, resolve: Resolve) -> avro.schema.Schema:
+    """The Avro schema, its references' named types known while it is parsed."""
+    names = avro.name.Names()
+    _add_references(schema, resolve, names, set())
+    try:
+        return avro.schema.make_avsc_object(json.loads(schema.text), names)
+    except (avro.errors.AvroException, TypeError, ValueError, KeyError) as exc:
+        raise InvalidSchemaError(f"invalid Avro schema: {exc}") from None
+
+
+def _add_references(schema: Schema, resolve: Resolve, names: avro.name.Names,
+                    seen: set[tuple[str, int]]) -> None:
+    for ref in schema.references:
+        if (ref.subject, ref.version) in seen:
+            continue
+        seen.add((ref.subject, ref.version))
+        used = resolve(ref)
+        _add_references(used, resolve, names, seen)
+        try:
+            avro.schema.make_avsc_object(json.loads(used.text), names)
+        except avro.errors.SchemaParseException as exc:
+            if "redefine" not in str(exc).lower():  # known already through another path
+                raise InvalidSchemaError(f"reference {ref.name!r} ({ref.subject} version "
+                                         f"{ref.version}) is not a valid Avro schema: {exc}"
+                                         ) from None
+
+
+def json_schema(schema: Schema) -> dict[str, Any] | bool:
+    """The JSON Schema document, checked against its draft's meta-schema."""
+    doc = json.loads(schema.text)
+    if not isinstance(doc, dict | bool):
+        raise InvalidSchemaError("a JSON Schema is an object (or true/false)")
+    try:
+        jsonschema.validators.validator_for(doc).check_schema(doc)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise InvalidSchemaError(f"invalid JSON Schema: {exc.message}") from None
+    return doc
