@@ -7,13 +7,14 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ingest_api.http.body import decode, read_body
+from ingest_api.http.body import read_body
 from ingest_api.http.routers.schemas import (
     MAX_BODY,
     Flag,
     Subject,
     allow,
     answer,
+    read_json,
     registry_of,
     served,
 )
@@ -67,7 +68,7 @@ async def set_subject_level(subject: Subject, request: Request) -> Response:
 
 
 async def _set_level(request: Request, subject: str | None) -> Response:
-    body = decode(await read_body(request, MAX_BODY), _level_body, 422)
+    body = read_json(request, await read_body(request, MAX_BODY), _level_body)
     reg = await served(request)
     if isinstance(reg, Response):
         return reg
@@ -127,7 +128,7 @@ async def set_subject_mode(subject: Subject, request: Request) -> Response:
 
 
 async def _set_mode(request: Request, subject: str | None) -> Response:
-    body = decode(await read_body(request, MAX_BODY), _mode_body, 422)
+    body = read_json(request, await read_body(request, MAX_BODY), _mode_body)
     reg = await served(request)
     if isinstance(reg, Response):
         return reg

@@ -13,7 +13,7 @@ and mode; a schema by id is readable by any principal.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
@@ -25,7 +25,6 @@ from ingest_api.broker.schemas.state import RegistryState, Version
 from ingest_api.http.auth import may, require
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.forwarding import forwarded
-from ingest_api.http.routers.cluster import forward
 from ingest_api.http.state import state
 from log_tables.errors import (
     InvalidSchemaError,
@@ -35,6 +34,7 @@ from log_tables.errors import (
 )
 
 router = APIRouter(tags=["schema registry"])
+T = TypeVar("T")
 MEDIA = "application/vnd.schemaregistry.v1+json"
 MAX_BODY = 4 << 20
 Subject = Annotated[str, Path(min_length=1, max_length=1024)]
@@ -82,7 +82,14 @@ async def served(request: Request) -> RegistryState | Response:
     if forwarded(request):
         raise NotCoordinatorError(f"broker {link.broker_id} does not serve the schema "
                                   "registry (the metadata moved); ask again")
-    return await forward(request, await link.schemas_leader())
+    return await link.proxy(request, await link.schemas_leader(),
+                            getattr(request.state, "raw_body", None))
+
+
+def read_json(request: Request, raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
+    """The body decoded (422 for a wrong shape), kept as it came for passing on."""
+    request.state.raw_body = raw
+    return decode(raw, decoder, 422)
 
 
 def topic_of(subject: str) -> str | None:
@@ -104,7 +111,7 @@ def allow(request: Request, subject: str | None, operation: str) -> None:
 
 
 async def _schema_of(request: Request) -> SchemaBody:
-    body = decode(await read_body(request, MAX_BODY), _schema_body, 422)
+    body = read_json(request, await read_body(request, MAX_BODY), _schema_body)
     if body.ruleSet or body.metadata:
         raise InvalidSchemaError("metadata and ruleSet (Confluent's data contracts) are not "
                                  "supported: register the schema without them")

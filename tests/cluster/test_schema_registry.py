@@ -1,0 +1,83 @@
+"""The schema registry on a real three-broker cluster: served by the leader of
+``__schemas``-0 (replicated, acks=all), reached through any broker, and after that
+leader is SIGKILLed served by the next with every schema the clients were told of and
+no id given twice."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from lakelog.zookeeper import ZooKeeperServer
+from log_tables.registry import SCHEMAS_TOPIC
+from tests.cluster.harness import Cluster, three_brokers, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def user(n: int) -> Schema:
+    """Version ``n`` of a record: each adds a field with a default (BACKWARD keeps)."""
+    fields = [{"name": "name", "type": "string"}] + [
+        {"name": f"f{i}", "type": "int", "default": i} for i in range(n)]
+    return Schema(json.dumps({"type": "record", "name": "User", "fields": fields}), "AVRO")
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    with three_brokers(tmp_path_factory.mktemp("schemas"), zookeeper.connect) as c:
+        yield c
+
+
+def test_any_broker_serves_and_a_killed_leader_loses_nothing(cluster: Cluster) -> None:
+    clients: list[SchemaRegistryClient] = []
+
+    def via(i: int) -> SchemaRegistryClient:
+        client = SchemaRegistryClient({"url": cluster.brokers.url(i)})
+        clients.append(client)
+        return client
+
+    try:
+        ids = [via(1).register_schema("users-value", user(0))]
+        state = wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader >= 0 and
+                         len(s.isr) == 3 and s, "__schemas-0 led, three replicas in sync")[0]
+        leader = state.leader
+        others = [i for i in cluster.brokers.ids if i != leader]
+        # Registered through each broker: the followers pass the request on.
+        for n, i in enumerate([*others, leader], start=1):
+            ids.append(via(i).register_schema("users-value", user(n)))
+        assert len(set(ids)) == len(ids) == 4
+        for i in cluster.brokers.ids:
+            assert via(i).get_versions("users-value") == [1, 2, 3, 4]
+            assert json.loads(via(i).get_schema(ids[2]).schema_str) == json.loads(
+                user(2).schema_str)
+        # The registry's broker dies: the next leader of __schemas-0 serves all of it.
+        cluster.brokers.kill(leader)
+        wait_for(lambda: cluster.state(SCHEMAS_TOPIC, 0).leader in others,
+                 "__schemas-0 led by another broker")
+        survivor = others[0]
+        after = wait_for(lambda: _versions(via(survivor)), "the registry served again")[0]
+        assert after == [1, 2, 3, 4]
+        for k, schema_id in enumerate(ids):
+            assert json.loads(via(others[1]).get_schema(schema_id).schema_str) == \
+                json.loads(user(k).schema_str)
+        new = via(survivor).register_schema("users-value", user(4))
+        assert new not in ids and new > max(ids)
+        # Back, the old leader serves or passes on the same registry.
+        cluster.brokers.start(leader)
+        wait_for(lambda: _versions(via(leader)) == [1, 2, 3, 4, 5],
+                 "the restarted broker answering with every version")
+        assert via(leader).register_schema("orders-value", user(0)) == ids[0]  # same schema
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _versions(client: SchemaRegistryClient) -> list[int] | None:
+    try:
+        return list(client.get_versions("users-value"))
+    except Exception:  # a 503 while the partition moves, or a refused connection
+        return None
