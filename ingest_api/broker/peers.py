@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from log_tables.hot.isolation import READ_UNCOMMITTED, Isolation
 
@@ -92,6 +92,11 @@ class Peers(Protocol):
     async def create_topic(self, broker: BrokerInfo, topic: str, partitions: int) -> None:
         """Ask ``broker`` (the controller) to create ``topic``, as this broker's own request
         (``__consumer_offsets``); ``TopicExistsError`` when it exists."""
+        ...
+
+    async def registry_get(self, broker: BrokerInfo, path: str) -> Any:
+        """A GET of the schema registry ``broker`` serves (``/schemas/ids/1``), as this
+        broker: its JSON answer, or its error raised as the table's."""
         ...
 
     async def fetch(self, broker: BrokerInfo, topic: str, partition: int, offset: int,

@@ -51,9 +51,45 @@ class JsonData(msgspec.Struct, tag_field="type", tag="JSON", forbid_unknown_fiel
     data: Any = None
 
 
-Envelope = BinaryData | StringData | JsonData
+class _SchemaData(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, gc=False):
+    """Data with a schema of the registry (Confluent REST v3): ``schema_id``, or ``subject``
+    (else the topic's by ``subject_name_strategy``) and ``schema_version`` (else the
+    latest). Stored in Confluent's wire format (``ingest_api.broker.schemas.serde``)."""
+
+    data: Any = None
+    subject: str | None = None
+    subject_name_strategy: str | None = None
+    schema_id: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    schema_version: Annotated[int, Meta(ge=-1, le=2**31 - 1)] | None = None
+
+
+class AvroData(_SchemaData, tag="AVRO"):
+    """Data to write with an Avro schema."""
+
+
+class JsonSchemaData(_SchemaData, tag="JSONSCHEMA"):
+    """Data to write with a JSON Schema."""
+
+
+class ProtobufData(_SchemaData, tag="PROTOBUF"):
+    """Data to write with a Protobuf schema (not served yet: refused)."""
+
+
+SCHEMA_ENVELOPES = (AvroData, JsonSchemaData, ProtobufData)
+
+
+class EncodedData(msgspec.Struct, gc=False):
+    """A schema envelope once encoded (never decoded from a body): what is stored, and
+    the type its delivery report names."""
+
+    tag: str
+    data: bytes
+
+
+Envelope = BinaryData | StringData | JsonData | AvroData | JsonSchemaData | ProtobufData
 ENVELOPE_TYPES: tuple[str, ...] = tuple(
-    str(t.__struct_config__.tag) for t in (BinaryData, StringData, JsonData))
+    str(t.__struct_config__.tag) for t in (BinaryData, StringData, JsonData,
+                                           *SCHEMA_ENVELOPES))
 """The ``type`` names a key or value may have, as a 422 lists them."""
 
 

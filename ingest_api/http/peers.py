@@ -9,6 +9,7 @@ the sender's own credentials (with ``Lakelog-Principal``, the user it acts for).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -112,6 +113,12 @@ class HttpPeers:
             return
         if r.json().get("error") == TopicExistsError.code:
             raise TopicExistsError(topic)
+        raise error_of(r)
+
+    async def registry_get(self, broker: BrokerInfo, path: str) -> Any:
+        r = await self.send(broker, "GET", path, principal=None)
+        if r.status_code == 200:
+            return r.json()
         raise error_of(r)
 
     async def _fetch(self, broker: BrokerInfo, topic: str, partition: int, offset: int,

@@ -28,6 +28,7 @@ from ingest_api.broker.produce.request import (
 )
 from ingest_api.http.models import (
     BinaryData,
+    EncodedData,
     Envelope,
     JsonData,
     PlainEntry,
@@ -46,11 +47,11 @@ _partition_of = attrgetter("partition_id")
 _producer_of = (attrgetter("producer_id"), attrgetter("producer_epoch"), attrgetter("sequence"))
 
 
-def envelope_bytes(env: Envelope | None) -> bytes | None:
+def envelope_bytes(env: Envelope | EncodedData | None) -> bytes | None:
     """The stored bytes of a key or value envelope (None for a null)."""
     if env is None:
         return None
-    if env.__class__ is BinaryData:
+    if env.__class__ is BinaryData or env.__class__ is EncodedData:
         return env.data
     if env.data is None:
         return None
@@ -126,8 +127,7 @@ def _column(envelopes: list[Any]) -> tuple[pa.Array | list[bytes | None], Envelo
     BINARY or all STRING envelopes (or nulls of one of those); a list for a few records
     (planned record by record)."""
     if len(envelopes) < SMALL_REQUEST:
-        return [envelope_bytes(e) for e in envelopes], [
-            None if e is None or e.data is None else _TAGS[e.__class__] for e in envelopes]
+        return [envelope_bytes(e) for e in envelopes], list(map(_tag_of, envelopes))
     classes = set(map(type, envelopes))
     if len(classes) == 1 and (cls := classes.pop()) in (BinaryData, StringData):
         data = list(map(_data_of, envelopes))
@@ -141,8 +141,14 @@ def _column(envelopes: list[Any]) -> tuple[pa.Array | list[bytes | None], Envelo
             tag = _TAGS[cls]
             return column, tag if not column.null_count else [
                 None if d is None else tag for d in data]
-    return binary_column([envelope_bytes(e) for e in envelopes]), [
-        None if e is None or e.data is None else _TAGS[e.__class__] for e in envelopes]
+    return binary_column([envelope_bytes(e) for e in envelopes]), list(map(_tag_of, envelopes))
+
+
+def _tag_of(env: Any) -> str | None:
+    """An envelope's type as its delivery report names it (None: it stores a null)."""
+    if env is None or env.data is None:
+        return None
+    return env.tag if env.__class__ is EncodedData else _TAGS[env.__class__]
 
 
 def _headers(headers: Any) -> Headers | None:

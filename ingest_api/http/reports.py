@@ -20,6 +20,7 @@ from ingest_api.broker.fetch import record_time
 from ingest_api.broker.produce.runs import ProduceResult
 from ingest_api.http.errors import ApiError, error_body
 from ingest_api.http.models import (
+    EncodedData,
     ProduceRecord,
     Success,
 )
@@ -31,7 +32,9 @@ _encoder = msgspec.json.Encoder()
 
 def _tag(env: Any) -> str | None:
     """The envelope's type, or None when it stores a null."""
-    return None if env is None or env.data is None else env.__struct_config__.tag
+    if env is None or env.data is None:
+        return None
+    return env.tag if env.__class__ is EncodedData else env.__struct_config__.tag
 
 
 def size(env: Any) -> dict[str, Any] | None:

@@ -294,3 +294,73 @@ def test_api_keys_and_acls_apply(spawn_server: Callable[..., ServerProcess]) -> 
         assert (r.status_code, r.json()["error_code"]) == (403, 40301)
     assert httpx.get(server.url + "/subjects").status_code == 401
     assert sorted(admin_sr.get_subjects()) == ["orders-value", "payments-value"]
+
+
+def test_produce_with_schemas(server: ServerProcess) -> None:
+    """Confluent REST v3's AVRO and JSONSCHEMA envelopes: the data is checked against the
+    schema (by id, or the subject's version, the latest by default) and stored in
+    Confluent's wire format, which Confluent's deserializers read; a record that does not
+    fit fails alone."""
+    topic = fresh()
+    sr = registry(server)
+    user = unique(USER_V2)
+    v1 = sr.register_schema(f"{topic}-value", Schema(user.replace(
+        ', {"name": "age", "type": "int", "default": 0}', ""), "AVRO"))
+    v2 = sr.register_schema(f"{topic}-value", Schema(user, "AVRO"))
+    key_id = sr.register_schema(f"{topic}-key", Schema(
+        '{"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]}',
+        "JSON"))
+    entries = [
+        {"id": "latest", "key": {"type": "JSONSCHEMA", "data": {"k": 1}},
+         "value": {"type": "AVRO", "data": {"name": "ann", "age": 3}}},
+        {"id": "by-id", "value": {"type": "AVRO", "schema_id": v1, "data": {"name": "bo"}}},
+        {"id": "by-version", "value": {"type": "AVRO", "schema_version": 1,
+                                       "data": {"name": "cy"}}},
+        {"id": "by-subject", "value": {"type": "AVRO", "subject": f"{topic}-value",
+                                       "schema_version": 2, "data": {"name": "di", "age": 9}}},
+        {"id": "misfit", "value": {"type": "AVRO", "data": {"name": "ed", "age": "old"}}},
+        {"id": "no-subject", "value": {"type": "AVRO", "subject": f"{fresh()}-value",
+                                       "data": {"name": "fa"}}},
+        {"id": "wrong-type", "value": {"type": "JSONSCHEMA", "schema_id": v2, "data": {}}},
+        {"id": "key-misfit", "key": {"type": "JSONSCHEMA", "data": {"k": "one"}},
+         "value": {"type": "STRING", "data": "x"}},
+        {"id": "protobuf", "value": {"type": "PROTOBUF", "data": {}}},
+        {"id": "plain", "value": {"type": "STRING", "data": "no schema"}},
+    ]
+    with server.client() as c:
+        assert c.post("/topics", json={"topic_name": topic, "partitions_count": 1}
+                      ).status_code == 201
+        r = c.post(f"/topics/{topic}/records:batch", json={"entries": entries})
+        assert r.status_code == 207, r.text
+        ok = {s["id"]: s for s in r.json()["successes"]}
+        failed = {f["id"]: f for f in r.json()["failures"]}
+        assert set(ok) == {"latest", "by-id", "by-version", "by-subject", "plain"}
+        assert ok["latest"]["value"]["type"] == "AVRO"
+        assert ok["latest"]["key"]["type"] == "JSONSCHEMA"
+        assert {i: (f["error_code"], f["error"]) for i, f in failed.items()} == {
+            "misfit": (42201, "invalid_record"), "no-subject": (40401, "subject_not_found"),
+            "wrong-type": (42201, "invalid_record"), "key-misfit": (42201, "invalid_record"),
+            "protobuf": (42201, "invalid_schema")}
+        assert "User.age" in failed["misfit"]["message"]
+        assert "key does not fit JSON Schema" in failed["key-misfit"]["message"]
+    assert "at /k" in failed["key-misfit"]["message"]
+        # The single-record endpoint too: a misfit is refused whole.
+        r = c.post(f"/topics/{topic}/records", json={
+            "value": {"type": "AVRO", "schema_id": v2, "data": {"name": 5}}})
+        assert (r.status_code, r.json()["error_code"]) == (422, 42201)
+        got = c.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0}).json()
+    records = got["records"]
+    assert len(records) == 5
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    read = AvroDeserializer(registry(server))
+    values = [read(base64.b64decode(rec["value"]["data"]), ctx) for rec in records[:4]]
+    assert values == [{"name": "ann", "age": 3}, {"name": "bo"}, {"name": "cy"},
+                      {"name": "di", "age": 9}]
+    ids = [int.from_bytes(base64.b64decode(rec["value"]["data"])[1:5], "big")
+           for rec in records[:4]]
+    assert ids == [v2, v1, v1, v2]
+    key = base64.b64decode(records[0]["key"]["data"])
+    assert key[0] == 0 and int.from_bytes(key[1:5], "big") == key_id
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+    assert JSONDeserializer(None, schema_registry_client=registry(server))(key, key_ctx) == {
+        "k": 1}

@@ -38,9 +38,15 @@ from ingest_api.http.models import (
     ProducerInit,
     RawBatch,
 )
+from ingest_api.http.ndjson import ndjson
 from ingest_api.http.produce_columns import produce_request, typed_request
 from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
+from ingest_api.http.schema_envelopes import (
+    encode_schema_envelopes,
+    may_have_schemas,
+    without_failed,
+)
 from ingest_api.http.state import AppState, json_body, json_response, state
 from log_tables.errors import (
     EmptyBatchError,
@@ -119,41 +125,17 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 objects = stream.feed(body, final=True)
                 if stream.error:  # the whole body is here: refuse it whole
                     raise stream.error from None
-                return _ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
+                return ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
+            if may_have_schemas(body) and (failed := await encode_schema_envelopes(
+                    st, topic_name, [record])):
+                raise failed[0]
             result = await st.produce.produce(meta, produce_request([record]), acks,
                                               _route(st, request))
             _count_in(st, topic_name, result)
             if 0 in result.errors:
                 raise result.errors[0]
             return json_response(report(topic_name, record, result, 0))
-    return _ndjson(_produce_stream(st, meta, request, acks, _route(st, request)))
-
-
-class _NdjsonStream(Response):
-    """Streams report lines while the request body is still being read.
-
-    Starlette's StreamingResponse listens for a disconnect by calling receive()
-    concurrently, which would steal the body chunks this response reads, so the
-    lines are sent with plain ASGI messages instead.
-    """
-
-    media_type = "application/x-ndjson"
-
-    def __init__(self, lines: AsyncIterator[bytes]) -> None:
-        super().__init__(status_code=200, media_type=self.media_type)
-        self.lines = lines
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # No content-length: uvicorn sends the lines with chunked transfer encoding.
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": [(b"content-type", self.media_type.encode())]})
-        async for line in self.lines:
-            await send({"type": "http.response.body", "body": line, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _ndjson(reports: AsyncIterator[bytes]) -> Response:
-    return _NdjsonStream(reports)
+    return ndjson(_produce_stream(st, meta, request, acks, _route(st, request)))
 
 
 async def _produce_all(st: AppState, meta: TopicMetadata, objects: list[bytes], acks: Acks,
@@ -196,6 +178,9 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(None)
         except ApiError as exc:
             slots.append(error_body(exc)[1])
+    if records and any(map(may_have_schemas, objects)):
+        records = without_failed(records, slots, await encode_schema_envelopes(
+            st, meta.name, records))
     result = (await st.produce.produce(meta, produce_request(records), acks, route)
               if records else None)
     if result is not None:
@@ -236,7 +221,10 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
+        failed = await encode_schema_envelopes(st, topic_name, entries) \
+            if may_have_schemas(raw) else {}
         produce, key_types, value_types = typed_request(entries)
+        produce.invalid.update(failed)
         if transactional_id is not None:
             produce.transactional_id = transactional_id
             if st.cluster is not None:

@@ -1,0 +1,48 @@
+"""The schemas a produce with schemas writes with (``serde.SchemaSource``): the registry
+here where this broker serves it, else asked of the broker that does (the leader of
+``__schemas``-0, through ``peers.Peers.registry_get``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ingest_api.broker.schemas.formats import Reference, Schema
+from ingest_api.broker.schemas.registry import LATEST, SchemaRegistry
+
+if TYPE_CHECKING:
+    from ingest_api.broker.cluster_link import ClusterLink
+
+
+class RegistrySource:
+    def __init__(self, registry: SchemaRegistry, link: ClusterLink | None) -> None:
+        self.registry = registry
+        self.link = link
+
+    async def by_id(self, schema_id: int) -> Schema:
+        state = await self.registry.serving()
+        if state is not None:
+            return self.registry.schema_by_id(state, schema_id)
+        return _schema(await self._remote(f"/schemas/ids/{schema_id}"))
+
+    async def by_version(self, subject: str, version: int) -> tuple[int, Schema]:
+        state = await self.registry.serving()
+        if state is not None:
+            v = self.registry.version(state, subject, version)
+            return v.id, v.schema
+        doc = await self._remote(f"/subjects/{quote(subject, safe='')}/versions/"
+                                 f"{'latest' if version == LATEST else version}")
+        return int(doc["id"]), _schema(doc)
+
+    async def reference(self, ref: Reference) -> Schema:
+        return (await self.by_version(ref.subject, ref.version))[1]
+
+    async def _remote(self, path: str) -> Any:
+        assert self.link is not None  # a broker alone serves the registry itself
+        return await self.link.peers.registry_get(await self.link.schemas_leader(), path)
+
+
+def _schema(doc: dict[str, Any]) -> Schema:
+    return Schema(str(doc.get("schemaType") or "AVRO"), str(doc["schema"]), tuple(
+        Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
+        for r in doc.get("references") or []))

@@ -1,0 +1,74 @@
+"""Keys and values given with a schema (``AVRO``, ``JSONSCHEMA`` envelopes) made into
+the bytes stored, before a produce plans the records: checked against the schema and
+written in Confluent's wire format (``ingest_api.broker.schemas.serde``). A record whose
+key or value does not fit fails alone, as any invalid record does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ingest_api.broker.schemas.serde import SchemaRef, encode_all
+from ingest_api.http.errors import error_body
+from ingest_api.http.models import SCHEMA_ENVELOPES, EncodedData, ProtobufData
+from ingest_api.http.state import AppState
+from log_tables.errors import InvalidSchemaError, LakelogError
+
+MARKS = (b'"AVRO"', b'"JSONSCHEMA"', b'"PROTOBUF"')
+"""What a body with a schema envelope holds: a body without any skips the scan."""
+
+
+def may_have_schemas(raw: bytes) -> bool:
+    return any(mark in raw for mark in MARKS)
+
+
+async def encode_schema_envelopes(st: AppState, topic: str, records: Sequence[Any]
+                                  ) -> dict[int, LakelogError]:
+    """Replace each schema envelope of ``records`` (in place) by what is stored; the
+    records that cannot be, by index, with why (their envelopes left as they were)."""
+    items: list[tuple[int, bool, SchemaRef, Any]] = []
+    errors: dict[int, LakelogError] = {}
+    for i, record in enumerate(records):
+        for is_key, env in ((True, record.key), (False, record.value)):
+            if env is None or env.__class__ not in SCHEMA_ENVELOPES:
+                continue
+            if env.__class__ is ProtobufData:
+                errors.setdefault(i, InvalidSchemaError(
+                    "PROTOBUF data is not served yet: send AVRO or JSONSCHEMA, or the "
+                    "serialized bytes as BINARY"))
+                continue
+            items.append((i, is_key, SchemaRef(str(env.__struct_config__.tag), env.subject,
+                                               env.subject_name_strategy, env.schema_id,
+                                               env.schema_version), env.data))
+    if not items:
+        return errors
+    encoded = await encode_all(st.broker.schema_writers, topic, items)
+    for i, is_key, ref, _ in items:
+        got = encoded[i * 2 + is_key]
+        if isinstance(got, LakelogError):
+            errors.setdefault(i, got)
+        else:
+            setattr(records[i], "key" if is_key else "value", EncodedData(ref.kind, got))
+    for i in errors:  # a failed record keeps no envelope the columns cannot take
+        for name in ("key", "value"):
+            if getattr(records[i], name).__class__ in SCHEMA_ENVELOPES:
+                setattr(records[i], name, None)
+    return errors
+
+
+def without_failed(records: list[Any], slots: list[dict[str, Any] | None],
+                   failed: dict[int, LakelogError]) -> list[Any]:
+    """The records of a stream of objects without those that failed, whose slots (None:
+    a record's, in order) become their error bodies."""
+    if not failed:
+        return records
+    kept: list[Any] = []
+    j = 0
+    for k, slot in enumerate(slots):
+        if slot is None:
+            if j in failed:
+                slots[k] = error_body(failed[j])[1]
+            else:
+                kept.append(records[j])
+            j += 1
+    return kept
