@@ -343,7 +343,7 @@ def test_produce_with_schemas(server: ServerProcess) -> None:
             "protobuf": (42201, "invalid_schema")}
         assert "User.age" in failed["misfit"]["message"]
         assert "key does not fit JSON Schema" in failed["key-misfit"]["message"]
-    assert "at /k" in failed["key-misfit"]["message"]
+        assert "at /k" in failed["key-misfit"]["message"]
         # The single-record endpoint too: a misfit is refused whole.
         r = c.post(f"/topics/{topic}/records", json={
             "value": {"type": "AVRO", "schema_id": v2, "data": {"name": 5}}})
