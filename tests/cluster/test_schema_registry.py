@@ -5,11 +5,14 @@ no id given twice."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from lakelog.zookeeper import ZooKeeperServer
 from log_tables.registry import SCHEMAS_TOPIC
@@ -81,3 +84,31 @@ def _versions(client: SchemaRegistryClient) -> list[int] | None:
         return list(client.get_versions("users-value"))
     except Exception:  # a 503 while the partition moves, or a refused connection
         return None
+
+
+def test_produce_with_schemas_through_a_broker_that_does_not_serve_it(cluster: Cluster
+                                                                       ) -> None:
+    """The broker taking the produce asks the registry's broker for the schema."""
+    leader = wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader >= 0 and s,
+                      "__schemas-0 led")[0].leader
+    other = next(i for i in cluster.brokers.ids if i != leader and cluster.brokers.alive(i))
+    client = SchemaRegistryClient({"url": cluster.brokers.url(other)})
+    try:
+        schema_id = client.register_schema("typed-value", user(2))
+        assert cluster.post(other, "/topics", json={"topic_name": "typed",
+                                                    "partitions_count": 1}).status_code == 201
+        r = cluster.post(other, "/topics/typed/records:batch", json={"entries": [
+            {"id": "0", "value": {"type": "AVRO", "data": {"name": "ann", "f0": 5, "f1": 6}}},
+            {"id": "1", "value": {"type": "AVRO", "schema_id": schema_id,
+                                  "data": {"name": 7}}}]})
+        assert r.status_code == 207, r.text
+        assert [f["id"] for f in r.json()["failures"]] == ["1"]
+        got = wait_for(lambda: cluster.get(other, "/topics/typed/partitions/0/records",
+                                           params={"offset": 0}).json().get("records"),
+                       "the record readable")[0]
+        blob = base64.b64decode(got[0]["value"]["data"])
+        assert int.from_bytes(blob[1:5], "big") == schema_id
+        assert AvroDeserializer(client)(blob, SerializationContext(
+            "typed", MessageField.VALUE)) == {"name": "ann", "f0": 5, "f1": 6}
+    finally:
+        client.close()
