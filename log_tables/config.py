@@ -121,6 +121,20 @@ def _boolean(name: str, raw: str) -> bool:
     return value == "true"
 
 
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+"""Confluent's subject name strategies (a key's or value's subject: ``<topic>-value``, the
+record's full name, or ``<topic>-<record's full name>``)."""
+
+
+def _strategy(name: str, raw: str) -> str:
+    """A strategy by its short name or Confluent's Java class name."""
+    value = str(raw).strip().rsplit(".", 1)[-1]
+    if value not in SUBJECT_NAME_STRATEGIES:
+        raise InvalidConfigError(name, raw, f"must be one of {', '.join(SUBJECT_NAME_STRATEGIES)}"
+                                            " (or Confluent's class name of one)")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     """One topic config: its Kafka name, default, parser and a line of doc."""
@@ -174,6 +188,16 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("unclean.leader.election.enable", False, _boolean,
               "With no in-sync replica alive, let an out-of-sync one lead (the partition "
               "comes back, but acknowledged records may be lost)."),
+    ConfigDef("confluent.key.schema.validation", False, _boolean,
+              "Refuse a record whose key is not in Confluent's wire format with a schema id "
+              "registered under the key's subject (a null key passes)."),
+    ConfigDef("confluent.value.schema.validation", False, _boolean,
+              "The same for values (a null value, a tombstone, passes)."),
+    ConfigDef("confluent.key.subject.name.strategy", "TopicNameStrategy", _strategy,
+              "The key's subject for validation: TopicNameStrategy (<topic>-key), "
+              "RecordNameStrategy (the record's full name), TopicRecordNameStrategy."),
+    ConfigDef("confluent.value.subject.name.strategy", "TopicNameStrategy", _strategy,
+              "The value's subject for validation, as for keys (<topic>-value)."),
 )
 CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
@@ -200,6 +224,10 @@ class TopicConfig:
     delta_target_lag_ms: int = 60_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    confluent_key_schema_validation: bool = False
+    confluent_value_schema_validation: bool = False
+    confluent_key_subject_name_strategy: str = "TopicNameStrategy"
+    confluent_value_subject_name_strategy: str = "TopicNameStrategy"
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, object],

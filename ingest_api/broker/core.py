@@ -48,6 +48,7 @@ from ingest_api.broker.schemas.registry import SchemaRegistry
 from ingest_api.broker.schemas.serde import Writers
 from ingest_api.broker.schemas.source import RegistrySource
 from ingest_api.broker.schemas.store import ClusterSchemaLog, LocalSchemaLog
+from ingest_api.broker.schemas.validation import SchemaValidation
 from ingest_api.broker.security import ZNODE_PATH, SecurityStore
 from ingest_api.broker.topics import TopicAdmin
 from ingest_api.broker.transactions.coordinator import TransactionCoordinator
@@ -174,7 +175,9 @@ class Broker:
         self.records_admin = RecordsAdmin(tiered, topics, link)
         self.schemas = SchemaRegistry(LocalSchemaLog(manager) if link is None else
                                       ClusterSchemaLog(manager, produce, link))
-        self.schema_writers = Writers(RegistrySource(self.schemas, link))
+        source = RegistrySource(self.schemas, link)
+        self.schema_writers = Writers(source)
+        self.schema_validation = SchemaValidation(source)
         self.replica_server = ReplicaServer(link, notifier)
         self.subscriptions = SubscriptionWriter(settings.layout.data_dir)
         # No member outlives a server: what an earlier one wrote is gone.

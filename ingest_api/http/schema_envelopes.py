@@ -11,8 +11,10 @@ from typing import Any
 from ingest_api.broker.schemas.serde import SchemaRef, encode_all
 from ingest_api.http.errors import error_body
 from ingest_api.http.models import SCHEMA_ENVELOPES, EncodedData, ProtobufData
+from ingest_api.http.produce_columns import envelope_bytes
 from ingest_api.http.state import AppState
 from log_tables.errors import InvalidSchemaError, LakelogError
+from log_tables.registry import TopicMetadata
 
 MARKS = (b'"AVRO"', b'"JSONSCHEMA"', b'"PROTOBUF"')
 """What a body with a schema envelope holds: a body without any skips the scan."""
@@ -54,6 +56,23 @@ async def encode_schema_envelopes(st: AppState, topic: str, records: Sequence[An
             if getattr(records[i], name).__class__ in SCHEMA_ENVELOPES:
                 setattr(records[i], name, None)
     return errors
+
+
+async def schema_checks(st: AppState, meta: TopicMetadata, records: Sequence[Any],
+                        maybe_envelopes: bool) -> dict[int, LakelogError]:
+    """Before a produce plans ``records``: their schema envelopes encoded (when the body
+    may hold any), then the topic's schema validation; the records refused, by index."""
+    failed = await encode_schema_envelopes(st, meta.name, records) if maybe_envelopes \
+        else {}
+    validation = st.broker.schema_validation
+    config = meta.config
+    if validation.applies(config):
+        keys = [None if i in failed else envelope_bytes(r.key) for i, r in enumerate(records)]
+        values = [None if i in failed else envelope_bytes(r.value)
+                  for i, r in enumerate(records)]
+        for i, exc in (await validation.check(meta.name, config, keys, values)).items():
+            failed.setdefault(i, exc)
+    return failed
 
 
 def without_failed(records: list[Any], slots: list[dict[str, Any] | None],

@@ -7,6 +7,7 @@ schema id, payload) and read back by the deserializers. Bad input gets Confluent
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -364,3 +365,58 @@ def test_produce_with_schemas(server: ServerProcess) -> None:
     key_ctx = SerializationContext(topic, MessageField.KEY)
     assert JSONDeserializer(None, schema_registry_client=registry(server))(key, key_ctx) == {
         "k": 1}
+
+
+def test_topic_refuses_unregistered_data(server: ServerProcess) -> None:
+    """confluent.value.schema.validation: only Confluent's wire format with an id of the
+    value's subject is taken (a tombstone passes); by TopicNameStrategy and by
+    RecordNameStrategy."""
+    sr = registry(server)
+    user = unique(USER_V1)
+    topic, other = fresh(), fresh()
+    mine = sr.register_schema(f"{topic}-value", Schema(user, "AVRO"))
+    theirs = sr.register_schema(f"{other}-value", Schema(unique(USER_V1), "AVRO"))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    good = AvroSerializer(sr, user)({"name": "ann"}, ctx)
+    wrong_subject = b"\x00" + theirs.to_bytes(4, "big") + good[5:]
+    unknown = b"\x00" + (2**31 - 5).to_bytes(4, "big") + good[5:]
+
+    def b64(blob: bytes) -> dict[str, str]:
+        return {"type": "BINARY", "data": base64.b64encode(blob).decode()}
+
+    with server.client() as c:
+        r = c.post("/topics", json={"topic_name": topic, "partitions_count": 1, "configs": [
+            {"name": "confluent.value.schema.validation", "value": "true"}]})
+        assert r.status_code == 201, r.text
+        r = c.post(f"/topics/{topic}/records:batch", json={"entries": [
+            {"id": "good", "value": b64(good)},
+            {"id": "envelope", "value": {"type": "AVRO", "data": {"name": "bo"}}},
+            {"id": "tombstone", "key": {"type": "STRING", "data": "k"}},
+            {"id": "plain", "value": {"type": "STRING", "data": "not framed"}},
+            {"id": "wrong-subject", "value": b64(wrong_subject)},
+            {"id": "unknown", "value": b64(unknown)}]})
+        assert r.status_code == 207
+        assert sorted(s["id"] for s in r.json()["successes"]) == ["envelope", "good",
+                                                                  "tombstone"]
+        why = {f["id"]: (f["error_code"], f["message"]) for f in r.json()["failures"]}
+        assert why["plain"][0] == 42201 and "wire format" in why["plain"][1]
+        assert f"not registered under subject '{topic}-value'" in why["wrong-subject"][1]
+        assert "is not registered" in why["unknown"][1]
+        r = c.post(f"/topics/{topic}/records", json={"value": {"type": "STRING", "data": "x"}})
+        assert (r.status_code, r.json()["error_code"]) == (422, 42201)
+        # By the record's name: the subject is the schema's full name.
+        named = fresh()
+        full = json.loads(user)["namespace"] + ".User"
+        by_name = sr.register_schema(full, Schema(user, "AVRO"))
+        assert by_name == mine
+        r = c.post("/topics", json={"topic_name": named, "partitions_count": 1, "configs": [
+            {"name": "confluent.value.schema.validation", "value": "true"},
+            {"name": "confluent.value.subject.name.strategy",
+             "value": "io.confluent.kafka.serializers.subject.RecordNameStrategy"}]})
+        assert r.status_code == 201, r.text
+        r = c.post(f"/topics/{named}/records:batch", json={"entries": [
+            {"id": "0", "value": b64(good)}, {"id": "1", "value": b64(wrong_subject)}]})
+        assert [s["id"] for s in r.json()["successes"]] == ["0"]
+        bad = c.post("/topics", json={"topic_name": fresh(), "configs": [
+            {"name": "confluent.value.subject.name.strategy", "value": "Sideways"}]})
+        assert bad.status_code == 400 and "TopicNameStrategy" in bad.json()["message"]

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from ingest_api.broker.schemas.formats import Reference, Schema
 from ingest_api.broker.schemas.registry import LATEST, SchemaRegistry
+from log_tables.errors import SchemaNotFoundError
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -33,6 +34,18 @@ class RegistrySource:
         doc = await self._remote(f"/subjects/{quote(subject, safe='')}/versions/"
                                  f"{'latest' if version == LATEST else version}")
         return int(doc["id"]), _schema(doc)
+
+    async def versions_of(self, schema_id: int) -> list[tuple[str, int]]:
+        """The (subject, version) pairs not deleted that have the schema of an id."""
+        state = await self.registry.serving()
+        if state is not None:
+            return sorted((v.subject, v.version) for v in state.with_id(schema_id)
+                          if not v.deleted)
+        try:
+            found = await self._remote(f"/schemas/ids/{schema_id}/versions")
+        except SchemaNotFoundError:
+            return []
+        return [(str(d["subject"]), int(d["version"])) for d in found]
 
     async def reference(self, ref: Reference) -> Schema:
         return (await self.by_version(ref.subject, ref.version))[1]

@@ -43,8 +43,8 @@ from ingest_api.http.produce_columns import produce_request, typed_request
 from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.schema_envelopes import (
-    encode_schema_envelopes,
     may_have_schemas,
+    schema_checks,
     without_failed,
 )
 from ingest_api.http.state import AppState, json_body, json_response, state
@@ -126,8 +126,7 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 if stream.error:  # the whole body is here: refuse it whole
                     raise stream.error from None
                 return ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
-            if may_have_schemas(body) and (failed := await encode_schema_envelopes(
-                    st, topic_name, [record])):
+            if failed := await schema_checks(st, meta, [record], may_have_schemas(body)):
                 raise failed[0]
             result = await st.produce.produce(meta, produce_request([record]), acks,
                                               _route(st, request))
@@ -178,9 +177,9 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(None)
         except ApiError as exc:
             slots.append(error_body(exc)[1])
-    if records and any(map(may_have_schemas, objects)):
-        records = without_failed(records, slots, await encode_schema_envelopes(
-            st, meta.name, records))
+    if records:
+        records = without_failed(records, slots, await schema_checks(
+            st, meta, records, any(map(may_have_schemas, objects))))
     result = (await st.produce.produce(meta, produce_request(records), acks, route)
               if records else None)
     if result is not None:
@@ -221,8 +220,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
-        failed = await encode_schema_envelopes(st, topic_name, entries) \
-            if may_have_schemas(raw) else {}
+        failed = await schema_checks(st, meta, entries, may_have_schemas(raw))
         produce, key_types, value_types = typed_request(entries)
         produce.invalid.update(failed)
         if transactional_id is not None:
