@@ -4,12 +4,15 @@ rebuilt from the records of ``__schemas``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from ingest_api.broker.schemas.compatibility import level, problems
 from ingest_api.broker.schemas.formats import AVRO, JSON, Reference, Schema, canonical
+from ingest_api.broker.schemas.registry import SchemaRegistry
 from ingest_api.broker.schemas.state import (
     RegistryState,
     Version,
@@ -17,7 +20,11 @@ from ingest_api.broker.schemas.state import (
     setting_record,
     version_record,
 )
-from log_tables.errors import InvalidCompatibilityLevelError, InvalidSchemaError
+from log_tables.errors import (
+    InvalidCompatibilityLevelError,
+    InvalidSchemaError,
+    NotEnoughReplicasAfterAppendError,
+)
 
 
 def nothing(ref: Reference) -> Schema:
@@ -127,3 +134,43 @@ def test_state_from_records() -> None:
     fresh.apply(*id_record(7))
     fresh.apply(*version_record(Version("c", 1, 2, s2), "c", 1))
     assert fresh.next_id == 7
+
+
+class FlakyLog:
+    """A registry's log in memory whose next write can be made to fail after its records
+    are in (a stand-in: an acks=all write appended on the leader and then refused for too
+    few replicas, which a test on real brokers cannot time)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+        self.fail_next = False
+
+    def epoch(self) -> int | None:
+        return 0
+
+    def load(self) -> Iterator[tuple[bytes, bytes | None]]:
+        return iter(list(self.records))
+
+    async def write(self, records: Sequence[tuple[bytes, bytes | None]], epoch: int) -> None:
+        self.records += records
+        if self.fail_next:
+            self.fail_next = False
+            raise NotEnoughReplicasAfterAppendError("appended, too few replicas")
+
+
+def test_an_id_in_a_failed_write_is_not_given_again() -> None:
+    async def run() -> None:
+        log = FlakyLog()
+        registry = SchemaRegistry(log)
+        first = await registry.register("a-value", "AVRO", avro(A_INT).text, ())
+        log.fail_next = True
+        with pytest.raises(NotEnoughReplicasAfterAppendError):
+            await registry.register("b-value", "AVRO", avro().text, ())
+        # The client heard of no id, but the record may stay: the next schema gets
+        # another id, and registering b again finds the one it has.
+        third = await registry.register("c-value", "AVRO", avro(A_STRING_DEFAULT).text, ())
+        again = await registry.register("b-value", "AVRO", avro().text, ())
+        assert first.id == 1 and again.id == 2 and third.id == 3
+        assert again.version == 1
+
+    asyncio.run(run())

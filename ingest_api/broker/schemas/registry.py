@@ -47,6 +47,7 @@ from log_tables.errors import (
     SchemaNotFoundError,
     SchemaVersionNotSoftDeletedError,
     SchemaVersionSoftDeletedError,
+    ServiceUnavailableError,
     SubjectLevelCompatibilityNotConfiguredError,
     SubjectLevelModeNotConfiguredError,
     SubjectNotFoundError,
@@ -99,9 +100,18 @@ class SchemaRegistry:
             return None
         if self._state is None or self._epoch != epoch:
             async with self._lock:
-                if self._state is None or self._epoch != epoch:
-                    self._state = await asyncio.to_thread(self._load)
-                    self._epoch = epoch
+                return await self._loaded()
+        return self._state
+
+    async def _loaded(self) -> RegistryState | None:
+        """``serving``'s answer, under ``_lock`` (a change begins with it, so that it never
+        works on a registry read before a failed write or at an older epoch)."""
+        epoch = self.log.epoch()
+        if epoch is None:
+            return None
+        if self._state is None or self._epoch != epoch:
+            self._state = await asyncio.to_thread(self._load)
+            self._epoch = epoch
         return self._state
 
     def _load(self) -> RegistryState:
@@ -113,13 +123,21 @@ class SchemaRegistry:
     async def _write(self, state: RegistryState, records: Sequence[Record]) -> None:
         """Records durably in the log, then in ``state`` (under ``_lock``)."""
         assert self._epoch is not None
-        await self.log.write(records, self._epoch)
+        try:
+            await self.log.write(records, self._epoch)
+        except BaseException:
+            # The records may be in the log all the same (appended, then too few
+            # replicas, or a timeout): read it again before the next change, so that an
+            # id they took is never given to another schema.
+            self._state = None
+            raise
         for key, value in records:
             state.apply(key, value)
 
     async def _writable(self, subject: str | None, *, importing: bool = False
                         ) -> RegistryState:
-        state = await self._state_or_fail()
+        """The registry to change (under ``_lock``), if the mode allows."""
+        state = await self._changing()
         current = self.mode_of(state, subject)
         if current in ("READONLY", "READONLY_OVERRIDE") or (
                 importing and current != "IMPORT"):
@@ -129,11 +147,12 @@ class SchemaRegistry:
                                 if importing else ": it takes no writes"))
         return state
 
-    async def _state_or_fail(self) -> RegistryState:
-        state = await self.serving()
+    async def _changing(self) -> RegistryState:
+        """The registry to change, under ``_lock``."""
+        state = await self._loaded()
         if state is None:
-            raise AssertionError("the front passes requests on where the registry is not "
-                                 "served")
+            raise ServiceUnavailableError("the schema registry moved to another broker "
+                                          "while this change waited; try again")
         return state
 
     # -- look-ups ------------------------------------------------------------------
@@ -248,8 +267,8 @@ class SchemaRegistry:
                        schema_id: int | None = None, number: int | None = None) -> Version:
         """Register the schema under the subject (its version; an existing one as it is)."""
         importing = schema_id is not None or number is not None
-        state = await self._writable(subject, importing=importing)
         async with self._lock:
+            state = await self._writable(subject, importing=importing)
             schema = self.parse(state, schema_type, text, references, normalize)
             versions = state.subjects.get(subject, {})
             for _, v in sorted(versions.items()):
@@ -282,8 +301,8 @@ class SchemaRegistry:
             return state.subjects[subject][new_number]
 
     async def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
-        state = await self._writable(subject)
         async with self._lock:
+            state = await self._writable(subject)
             versions = state.subjects.get(subject)
             if not versions:
                 raise SubjectNotFoundError(f"subject {subject!r} not found")
@@ -312,8 +331,8 @@ class SchemaRegistry:
 
     async def delete_version(self, subject: str, number: int, permanent: bool = False
                              ) -> int:
-        state = await self._writable(subject)
         async with self._lock:
+            state = await self._writable(subject)
             v = self.version(state, subject, number, deleted=True) if number != LATEST \
                 else self.version(state, subject, LATEST)
             if permanent and not v.deleted:
@@ -341,28 +360,28 @@ class SchemaRegistry:
 
     async def set_level(self, subject: str | None, value: object) -> str:
         name = level(value)
-        state = await self._state_or_fail()
         async with self._lock:
+            state = await self._changing()
             await self._write(state, [setting_record("CONFIG", subject, name)])
         return name
 
     async def delete_level(self, subject: str | None) -> str:
-        state = await self._state_or_fail()
         async with self._lock:
+            state = await self._changing()
             before = self.subject_level(state, subject, subject is None)
             await self._write(state, [setting_record("CONFIG", subject, None)])
         return before
 
     async def set_mode(self, subject: str | None, value: object) -> str:
         name = mode(value)
-        state = await self._state_or_fail()
         async with self._lock:
+            state = await self._changing()
             await self._write(state, [setting_record("MODE", subject, name)])
         return name
 
     async def delete_mode(self, subject: str | None) -> str:
-        state = await self._state_or_fail()
         async with self._lock:
+            state = await self._changing()
             before = self.subject_mode(state, subject, subject is None)
             await self._write(state, [setting_record("MODE", subject, None)])
         return before
