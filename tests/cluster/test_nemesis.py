@@ -46,6 +46,7 @@ def test_nothing_acknowledged_is_lost_under_the_nemesis(seed: int, tmp_path: Pat
     assert verdict.acknowledged > 1000, verdict.summary()
     assert verdict.transactions > 0, verdict.summary()  # the transactional checks ran
     assert verdict.ctp_transactions > 0, verdict.summary()
+    assert verdict.schemas_registered > 0, verdict.summary()  # the registry was used
     assert verdict.dealt >= verdict.scheduled // 2, verdict.summary()  # faults, not skips
     assert verdict.ok, (f"replay: LAKELOG_NEMESIS_SEED={seed} LAKELOG_NEMESIS_SECONDS="
                         f"{SECONDS:g}; {verdict.summary()}; examples: {verdict.examples}")

@@ -31,7 +31,10 @@ def user(n: int) -> Schema:
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Cluster]:
-    with three_brokers(tmp_path_factory.mktemp("schemas"), zookeeper.connect) as c:
+    # A broker back in sync leads its preferred partitions again within a second.
+    with three_brokers(tmp_path_factory.mktemp("schemas"), zookeeper.connect, env={
+            "LAKELOG_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "1",
+            "LAKELOG_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE": "0"}) as c:
         yield c
 
 
@@ -112,3 +115,47 @@ def test_produce_with_schemas_through_a_broker_that_does_not_serve_it(cluster: C
             "typed", MessageField.VALUE)) == {"name": "ann", "f0": 5, "f1": 6}
     finally:
         client.close()
+
+
+def test_a_broker_that_leads_again_reads_what_was_written_meanwhile(cluster: Cluster
+                                                                    ) -> None:
+    """The registry's broker paused past its session (alive, its registry in memory):
+    another serves and registers; back and leading again, it must load what was written
+    meanwhile (the leader epoch changed), not give an id again."""
+    clients: list[SchemaRegistryClient] = []
+
+    def via(i: int) -> SchemaRegistryClient:
+        client = SchemaRegistryClient({"url": cluster.brokers.url(i)})
+        clients.append(client)
+        return client
+
+    try:
+        first = via(1).register_schema("paused-value", user(0))
+        state = wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader >= 0 and
+                         len(s.isr) == 3 and s, "__schemas-0 in sync on three brokers")[0]
+        leader, epoch = state.leader, state.leader_epoch
+        others = [i for i in cluster.brokers.ids if i != leader]
+        cluster.pause(leader)
+        try:
+            wait_for(lambda: cluster.state(SCHEMAS_TOPIC, 0).leader in others,
+                     "__schemas-0 led by another broker")
+            meanwhile = wait_for(lambda: _register(via(others[0]), "paused-value", user(1)),
+                                 "a schema registered meanwhile")[0]
+        finally:
+            cluster.resume(leader)
+        wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader == leader and
+                 s.leader_epoch > epoch, "the paused broker leading __schemas-0 again", 60)
+        after = wait_for(lambda: _register(via(leader), "paused-value", user(2)),
+                         "a schema registered through it")[0]
+        assert len({first, meanwhile, after}) == 3, (first, meanwhile, after)
+        assert via(leader).get_versions("paused-value") == [1, 2, 3]
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _register(client: SchemaRegistryClient, subject: str, schema: Schema) -> int | None:
+    try:
+        return client.register_schema(subject, schema)
+    except Exception:  # a 503 while the partition moves, or a refused connection
+        return None

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.cluster.harness import stored_batches
 from tests.cluster.nemesis.workload import Stretch
@@ -79,19 +80,23 @@ class Verdict:
     ctp_out_of_order: int = 0
     delta_differs: int = 0
     delta_torn: int = 0
+    schemas_registered: int = 0
+    """Schema versions the registry answered an id for (``schemas``)."""
+    schemas_lost: int = 0
+    schema_ids_reused: int = 0
     longest_gap_s: float = 0.0
     scheduled: int = 0
     """Faults the seed's schedule drew."""
     dealt: int = 0
     """Faults begun (one drawn for a broker in another fault may be skipped)."""
     faults: list[str] = field(default_factory=list)
-    examples: dict[str, list[str]] = field(default_factory=dict)
+    examples: dict[str, list[Any]] = field(default_factory=dict)
 
     COUNTED = ("lost", "duplicated", "misplaced", "out_of_order", "unseen",
                "commits_backwards", "replicas_differ", "txn_lost", "txn_duplicated",
                "txn_aborted_seen", "txn_partial", "txn_offsets_wrong", "zombie_commits",
                "ctp_lost", "ctp_duplicated", "ctp_bogus", "ctp_out_of_order",
-               "delta_differs", "delta_torn")
+               "delta_differs", "delta_torn", "schemas_lost", "schema_ids_reused")
 
     @property
     def ok(self) -> bool:
@@ -104,6 +109,7 @@ class Verdict:
                 f"{self.acknowledged} acknowledged, {self.transactions} transactions "
                 f"committed, {self.ctp_transactions} consume-transform-produce "
                 f"transactions ({self.ctp_kills_mid_commit} kills mid-commit), "
+                f"{self.schemas_registered} schemas registered, "
                 f"{counted}; {self.failed} failed, "
                 f"{self.unanswered} unanswered, longest stretch without an "
                 f"acknowledgement {self.longest_gap_s:.1f}s")

@@ -52,6 +52,7 @@ from tests.cluster.nemesis.clients import ClientNemesis, CtpProcess, client_sche
 from tests.cluster.nemesis.cluster import NemesisCluster, nemesis_cluster
 from tests.cluster.nemesis.faults import Nemesis, schedule
 from tests.cluster.nemesis.network import network
+from tests.cluster.nemesis.schemas import Registering, check_schemas
 from tests.cluster.nemesis.workload import CommitWatch, Consuming, Producing, Transacting
 from tests.server import CLUSTER
 
@@ -183,7 +184,8 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         transacting = [Transacting("t1", urls, [TXN_TOPIC, TXN_TOPIC2], PARTITIONS),
                        Transacting("t2", [urls[2], urls[1]], [TXN_TOPIC2, TXN_TOPIC],
                                    PARTITIONS)]
-        for worker in [*producers, *consumers, watch, *transacting]:
+        registering = Registering(urls)
+        for worker in [*producers, *consumers, watch, *transacting, registering]:
             worker.start()
         process = CtpProcess(directory, urls, [TXN_TOPIC, TXN_TOPIC2])
         process.start()
@@ -206,6 +208,8 @@ def run_nemesis(seed: int, seconds: float, directory: Path) -> Verdict:
         _wait_in_sync(cluster)
         for t in transacting:
             t.stop()
+        registering.stop()
+        check_schemas(verdict, registering, urls)
         verdict.unanswered = sum(p.finish(120) for p in producers)
         acked_ends: dict[int, int] = {}
         for producer in producers:
