@@ -14,6 +14,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from cluster.model import TopicAssignment, decode, topic_path
 from lakelog.zookeeper import ZooKeeperServer
 from log_tables.registry import SCHEMAS_TOPIC
 from tests.cluster.harness import Cluster, three_brokers, wait_for
@@ -131,8 +132,12 @@ def test_a_broker_that_leads_again_reads_what_was_written_meanwhile(cluster: Clu
 
     try:
         first = via(1).register_schema("paused-value", user(0))
-        state = wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader >= 0 and
-                         len(s.isr) == 3 and s, "__schemas-0 in sync on three brokers")[0]
+        # Paused, the broker leads again only as the partition's preferred replica.
+        preferred = decode(cluster.zk.get(topic_path(SCHEMAS_TOPIC))[0],
+                           TopicAssignment).replicas[0][0]
+        state = wait_for(lambda: (s := cluster.state(SCHEMAS_TOPIC, 0)).leader == preferred
+                         and len(s.isr) == 3 and s,
+                         "__schemas-0 led by its preferred replica, three in sync", 60)[0]
         leader, epoch = state.leader, state.leader_epoch
         others = [i for i in cluster.brokers.ids if i != leader]
         cluster.pause(leader)
