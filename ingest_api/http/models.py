@@ -86,6 +86,9 @@ class EncodedData(msgspec.Struct, gc=False):
     data: bytes
 
 
+PlainEnvelope = BinaryData | StringData | JsonData
+"""The envelopes of the usual entries (``PlainEntry``, ``ProducerEntry``): an entry with a
+schema envelope is decoded as a ``BatchEntry``, so the usual bodies need no look for them."""
 Envelope = BinaryData | StringData | JsonData | AvroData | JsonSchemaData | ProtobufData
 ENVELOPE_TYPES: tuple[str, ...] = tuple(
     str(t.__struct_config__.tag) for t in (BinaryData, StringData, JsonData,
@@ -127,8 +130,8 @@ class PlainEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=Fa
     """A batch entry of an id, a key and a value only, the usual one: decoded without the
     fields it has not (a body with any other field is decoded as a ``BatchRequest``)."""
 
-    key: Envelope | None = None
-    value: Envelope | None = None
+    key: PlainEnvelope | None = None
+    value: PlainEnvelope | None = None
     id: EntryIdText
     partition_id: ClassVar[None] = None
     headers: ClassVar[None] = None
@@ -143,8 +146,8 @@ class ProducerEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc
     partition, a key, a value and the producer's fields, each one there."""
 
     partition_id: NonNegative
-    key: Envelope | None = None
-    value: Envelope | None = None
+    key: PlainEnvelope | None = None
+    value: PlainEnvelope | None = None
     id: EntryIdText
     producer_id: NonNegative
     producer_epoch: Epoch

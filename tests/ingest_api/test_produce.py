@@ -199,7 +199,7 @@ def test_compacted_topic_rejects_keyless_records(client: httpx.Client,
 @pytest.mark.parametrize(("body", "status", "fragment"), [
     (b'{"value": {"type": "STRING", "data": "x"}', 400, "malformed JSON"),
     (b'{"value": {"type": "BINARY", "data": "not base64!"}}', 400, "$.value.data"),
-    (b'{"value": {"type": "AVRO", "data": "x"}}', 422, "$.value.type"),
+    (b'{"value": {"type": "XML", "data": "x"}}', 422, "$.value.type"),
     (b'{"value": {"type": "STRING", "data": 5}}', 422, "$.value.data"),
     (b'{"vaule": {"type": "STRING", "data": "x"}}', 422, "vaule"),
     (b'{"partition_id": -1}', 422, "partition_id"),

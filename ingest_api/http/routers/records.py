@@ -43,6 +43,7 @@ from ingest_api.http.produce_columns import produce_request, typed_request
 from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.schema_envelopes import (
+    has_schema_envelopes,
     may_have_schemas,
     schema_checks,
     without_failed,
@@ -179,7 +180,7 @@ async def _produce_objects(st: AppState, meta: TopicMetadata, objects: list[byte
             slots.append(error_body(exc)[1])
     if records:
         records = without_failed(records, slots, await schema_checks(
-            st, meta, records, any(map(may_have_schemas, objects))))
+            st, meta, records, has_schema_envelopes(records)))
     result = (await st.produce.produce(meta, produce_request(records), acks, route)
               if records else None)
     if result is not None:
@@ -220,7 +221,7 @@ async def produce_batch(cluster_id: str, topic_name: TopicName, request: Request
         if len(set(every_id)) != count:
             dup = next(i for i in every_id if every_id.count(i) > 1)
             raise _batch_error(f"entry id {dup!r} is used more than once: ids must be distinct")
-        failed = await schema_checks(st, meta, entries, may_have_schemas(raw))
+        failed = await schema_checks(st, meta, entries, has_schema_envelopes(entries))
         produce, key_types, value_types = typed_request(entries)
         produce.invalid.update(failed)
         if transactional_id is not None:
