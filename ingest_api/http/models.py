@@ -72,7 +72,7 @@ class JsonSchemaData(_SchemaData, tag="JSONSCHEMA"):
 
 
 class ProtobufData(_SchemaData, tag="PROTOBUF"):
-    """Data to write with a Protobuf schema (not served yet: refused)."""
+    """Data to write with a Protobuf schema (as its first message, from JSON)."""
 
 
 SCHEMA_ENVELOPES = (AvroData, JsonSchemaData, ProtobufData)

@@ -16,11 +16,10 @@ from ingest_api.http.models import (
     EncodedData,
     PlainEntry,
     ProducerEntry,
-    ProtobufData,
 )
 from ingest_api.http.produce_columns import envelope_bytes
 from ingest_api.http.state import AppState
-from log_tables.errors import InvalidSchemaError, LakelogError
+from log_tables.errors import LakelogError
 from log_tables.registry import TopicMetadata
 
 _key_of, _value_of = attrgetter("key"), attrgetter("value")
@@ -46,24 +45,18 @@ def has_schema_envelopes(records: Sequence[Any]) -> bool:
 async def encode_schema_envelopes(st: AppState, topic: str, records: Sequence[Any]
                                   ) -> dict[int, LakelogError]:
     """Replace each schema envelope of ``records`` (in place) by what is stored; the
-    records that cannot be, by index, with why (their envelopes left as they were)."""
+    records that cannot be, by index, with why (their schema envelopes set to None: the
+    record fails, and nothing plans an envelope the columns cannot take)."""
     items: list[tuple[int, bool, SchemaRef, Any]] = []
     errors: dict[int, LakelogError] = {}
     for i, record in enumerate(records):
         for is_key, env in ((True, record.key), (False, record.value)):
             if env is None or env.__class__ not in SCHEMA_ENVELOPES:
                 continue
-            if env.__class__ is ProtobufData:
-                errors.setdefault(i, InvalidSchemaError(
-                    "PROTOBUF data is not served yet: send AVRO or JSONSCHEMA, or the "
-                    "serialized bytes as BINARY"))
-                continue
             items.append((i, is_key, SchemaRef(str(env.__struct_config__.tag), env.subject,
                                                env.subject_name_strategy, env.schema_id,
                                                env.schema_version), env.data))
-    if not items:
-        return errors
-    encoded = await encode_all(st.broker.schema_writers, topic, items)
+    encoded = await encode_all(st.broker.schema_writers, topic, items) if items else {}
     for i, is_key, ref, _ in items:
         got = encoded[i * 2 + is_key]
         if isinstance(got, LakelogError):

@@ -100,7 +100,7 @@ def test_identity_and_parsing() -> None:
     for bad in ('{"type": "record", "name": "R"}', '{"type": "nope"}', "not json"):
         with pytest.raises(InvalidSchemaError):
             canonical(AVRO, bad, (), nothing)
-    with pytest.raises(InvalidSchemaError, match="not served yet"):
+    with pytest.raises(InvalidSchemaError, match="not parsed yet"):
         canonical("PROTOBUF", "syntax = 'proto3';", (), nothing)
     with pytest.raises(InvalidSchemaError, match="JSON Schema"):
         canonical(JSON, '{"type": 5}', (), nothing)

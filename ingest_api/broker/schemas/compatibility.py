@@ -18,7 +18,8 @@ from typing import Any
 
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from ingest_api.broker.schemas.formats import AVRO, Resolve, Schema, avro_schema
+from ingest_api.broker.schemas import protobuf
+from ingest_api.broker.schemas.formats import AVRO, PROTOBUF, Resolve, Schema, avro_schema
 from log_tables.errors import InvalidCompatibilityLevelError
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
@@ -69,6 +70,8 @@ def _reads(reader: Schema, writer: Schema, resolve: Resolve) -> list[str]:
         kinds = ", ".join(sorted({k.name.lower() for k in result.incompatibilities}))
         return [f"{kinds} at {', '.join(sorted(map(str, result.locations)))}: "
                 f"{'; '.join(sorted(map(str, result.messages)))}"]
+    if reader.schema_type == PROTOBUF:
+        return protobuf.reads(protobuf.file_proto(reader.text), protobuf.file_proto(writer.text))
     out: list[str] = []
     _json_reads(json.loads(reader.text), json.loads(writer.text), "#", out)
     return out

@@ -4,8 +4,9 @@ A schema is kept as its canonical text: its JSON written compactly (``normalize`
 keys sorted too), so that the same schema sent with other whitespace finds its id, as
 Confluent's does. Avro is parsed by Apache Avro's library (whose checker also decides
 compatibility, ``compatibility``), JSON Schema by ``jsonschema`` (the schema checked
-against its draft's meta-schema). Protobuf is not served yet: such a schema is refused
-as invalid, saying so.
+against its draft's meta-schema).
+Protobuf (``protobuf``) is taken as confluent-kafka's Python client registers it: a
+serialized FileDescriptorProto in base64.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
+from ingest_api.broker.schemas import protobuf
 from log_tables.errors import InvalidSchemaError
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
-SCHEMA_TYPES = (AVRO, JSON)
+SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
 """The types served (``GET /schemas/types``)."""
 
 
@@ -64,9 +66,13 @@ def canonical(schema_type: str, text: str, references: Sequence[Reference], reso
     """The schema, checked, in the form it is kept in; ``InvalidSchemaError`` says why
     it is not one."""
     if schema_type not in SCHEMA_TYPES:
-        hint = ("PROTOBUF schemas are not served yet" if schema_type == PROTOBUF else
-                f"schemaType must be one of {', '.join(SCHEMA_TYPES)}")
-        raise InvalidSchemaError(f"{hint}; got {schema_type!r}")
+        raise InvalidSchemaError(f"schemaType must be one of {', '.join(SCHEMA_TYPES)}; got "
+                                 f"{schema_type!r}")
+    if schema_type == PROTOBUF:
+        proto = protobuf.file_proto(text)
+        out = Schema(PROTOBUF, protobuf.canonical_text(proto), tuple(references))
+        protobuf_pool(out, resolve)
+        return out
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
@@ -119,3 +125,27 @@ def json_schema(schema: Schema) -> dict[str, Any] | bool:
     except jsonschema.exceptions.SchemaError as exc:
         raise InvalidSchemaError(f"invalid JSON Schema: {exc.message}") from None
     return doc
+
+
+def protobuf_files(schema: Schema, resolve: Resolve, seen: set[str] | None = None
+                   ) -> list[protobuf.FileProto]:
+    """The descriptors a Protobuf schema imports (by their import names), dependencies
+    first."""
+    seen = set() if seen is None else seen
+    out: list[protobuf.FileProto] = []
+    for ref in schema.references:
+        if ref.name in seen:
+            continue
+        seen.add(ref.name)
+        used = resolve(ref)
+        out += protobuf_files(used, resolve, seen)
+        proto = protobuf.file_proto(used.text)
+        proto.name = ref.name  # imported by this name
+        out.append(proto)
+    return out
+
+
+def protobuf_pool(schema: Schema, resolve: Resolve) -> tuple[protobuf.FileProto, Any]:
+    """The schema's descriptor and a pool it is built in (with its imports)."""
+    proto = protobuf.file_proto(schema.text)
+    return proto, protobuf.pool_of(proto, protobuf_files(schema, resolve))

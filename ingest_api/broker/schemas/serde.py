@@ -1,8 +1,9 @@
 """Produce with schemas: a key or value given as data and a schema (Confluent REST v3's
-``AVRO`` and ``JSONSCHEMA`` types, with ``schema_id``, or ``subject`` and
+``AVRO`` and ``JSONSCHEMA`` and ``PROTOBUF`` types, with ``schema_id``, or ``subject`` and
 ``schema_version``) checked against the schema and stored in Confluent's wire format: a
 zero byte, the schema id (4 bytes, big-endian), then the payload (Avro's binary
-encoding; JSON's compact text). A Kafka consumer with Confluent's deserializer reads it.
+encoding; JSON's compact text; for Protobuf the message indexes ``[0]`` and the
+message). A Kafka consumer with Confluent's deserializer reads it.
 
 Which schema: ``schema_id`` if given; else the subject's ``schema_version`` (the latest
 if not given), the subject being ``subject`` if given, else ``<topic>-key`` or
@@ -24,11 +25,12 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from ingest_api.broker.schemas.formats import AVRO, JSON, Reference, Schema
+from ingest_api.broker.schemas import protobuf
+from ingest_api.broker.schemas.formats import AVRO, JSON, PROTOBUF, Reference, Schema
 from log_tables.errors import InvalidRecordError, InvalidSchemaError, LakelogError
 
 MAGIC = b"\x00"
-TYPES = {"AVRO": AVRO, "JSONSCHEMA": JSON}
+TYPES = {"AVRO": AVRO, "JSONSCHEMA": JSON, "PROTOBUF": PROTOBUF}
 """Confluent REST's envelope types with a schema, and the registry's type of each."""
 STRATEGIES = ("TOPIC_NAME",)
 """The subject name strategies that need no ``subject`` (the others name it from the
@@ -79,6 +81,8 @@ class Writer:
                 raise InvalidRecordError(f"{where} does not fit Avro schema {self.schema_id}: "
                                          f"{_short(exc)}") from None
             payload = out.getvalue()
+        elif self.schema_type == PROTOBUF:
+            payload = protobuf.encode(self.parsed, data, self.schema_id, where)
         else:
             try:
                 self.parsed.validate(data)
@@ -139,6 +143,14 @@ class Writers:
         elif schema.schema_type == JSON:
             doc = json.loads(schema.text)
             parsed = jsonschema.validators.validator_for(doc)(doc)
+        elif schema.schema_type == PROTOBUF:
+            files = []
+            for ref, used in await self._named_references(schema, set()):
+                proto = protobuf.file_proto(used.text)
+                proto.name = ref.name
+                files.append(proto)
+            proto = protobuf.file_proto(schema.text)
+            parsed = protobuf.first_message(proto, protobuf.pool_of(proto, files))
         else:  # pragma: no cover - the registry keeps no other type
             raise InvalidSchemaError(f"schema {schema_id} is {schema.schema_type}")
         writer = Writer(schema_id, schema.schema_type, parsed)
@@ -146,6 +158,19 @@ class Writers:
             self._by_id.clear()
         self._by_id[schema_id] = writer
         return writer
+
+    async def _named_references(self, schema: Schema, seen: set[Reference]
+                                ) -> list[tuple[Reference, Schema]]:
+        """``_references`` with the reference each came by (a Protobuf import's name)."""
+        out: list[tuple[Reference, Schema]] = []
+        for ref in schema.references:
+            if ref in seen:
+                continue
+            seen.add(ref)
+            used = await self.source.reference(ref)
+            out += await self._named_references(used, seen)
+            out.append((ref, used))
+        return out
 
     async def _references(self, schema: Schema, seen: set[Reference]) -> list[Schema]:
         """The schemas ``schema`` refers to, those they refer to first."""
