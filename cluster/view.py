@@ -279,13 +279,14 @@ class ClusterView:
             if anew:
                 self.states = {k: v for k, v in self.states.items() if k[0] != name}
                 self._stamps = {k: v for k, v in self._stamps.items() if k[0] != name}
-            for p, (state, stat) in read.items():
-                self._hold(name, p, state, stat)
+            held = [self._hold(name, p, state, stat) for p, (state, stat) in read.items()]
             self.topics[name] = assignment
         for p in range(assignment.partitions):
             self._watch_state(name, p)
         if before != assignment:
             self._notify("topic", name)
+        elif any(held):  # states new to the view of a topic it knew: heard as states
+            self._notify("state", name)
 
     def drop_topic(self, name: str) -> None:
         self._drop_topic(name)

@@ -209,9 +209,10 @@ class ClusterLink:
                 await self.peers.create_topic(controller, topic, partitions)
         await asyncio.to_thread(self.broker.ensure_topic, topic)
 
-    async def schemas_leader(self) -> BrokerInfo:
-        """The broker serving the schema registry (the leader of ``__schemas``-0) when it
-        is another; made first when the cluster has none."""
+    async def schemas_leader(self) -> BrokerInfo | None:
+        """The broker serving the schema registry (the leader of ``__schemas``-0); None
+        when it is this one (come to lead a moment ago: ask the registry again); made
+        first when the cluster has none."""
         if self.broker.view.topic(SCHEMAS_TOPIC) is None and \
                 not await asyncio.to_thread(self.broker.ensure_topic, SCHEMAS_TOPIC):
             await self._create_internal(SCHEMAS_TOPIC, 1, dict(SCHEMAS_CONFIGS))
@@ -219,13 +220,13 @@ class ClusterLink:
         while True:
             leader = self.broker.view.leader(SCHEMAS_TOPIC, 0)
             info = self.broker.view.broker(leader) if leader >= 0 else None
-            if info is not None and leader != self.broker_id:
+            if leader == self.broker_id:
+                return None
+            if info is not None:
                 return info
             if time.monotonic() > deadline:
                 raise CoordinatorNotAvailableError(
-                    "the schema registry's partition (__schemas-0) " + (
-                        "moved here a moment ago and is loading" if leader == self.broker_id
-                        else "has no leader") + "; try again")
+                    "the schema registry's partition (__schemas-0) has no leader; try again")
             await asyncio.sleep(0.05)
 
     def controller(self) -> BrokerInfo | None:

@@ -93,7 +93,11 @@ class HttpPeers:
         if body is None:
             body = await request.body()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        r = await self.send(broker, request.method, request.url.path,
+        # The path as it came (a schema registry subject may hold '/', '?', '%'): the
+        # broker it goes to must act on what this one checked.
+        raw_path = request.scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else request.url.path
+        r = await self.send(broker, request.method, path,
                             principal=principal_of(request),
                             params=dict(request.query_params), content=body or None,
                             headers=headers)

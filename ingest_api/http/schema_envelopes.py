@@ -23,15 +23,6 @@ from log_tables.errors import LakelogError
 from log_tables.registry import TopicMetadata
 
 _key_of, _value_of = attrgetter("key"), attrgetter("value")
-MARKS = (b'"AVRO"', b'"JSONSCHEMA"', b'"PROTOBUF"')
-"""What a body with a schema envelope holds: a body without any skips the scan."""
-
-
-def may_have_schemas(raw: bytes) -> bool:
-    """Whether a small body (one record) may hold a schema envelope."""
-    return any(mark in raw for mark in MARKS)
-
-
 def has_schema_envelopes(records: Sequence[Any]) -> bool:
     """Whether decoded batch entries hold a schema envelope: never the usual entries
     (their envelopes are the plain ones); else a look at every key's and value's type

@@ -105,3 +105,26 @@ def test_a_batch_whose_only_schema_envelope_fails_answers_it(server: ServerProce
             assert r.status_code == 207, r.text
             [failure] = r.json()["failures"]
             assert failure["error_code"] == 40401, failure  # no subject {topic}-value
+
+
+def test_a_proto2_required_field_missing_fails_the_record(server: ServerProcess) -> None:
+    package = f"p{uuid.uuid4().hex[:10]}"
+    topic = f"t-{package}"
+    proto = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package,
+                                               syntax="proto2")
+    order = proto.message_type.add(name="Order")
+    order.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_REQUIRED)
+    order.field.add(name="note", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    with httpx.Client(base_url=server.url) as c, server.client() as v3:
+        r = c.post(f"/subjects/{topic}-value/versions", json={"schema": b64(proto),
+                                                             "schemaType": "PROTOBUF"})
+        assert r.status_code == 200, r.text
+        assert v3.post("/topics", json={"topic_name": topic, "partitions_count": 1}
+                       ).status_code == 201
+        r = v3.post(f"/topics/{topic}/records:batch", json={"entries": [
+            {"id": "0", "value": {"type": "PROTOBUF", "data": {"id": "7", "note": "x"}}},
+            {"id": "1", "value": {"type": "PROTOBUF", "data": {"note": "no id"}}}]})
+        assert r.status_code == 207, r.text
+        [failure] = r.json()["failures"]
+        assert failure["id"] == "1" and failure["error_code"] == 42201
+        assert "required" in failure["message"] and "id" in failure["message"]

@@ -293,6 +293,12 @@ def test_api_keys_and_acls_apply(spawn_server: Callable[..., ServerProcess]) -> 
     with httpx.Client(base_url=server.url, auth=(alice["key_id"], alice["secret"])) as c:
         r = c.put("/config", json={"compatibility": "NONE"})
         assert (r.status_code, r.json()["error_code"]) == (403, 40301)
+        # IMPORT mode and explicit ids give cluster-wide ids: the cluster admin's.
+        r = c.put("/mode/orders-value", json={"mode": "IMPORT"})
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301)
+        r = c.post("/subjects/orders-value/versions", json={"schema": USER_V2, "id": 77,
+                                                            "version": 9})
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301)
     assert httpx.get(server.url + "/subjects").status_code == 401
     assert sorted(admin_sr.get_subjects()) == ["orders-value", "payments-value"]
 
@@ -420,3 +426,56 @@ def test_topic_refuses_unregistered_data(server: ServerProcess) -> None:
         bad = c.post("/topics", json={"topic_name": fresh(), "configs": [
             {"name": "confluent.value.subject.name.strategy", "value": "Sideways"}]})
         assert bad.status_code == 400 and "TopicNameStrategy" in bad.json()["message"]
+
+
+def test_what_an_outside_review_found(server: ServerProcess) -> None:
+    """Each a 500 or a wrong answer before: a schema type spelled with a JSON escape on
+    the single-record path, library errors of schemas their parsers take, unbounded
+    import ids and versions, a look-up in a subject all soft-deleted."""
+    topic = fresh()
+    with httpx.Client(base_url=server.url) as c, server.client() as v3:
+        assert v3.post("/topics", json={"topic_name": topic, "partitions_count": 1}
+                       ).status_code == 201
+        # "\u0041VRO" is "AVRO": decoded as a schema envelope (no subject yet: 40401).
+        r = v3.post(f"/topics/{topic}/records", content=b'{"value": {"type": "\\u0041VRO", '
+                    b'"data": {"a": 1}}}', headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["error_code"]) == (404, 40401), r.text
+        # A default of the wrong type: Apache Avro's parser takes it, fastavro (which
+        # writes the records) does not: refused when registered.
+        r = c.post(f"/subjects/{topic}-value/versions", json={"schema": json.dumps(
+            {"type": "record", "name": "R", "fields": [
+                {"name": "a", "type": "int", "default": "x"}]})})
+        assert r.json()["error_code"] == 42201, r.text
+        # A JSON Schema whose $ref cannot be resolved: each record fails alone.
+        r = c.post(f"/subjects/{topic}-value/versions", json={
+            "schema": json.dumps({"$ref": "elsewhere.json"}), "schemaType": "JSON"})
+        assert r.status_code == 200, r.text
+        r = v3.post(f"/topics/{topic}/records:batch", json={"entries": [
+            {"id": "0", "value": {"type": "JSONSCHEMA", "data": {"a": 1}}},
+            {"id": "1", "value": {"type": "STRING", "data": "plain"}}]})
+        assert [f["error_code"] for f in r.json()["failures"]] == [42201], r.text
+        # Nested past what a parser recurses: refused, not a 500.
+        deep = '{"type": "array", "items": ' * 3000 + '{"type": "string"}' + "}" * 3000
+        r = c.post(f"/subjects/{fresh()}-value/versions", json={
+            "schema": deep, "schemaType": "JSON"})
+        assert r.status_code == 422 and r.json()["error_code"] == 42201, r.text[:300]
+        # Imports: ids and versions bounded, a schema keeps the id it has.
+        subject = f"{fresh()}-value"
+        assert c.put(f"/mode/{subject}", json={"mode": "IMPORT"}).status_code == 200
+        user = unique(USER_V1)
+        for bad in ({"id": 2**31}, {"version": 0}, {"version": -1}):
+            r = c.post(f"/subjects/{subject}/versions", json={"schema": user, **bad})
+            assert r.status_code == 422, (bad, r.text)
+        r = c.post(f"/subjects/{subject}/versions", json={"schema": user, "id": 900001,
+                                                          "version": 1})
+        assert r.json() == {"id": 900001}
+        r = c.post(f"/subjects/{subject}/versions", json={"schema": user, "id": 900002,
+                                                          "version": 2})
+        assert r.json()["error_code"] == 42205 and "900001" in r.json()["message"]
+        # A look-up in a subject whose versions are all soft-deleted: 40401.
+        assert c.delete(f"/mode/{subject}").status_code == 200
+        assert c.delete(f"/subjects/{subject}").json() == [1]
+        r = c.post(f"/subjects/{subject}", json={"schema": user})
+        assert r.json()["error_code"] == 40401
+        r = c.post(f"/subjects/{subject}", params={"deleted": "true"}, json={"schema": user})
+        assert r.json()["id"] == 900001

@@ -19,6 +19,8 @@ from typing import Any
 import avro.errors
 import avro.name
 import avro.schema
+import fastavro
+import fastavro.schema
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
@@ -75,16 +77,47 @@ def canonical(schema_type: str, text: str, references: Sequence[Reference], reso
         return out
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise InvalidSchemaError(f"the {schema_type} schema is not JSON: {exc}") from None
+    except (json.JSONDecodeError, TypeError, RecursionError) as exc:
+        raise InvalidSchemaError(f"the {schema_type} schema is not JSON (or nested too "
+                                 f"deep): {type(exc).__name__}") from None
     if schema_type == AVRO and isinstance(doc, str):
         doc = {"type": doc}  # "string" and {"type": "string"} are one schema
     out = Schema(schema_type, json.dumps(doc, separators=(",", ":"), sort_keys=normalize,
                                          ensure_ascii=False), tuple(references))
-    if schema_type == AVRO:
-        avro_schema(out, resolve)
-    else:
-        json_schema(out)
+    try:
+        if schema_type == AVRO:
+            avro_schema(out, resolve)
+            writable(out, resolve)
+        else:
+            json_schema(out)
+    except RecursionError:
+        raise InvalidSchemaError(f"the {schema_type} schema is nested too deep") from None
+    return out
+
+
+def writable(schema: Schema, resolve: Resolve) -> None:
+    """An Avro schema fastavro, which writes the records, reads too (it refuses some that
+    Apache Avro's parser takes: a default of the wrong type, say)."""
+    named: dict[str, Any] = {}
+    try:
+        for used in _avro_references(schema, resolve, set()):
+            fastavro.parse_schema(json.loads(used.text), named_schemas=named)
+        fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
+    except (fastavro.schema.SchemaParseException, fastavro.schema.UnknownType, ValueError,
+            TypeError, KeyError) as exc:
+        raise InvalidSchemaError(f"invalid Avro schema: {exc}") from None
+
+
+def _avro_references(schema: Schema, resolve: Resolve, seen: set[tuple[str, int]]
+                     ) -> list[Schema]:
+    out: list[Schema] = []
+    for ref in schema.references:
+        if (ref.subject, ref.version) in seen:
+            continue
+        seen.add((ref.subject, ref.version))
+        used = resolve(ref)
+        out += _avro_references(used, resolve, seen)
+        out.append(used)
     return out
 
 

@@ -91,10 +91,14 @@ def pool_of(proto: FileProto, references: list[FileProto]) -> descriptor_pool.De
     return pool
 
 
-def first_message(proto: FileProto, pool: descriptor_pool.DescriptorPool) -> Any:
+def first_name(proto: FileProto) -> str:
+    """The full name of the schema's first message (what data is written as)."""
     name = proto.message_type[0].name
-    full = f"{proto.package}.{name}" if proto.package else name
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
+    return f"{proto.package}.{name}" if proto.package else str(name)
+
+
+def first_message(proto: FileProto, pool: descriptor_pool.DescriptorPool) -> Any:
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(first_name(proto)))
 
 
 def encode(message_class: Any, data: Any, schema_id: int, where: str) -> bytes:
@@ -105,6 +109,10 @@ def encode(message_class: Any, data: Any, schema_id: int, where: str) -> bytes:
     except (json_format.ParseError, TypeError, ValueError) as exc:
         raise InvalidRecordError(f"{where} does not fit Protobuf schema {schema_id}: "
                                  f"{exc}") from None
+    if not message.IsInitialized():
+        raise InvalidRecordError(f"{where} does not fit Protobuf schema {schema_id}: "
+                                 f"required fields missing: "
+                                 f"{', '.join(message.FindInitializationErrors())}")
     payload: bytes = message.SerializeToString()
     return b"\x00" + payload
 

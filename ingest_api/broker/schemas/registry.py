@@ -203,7 +203,8 @@ class SchemaRegistry:
     def lookup(self, state: RegistryState, subject: str, schema: Schema,
                deleted: bool = False) -> Version:
         """The subject's version of the schema (``POST /subjects/{subject}``)."""
-        if not state.subjects.get(subject):
+        versions = state.subjects.get(subject)
+        if not versions or not (deleted or any(not v.deleted for v in versions.values())):
             raise SubjectNotFoundError(f"subject {subject!r} not found")
         for _, v in sorted(state.subjects[subject].items()):
             if v.schema.key == schema.key and (deleted or not v.deleted):
@@ -287,6 +288,9 @@ class SchemaRegistry:
                 if other is not None and other.key != schema.key:
                     raise OperationNotPermittedError(
                         f"id {schema_id} is another schema's already")
+                if known is not None and known != schema_id:
+                    raise OperationNotPermittedError(
+                        f"the schema has id {known} already; import it with that id")
             new_id = schema_id if schema_id is not None else known if known is not None \
                 else state.next_id
             new_number = number if number is not None else max(versions, default=0) + 1

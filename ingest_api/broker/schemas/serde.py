@@ -24,6 +24,7 @@ import fastavro.validation
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import referencing.exceptions
 
 from ingest_api.broker.schemas import protobuf
 from ingest_api.broker.schemas.formats import AVRO, JSON, PROTOBUF, Reference, Schema
@@ -108,7 +109,8 @@ class Writers:
         self.source = source
         self._by_id: dict[int, Writer] = {}
 
-    async def writer(self, ref: SchemaRef, topic: str, is_key: bool) -> Writer:
+    async def writer(self, ref: SchemaRef, topic: str, is_key: bool,
+                     memo: dict[tuple[str, int], tuple[int, Schema]] | None = None) -> Writer:
         """The writer of the schema an envelope asks for; ``InvalidRecordError`` (the
         record's) or the registry's error when there is none."""
         if ref.schema_id is not None:
@@ -125,8 +127,13 @@ class Writers:
                         f"subject_name_strategy {strategy} needs the subject: give "
                         "'subject' (or schema_id)")
                 subject = f"{topic}-{'key' if is_key else 'value'}"
-            schema_id, schema = await self.source.by_version(
-                subject, -1 if ref.schema_version is None else ref.schema_version)
+            key = (subject, -1 if ref.schema_version is None else ref.schema_version)
+            found_version = memo.get(key) if memo is not None else None
+            if found_version is None:  # asked once a request (a subject's latest moves)
+                found_version = await self.source.by_version(*key)
+                if memo is not None:
+                    memo[key] = found_version
+            schema_id, schema = found_version
             found = self._by_id.get(schema_id) or await self._make(schema_id, schema)
         want = TYPES.get(ref.kind)
         if want is not None and found.schema_type != want:
@@ -189,11 +196,21 @@ async def encode_all(writers: Writers, topic: str, items: list[tuple[int, bool, 
                      ) -> dict[int, bytes | LakelogError]:
     """Each (index, is_key, ref, data) encoded, or its error, by index*2+is_key."""
     out: dict[int, bytes | LakelogError] = {}
+    memo: dict[tuple[str, int], tuple[int, Schema]] = {}
     for index, is_key, ref, data in items:
+        where = f"record {index}'s {'key' if is_key else 'value'}"
         try:
-            writer = await writers.writer(ref, topic, is_key)
-            out[index * 2 + is_key] = writer.encode(data, f"record {index}'s "
-                                                          f"{'key' if is_key else 'value'}")
+            writer = await writers.writer(ref, topic, is_key, memo)
+            out[index * 2 + is_key] = writer.encode(data, where)
         except LakelogError as exc:
             out[index * 2 + is_key] = exc
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError,
+                AttributeError, NotImplementedError, referencing.exceptions.Unresolvable,
+                jsonschema.exceptions.SchemaError) as exc:
+            # The format libraries' own errors (a schema fastavro reads otherwise than
+            # Apache Avro's parser, a $ref jsonschema cannot resolve, a proto2 required
+            # field missing): the record's, never the request's.
+            out[index * 2 + is_key] = InvalidRecordError(
+                f"{where} cannot be written with its schema: {type(exc).__name__}: "
+                f"{_short(exc)}")
     return out

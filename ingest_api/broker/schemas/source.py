@@ -9,7 +9,13 @@ from urllib.parse import quote
 
 from ingest_api.broker.schemas.formats import Reference, Schema
 from ingest_api.broker.schemas.registry import LATEST, SchemaRegistry
-from log_tables.errors import SchemaNotFoundError
+from log_tables.errors import (
+    SCHEMA_ERRORS,
+    CoordinatorNotAvailableError,
+    LakelogError,
+    SchemaNotFoundError,
+    for_name,
+)
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink
@@ -52,7 +58,17 @@ class RegistrySource:
 
     async def _remote(self, path: str) -> Any:
         assert self.link is not None  # a broker alone serves the registry itself
-        return await self.link.peers.registry_get(await self.link.schemas_leader(), path)
+        leader = await self.link.schemas_leader()
+        if leader is None:  # led here a moment ago, not served yet
+            raise CoordinatorNotAvailableError("the schema registry is loading on this "
+                                               "broker; try again")
+        try:
+            return await self.link.peers.registry_get(leader, path)
+        except LakelogError as exc:  # another broker's answer: as the table's class
+            cls = for_name(exc.code)
+            if cls in SCHEMA_ERRORS:
+                raise cls(exc.message) from None
+            raise
 
 
 def _schema(doc: dict[str, Any]) -> Schema:

@@ -17,7 +17,8 @@ import json
 import time
 from collections.abc import Sequence
 
-from ingest_api.broker.schemas.formats import AVRO, Schema
+from ingest_api.broker.schemas import protobuf
+from ingest_api.broker.schemas.formats import AVRO, PROTOBUF, Schema
 from ingest_api.broker.schemas.source import RegistrySource
 from log_tables.config import TopicConfig
 from log_tables.errors import InvalidRecordError, LakelogError, SchemaNotFoundError
@@ -30,6 +31,8 @@ class SchemaValidation:
     def __init__(self, source: RegistrySource) -> None:
         self.source = source
         self._yes: dict[tuple[str, int], float] = {}
+        self._names: dict[int, str] = {}
+        """Record names by schema id (an id's schema never changes)."""
 
     @staticmethod
     def applies(config: TopicConfig) -> bool:
@@ -88,12 +91,19 @@ class SchemaValidation:
     async def _subject(self, topic: str, is_key: bool, strategy: str, schema_id: int) -> str:
         if strategy == "TopicNameStrategy":
             return f"{topic}-{'key' if is_key else 'value'}"
-        name = record_name(await self.source.by_id(schema_id))
+        name = self._names.get(schema_id)
+        if name is None:
+            name = record_name(await self.source.by_id(schema_id))
+            if len(self._names) >= MAX_KEPT:
+                self._names.clear()
+            self._names[schema_id] = name
         return name if strategy == "RecordNameStrategy" else f"{topic}-{name}"
 
 
 def record_name(schema: Schema) -> str:
     """A schema's full record name (Avro: namespace and name; JSON Schema: its title)."""
+    if schema.schema_type == PROTOBUF:
+        return protobuf.first_name(protobuf.file_proto(schema.text))
     doc = json.loads(schema.text)
     if not isinstance(doc, dict):
         return str(doc)

@@ -44,7 +44,6 @@ from ingest_api.http.reports import Envelopes, batch_body, report
 from ingest_api.http.routers.cluster import check_cluster, forward
 from ingest_api.http.schema_envelopes import (
     has_schema_envelopes,
-    may_have_schemas,
     schema_checks,
     without_failed,
 )
@@ -127,7 +126,8 @@ async def produce(cluster_id: str, topic_name: TopicName, request: Request,
                 if stream.error:  # the whole body is here: refuse it whole
                     raise stream.error from None
                 return ndjson(_produce_all(st, meta, objects, acks, _route(st, request)))
-            if failed := await schema_checks(st, meta, [record], may_have_schemas(body)):
+            if failed := await schema_checks(st, meta, [record],
+                                             has_schema_envelopes([record])):
                 raise failed[0]
             result = await st.produce.produce(meta, produce_request([record]), acks,
                                               _route(st, request))

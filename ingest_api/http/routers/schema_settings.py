@@ -7,6 +7,7 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ingest_api.http.auth import require
 from ingest_api.http.body import read_body
 from ingest_api.http.routers.schemas import (
     MAX_BODY,
@@ -129,6 +130,8 @@ async def set_subject_mode(subject: Subject, request: Request) -> Response:
 
 async def _set_mode(request: Request, subject: str | None) -> Response:
     body = read_json(request, await read_body(request, MAX_BODY), _mode_body)
+    if str(body.mode).upper() == "IMPORT":  # takes ids and versions: the cluster's to give
+        require(request, "cluster", "lakelog", "admin")
     reg = await served(request)
     if isinstance(reg, Response):
         return reg

@@ -13,11 +13,14 @@ and mode; a schema by id is readable by any principal.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
+from msgspec import Meta
 
 from ingest_api.broker.schemas.formats import SCHEMA_TYPES, Reference, Schema
 from ingest_api.broker.schemas.registry import LATEST, SchemaRegistry, version_number
@@ -27,6 +30,7 @@ from ingest_api.http.body import decode, read_body
 from ingest_api.http.forwarding import forwarded
 from ingest_api.http.state import state
 from log_tables.errors import (
+    CoordinatorNotAvailableError,
     InvalidSchemaError,
     NotCoordinatorError,
     SubjectNotFoundError,
@@ -37,6 +41,8 @@ router = APIRouter(tags=["schema registry"])
 T = TypeVar("T")
 MEDIA = "application/vnd.schemaregistry.v1+json"
 MAX_BODY = 4 << 20
+SERVE_WAIT_S = 5.0
+"""How long a request waits for a registry this broker has just come to serve."""
 Subject = Annotated[str, Path(min_length=1, max_length=1024)]
 Flag = Annotated[bool, Query()]
 
@@ -53,8 +59,8 @@ class SchemaBody(msgspec.Struct):
     schema: str
     schemaType: str | None = None
     references: list[RefBody] | None = None
-    id: int | None = None
-    version: int | None = None
+    id: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    version: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     metadata: dict[str, Any] | None = None
     ruleSet: dict[str, Any] | None = None
 
@@ -74,16 +80,24 @@ def registry_of(request: Request) -> SchemaRegistry:
 async def served(request: Request) -> RegistryState | Response:
     """The registry, where this broker serves it; else the answer of the broker that does."""
     registry = registry_of(request)
-    found = await registry.serving()
-    if found is not None:
-        return found
-    link = state(request).cluster
-    assert link is not None  # a broker alone always serves it
+    deadline = time.monotonic() + SERVE_WAIT_S
+    while True:
+        found = await registry.serving()
+        if found is not None:
+            return found
+        link = state(request).cluster
+        assert link is not None  # a broker alone always serves it
+        leader = await link.schemas_leader()
+        if leader is not None:
+            break
+        if time.monotonic() > deadline:  # led here, not served yet (the lease, a load)
+            raise CoordinatorNotAvailableError("the schema registry is loading on broker "
+                                               f"{link.broker_id}; try again")
+        await asyncio.sleep(0.05)
     if forwarded(request):
         raise NotCoordinatorError(f"broker {link.broker_id} does not serve the schema "
                                   "registry (the metadata moved); ask again")
-    return await link.proxy(request, await link.schemas_leader(),
-                            getattr(request.state, "raw_body", None))
+    return await link.proxy(request, leader, getattr(request.state, "raw_body", None))
 
 
 def read_json(request: Request, raw: bytes, decoder: msgspec.json.Decoder[T]) -> T:
@@ -175,6 +189,8 @@ async def register(subject: Subject, request: Request, normalize: Flag = False) 
     """Register a schema under the subject: its id (the one it has if registered)."""
     allow(request, subject, "produce")
     body = await _schema_of(request)
+    if body.id is not None or body.version is not None:  # an import: cluster-wide ids
+        require(request, "cluster", "lakelog", "admin")
     reg = await served(request)
     if isinstance(reg, Response):
         return reg
@@ -193,8 +209,7 @@ async def lookup(subject: Subject, request: Request, normalize: Flag = False,
     if isinstance(reg, Response):
         return reg
     registry = registry_of(request)
-    if not reg.subjects.get(subject):
-        raise SubjectNotFoundError(f"subject {subject!r} not found")
+    registry.versions(reg, subject, deleted)  # 40401 first, as Confluent answers
     return answer(version_json(registry.lookup(reg, subject, _parsed(registry, reg, body,
                                                                       normalize), deleted)))
 
