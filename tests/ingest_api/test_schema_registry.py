@@ -479,3 +479,32 @@ def test_what_an_outside_review_found(server: ServerProcess) -> None:
         assert r.json()["error_code"] == 40401
         r = c.post(f"/subjects/{subject}", params={"deleted": "true"}, json={"schema": user})
         assert r.json()["id"] == 900001
+
+
+def test_json_schema_references(server: ServerProcess) -> None:
+    """A JSON Schema ``$ref`` to another subject's version, by the reference's name: it
+    must exist when registered, and data is validated through it."""
+    topic = fresh()
+    address = {"type": "object", "properties": {"city": {"type": "string"}},
+               "required": ["city"]}
+    customer = {"type": "object", "properties": {"home": {"$ref": "address.json"}}}
+    with httpx.Client(base_url=server.url) as c, server.client() as v3:
+        r = c.post(f"/subjects/{topic}-address/versions", json={
+            "schema": json.dumps(address), "schemaType": "JSON"})
+        assert r.status_code == 200, r.text
+        missing = c.post(f"/subjects/{topic}-value/versions", json={
+            "schema": json.dumps(customer), "schemaType": "JSON", "references": [
+                {"name": "address.json", "subject": f"{topic}-nowhere", "version": 1}]})
+        assert missing.json()["error_code"] == 42201, missing.text
+        r = c.post(f"/subjects/{topic}-value/versions", json={
+            "schema": json.dumps(customer), "schemaType": "JSON", "references": [
+                {"name": "address.json", "subject": f"{topic}-address", "version": 1}]})
+        assert r.status_code == 200, r.text
+        assert v3.post("/topics", json={"topic_name": topic, "partitions_count": 1}
+                       ).status_code == 201
+        r = v3.post(f"/topics/{topic}/records:batch", json={"entries": [
+            {"id": "ok", "value": {"type": "JSONSCHEMA", "data": {"home": {"city": "Oslo"}}}},
+            {"id": "bad", "value": {"type": "JSONSCHEMA", "data": {"home": {"city": 5}}}}]})
+        assert [s["id"] for s in r.json()["successes"]] == ["ok"]
+        [failure] = r.json()["failures"]
+        assert failure["id"] == "bad" and "at /home/city" in failure["message"], failure

@@ -90,6 +90,8 @@ def canonical(schema_type: str, text: str, references: Sequence[Reference], reso
             writable(out, resolve)
         else:
             json_schema(out)
+            for ref in out.references:  # each must exist (resolve raises if not)
+                json_schema(resolve(ref))
     except RecursionError:
         raise InvalidSchemaError(f"the {schema_type} schema is nested too deep") from None
     return out

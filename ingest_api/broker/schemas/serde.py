@@ -24,7 +24,9 @@ import fastavro.validation
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import referencing
 import referencing.exceptions
+import referencing.jsonschema
 
 from ingest_api.broker.schemas import protobuf
 from ingest_api.broker.schemas.formats import AVRO, JSON, PROTOBUF, Reference, Schema
@@ -149,7 +151,12 @@ class Writers:
             parsed = fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
         elif schema.schema_type == JSON:
             doc = json.loads(schema.text)
-            parsed = jsonschema.validators.validator_for(doc)(doc)
+            registry: referencing.Registry[Any] = referencing.Registry()
+            for ref, used in await self._named_references(schema, set()):
+                registry = registry.with_resource(ref.name, referencing.Resource.from_contents(
+                    json.loads(used.text),
+                    default_specification=referencing.jsonschema.DRAFT202012))
+            parsed = jsonschema.validators.validator_for(doc)(doc, registry=registry)
         elif schema.schema_type == PROTOBUF:
             files = []
             for ref, used in await self._named_references(schema, set()):
