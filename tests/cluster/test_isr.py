@@ -424,3 +424,43 @@ def test_a_new_topic_shows_with_its_states(
         view.stop()
         client.stop()
         client.close()
+
+
+def test_a_topic_is_applied_when_its_states_cannot_be_read_with_it(
+        zk: KazooClient, brokers: Sessions, zookeeper: ZooKeeperServer, chroot: str) -> None:
+    """The states read with a new topic are a shortcut: ZooKeeper out of reach at that
+    moment (a stand-in client raises ConnectionLoss for them: the moment cannot be timed
+    for real) leaves them to the watches, and the topic is applied all the same."""
+    from kazoo.exceptions import ConnectionLoss
+
+    ctl = elected(zk)
+    create(ctl, "t", 2)
+    client = KazooClient(hosts=zookeeper.connect + chroot, timeout=30)
+    client.start(timeout=30)
+
+    class Unreachable:
+        """Its first read of a partition state fails (the watches' reads after succeed)."""
+
+        failed = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(client, name)
+
+        def get(self, path: str, *args: object, **kwargs: object) -> object:
+            if path.endswith("/state") and not self.failed:
+                self.failed = True
+                raise ConnectionLoss()
+            return client.get(path, *args, **kwargs)
+
+    unreachable = Unreachable()
+    view = ClusterView(unreachable)  # type: ignore[arg-type]
+    try:
+        view._apply_topic("t", decode(zk.get(topic_path("t"))[0], TopicAssignment))
+        assert unreachable.failed
+        assert view.topic("t") is not None  # applied; its states left to the watches
+        placement = view.placement("t", 0)
+        assert placement is not None and placement.leader_epoch == -1
+    finally:
+        view.stop()
+        client.stop()
+        client.close()
