@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ingest_api.broker.produce.request import ProduceRequest
 from ingest_api.broker.schemas.state import Record
-from ingest_api.broker.transactions.state_log import HereOnly
+from ingest_api.broker.transactions.state_log import HereOnly, read_all
 from log_tables.errors import (
     LeaderNotAvailableError,
     NotLeaderError,
@@ -136,22 +136,3 @@ def _batch(records: Sequence[Record], now_ms: int) -> pa.RecordBatch:
                             pa.array([k for k, _ in records], pa.binary()),
                             pa.array([v for _, v in records], pa.binary()),
                             null_headers(n)], schema=RECORD_SCHEMA)
-
-
-def read_all(plog: PartitionLog) -> Iterator[Record]:
-    """Every record of the partition, to its log end (a new leader loads what it has: a
-    write not yet on every replica was not answered, and keeping it is allowed)."""
-    offset = plog.log_start_offset
-    end = plog.log_end_offset
-    while offset < end:
-        result = plog.read(offset, max_bytes=8 << 20, to_log_end=True)
-        for batch in result.batches:
-            keys = batch.records.column(1).to_pylist()
-            values = batch.records.column(2).to_pylist()
-            for k, v in zip(keys, values, strict=True):
-                if k is not None:
-                    yield k, v
-        nxt = result.next_offset
-        if nxt is None or nxt <= offset:
-            return
-        offset = nxt

@@ -166,9 +166,16 @@ def _replay(records: Iterator[tuple[str, bytes | None]], slot: int) -> dict[str,
 
 
 def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
-    """Every record of a slot, to its log end: a new leader's high watermark may lag the
-    records it has (as Kafka's coordinators, it loads them all: a state not yet on every
-    replica was not answered, and finishing it is allowed)."""
+    """Every record of a slot, its key as text (``read_all``)."""
+    for k, v in read_all(plog):
+        yield k.decode(), v
+
+
+def read_all(plog: PartitionLog) -> Iterator[tuple[bytes, bytes | None]]:
+    """Every keyed record of an internal partition, to its log end: a new leader's high
+    watermark may lag the records it has (as Kafka's coordinators, it loads them all: a
+    state not yet on every replica was not answered, and finishing it is allowed). The
+    coordinators' state log and the schema registry load this way."""
     offset = plog.log_start_offset
     end = plog.log_end_offset
     while offset < end:
@@ -177,7 +184,8 @@ def _records(plog: PartitionLog) -> Iterator[tuple[str, bytes | None]]:
             keys = batch.records.column(1).to_pylist()
             values = batch.records.column(2).to_pylist()
             for k, v in zip(keys, values, strict=True):
-                yield k.decode(), v
+                if k is not None:
+                    yield k, v
         nxt = result.next_offset
         if nxt is None or nxt <= offset:
             return
