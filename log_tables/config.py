@@ -35,6 +35,8 @@ MIN_SEGMENT_BYTES = 128
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+TABLE_MODES = ("raw", "typed", "upsert")
+ERRORS_MODES = ("dlq", "suspend", "skip")
 
 
 def validate_topic_name(name: str) -> None:
@@ -198,6 +200,15 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "RecordNameStrategy (the record's full name), TopicRecordNameStrategy."),
     ConfigDef("confluent.value.subject.name.strategy", "TopicNameStrategy", _strategy,
               "The value's subject for validation, as for keys (<topic>-value)."),
+    ConfigDef("delta.table.mode", "raw", _choice(TABLE_MODES),
+              "What the topic's tables hold besides its log: raw (the Kafka columns only), "
+              "typed (also <warehouse>/typed/<topic>: each value decoded with its schema id "
+              "into columns) or upsert (that table holds the latest value per key)."),
+    ConfigDef("delta.errors.mode", "dlq", _choice(ERRORS_MODES),
+              "A record a typed or upsert table cannot decode: dlq (into "
+              "<warehouse>/dlq/<topic> with its error and bytes), suspend (the partition's "
+              "typed table stops there until the record is dealt with) or skip (counted and "
+              "passed over)."),
 )
 CONFIG_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
@@ -228,6 +239,8 @@ class TopicConfig:
     confluent_value_schema_validation: bool = False
     confluent_key_subject_name_strategy: str = "TopicNameStrategy"
     confluent_value_subject_name_strategy: str = "TopicNameStrategy"
+    delta_table_mode: str = "raw"
+    delta_errors_mode: str = "dlq"
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, object],

@@ -11,6 +11,10 @@ from log_tables.registry import TopicMetadata, TopicRegistry
 
 WAREHOUSE_DIR = "warehouse"
 TOPICS_DIR = "topics"
+TYPED_DIR = "typed"
+"""Topics' typed and upsert tables (``delta.table.mode``): ``typed/<topic>``."""
+DLQ_DIR = "dlq"
+"""Their dead-letter tables: ``dlq/<topic>``."""
 
 
 def table_uri(warehouse: str, topic: str) -> str:
@@ -62,6 +66,14 @@ class Layout(NamedTuple):
 
     def table_uri(self, topic: str) -> str:
         return table_uri(self.warehouse, topic)
+
+    def typed_uri(self, topic: str) -> str:
+        """Where a topic's typed (or upsert) table lives."""
+        return f"{self.warehouse.rstrip('/')}/{TYPED_DIR}/{topic}"
+
+    def dlq_uri(self, topic: str) -> str:
+        """Where the records its typed table cannot hold go (``delta.errors.mode=dlq``)."""
+        return f"{self.warehouse.rstrip('/')}/{DLQ_DIR}/{topic}"
 
     def topics(self) -> list[TopicMetadata]:
         """The registered topics, read from the registry file (any process may call this)."""

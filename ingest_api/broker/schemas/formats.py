@@ -12,8 +12,7 @@ serialized FileDescriptorProto in base64.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import avro.errors
@@ -27,40 +26,13 @@ import jsonschema.validators
 
 from ingest_api.broker.schemas import protobuf
 from log_tables.errors import InvalidSchemaError
+from log_tables.typed.registry_state import Reference as Reference
+from log_tables.typed.registry_state import Resolve as Resolve
+from log_tables.typed.registry_state import Schema as Schema
 
 AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_TYPES = (AVRO, JSON, PROTOBUF)
 """The types served (``GET /schemas/types``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """A named schema this one uses: ``subject``'s ``version``, known as ``name``."""
-
-    name: str
-    subject: str
-    version: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "subject": self.subject, "version": self.version}
-
-
-@dataclass(frozen=True, slots=True)
-class Schema:
-    """A schema as stored: its type, canonical text and references."""
-
-    schema_type: str
-    text: str
-    references: tuple[Reference, ...] = ()
-
-    @property
-    def key(self) -> tuple[str, str, tuple[Reference, ...]]:
-        """What makes two schemas the same (and so of the same id)."""
-        return self.schema_type, self.text, self.references
-
-
-Resolve = Callable[[Reference], Schema]
-"""A reference's schema (raises ``InvalidSchemaError`` when it does not exist)."""
 
 
 def canonical(schema_type: str, text: str, references: Sequence[Reference], resolve: Resolve,

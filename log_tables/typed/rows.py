@@ -1,0 +1,135 @@
+"""A run of a partition's log as typed rows, and the dead-letter rows of the records
+that cannot be typed: pure functions over Arrow, for the job and the tests.
+
+``delta.errors.mode`` decides what a record that cannot be typed does: ``dlq`` (a row of
+the dead-letter table: offset, key, the raw value, the error), ``skip`` (counted,
+passed over) or ``suspend`` (the run ends before it: the table waits at that offset,
+the job reports it, until the record is dealt with, for example by ``dlq`` or ``skip``
+set on the topic). A record whose schema id is not known here yet also ends the run,
+quietly: a later run takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log_tables.cold.rows import TIMESTAMP_TYPE
+from log_tables.records import HEADERS_TYPE
+from log_tables.typed.columns import (
+    META_FIELDS,
+    TypeConflict,
+    as_columns,
+    conform,
+    merge_fields,
+    value_fields,
+)
+from log_tables.typed.decode import Decoded
+
+DLQ_SCHEMA = pa.schema([
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("headers", HEADERS_TYPE),
+    pa.field("error", pa.string(), nullable=False),
+])
+DLQ, SUSPEND, SKIP = "dlq", "suspend", "skip"
+
+
+class Typed(NamedTuple):
+    rows: pa.Table
+    """Meta columns and the value columns of ``fields``, in offset order."""
+    fields: list[pa.Field]
+    """The table's value columns with this run's merged in."""
+    deletes: pa.Array | None
+    """Upsert: per row, whether it deletes its key (a tombstone); rows deduplicated by key."""
+    dlq: pa.Table
+    end: int
+    """The offset this run covers up to (exclusive)."""
+    skipped: int
+    suspended: tuple[int, str] | None
+    """(offset, error) of the record the partition waits at (``suspend``)."""
+
+
+def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
+              table_fields: Sequence[pa.Field], errors_mode: str, upsert: bool) -> Typed:
+    """Raw rows (the cold file columns, offsets ascending, up to ``end``) as typed rows."""
+    offsets = raw.column("offset").to_numpy()
+    errors = dict(decoded.errors)
+    stop = len(offsets) if decoded.wait_at is None else decoded.wait_at
+    fields = list(table_fields)
+    parts: list[tuple[list[int], pa.StructArray]] = []
+    for group in sorted(decoded.groups, key=lambda g: g.rows[0] if g.rows else 0):
+        if not group.rows:
+            continue
+        try:
+            fields = merge_fields(fields, value_fields(group.values.type))
+        except TypeConflict as exc:
+            for row in group.rows:
+                errors[row] = f"schema id {group.schema_id}: {exc}"
+            continue
+        parts.append((group.rows, as_columns(group.values)))
+    if upsert:
+        keys = raw.column("key")
+        for row in np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False)):
+            errors.setdefault(int(row), "an upsert table needs a key: this record has none")
+    suspended = None
+    if errors_mode == SUSPEND and errors:
+        first = min(errors)
+        if first < stop:
+            stop, suspended = first, (int(offsets[first]), errors[first])
+    bad = sorted(r for r in errors if r < stop)
+    good = np.array(sorted(({r for rows, _ in parts for r in rows if r < stop}
+                            | {r for r in decoded.nulls if r < stop}) - set(errors)), np.int64)
+    value_type = pa.struct(fields)
+    pieces = [conform(cols, value_type) for _, cols in parts]
+    if decoded.nulls:
+        pieces.append(pa.nulls(len(decoded.nulls), value_type))
+    order = [r for rows, _ in parts for r in rows] + list(decoded.nulls)
+    values = (pa.concat_arrays(pieces) if pieces else pa.nulls(0, value_type))
+    position = {r: i for i, r in enumerate(order)}
+    values = values.take(pa.array([position[r] for r in good], pa.int64()))
+    meta = _meta(raw, partition, good)
+    columns = meta + (values.flatten() if fields else [])
+    schema = pa.schema(META_FIELDS + fields)
+    rows = pa.Table.from_arrays(columns, schema=schema)
+    deletes = None
+    if upsert:
+        deleted = pc.is_null(raw.column("value").take(pa.array(good, pa.int64())))
+        rows, deletes = _latest_per_key(rows, deleted)
+    run_end = end if stop == len(offsets) else int(offsets[stop])
+    dlq = (_dlq_rows(raw, partition, bad, errors) if errors_mode == DLQ
+           else DLQ_SCHEMA.empty_table())
+    return Typed(rows, fields, deletes, dlq, run_end, len(bad) if errors_mode == SKIP else 0,
+                 suspended)
+
+
+def _meta(raw: pa.Table, partition: int, rows: np.ndarray) -> list[pa.Array]:
+    take = pa.array(rows, pa.int64())
+    return [pa.array(np.full(len(rows), partition, np.int32)),
+            *(raw.column(name).take(take).combine_chunks()
+              for name in ("offset", "timestamp", "key", "headers"))]
+
+
+def _latest_per_key(rows: pa.Table, deletes: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """The last row of each key (rows are in offset order), with its delete flag."""
+    keys = rows.column("key").to_pylist()
+    last = {k: i for i, k in enumerate(keys)}
+    keep = pa.array(sorted(last.values()), pa.int64())
+    return rows.take(keep), deletes.take(keep)
+
+
+def _dlq_rows(raw: pa.Table, partition: int, rows: Sequence[int], errors: dict[int, str]
+              ) -> pa.Table:
+    take = pa.array(rows, pa.int64())
+    return pa.Table.from_arrays(
+        [pa.array(np.full(len(rows), partition, np.int32)),
+         *(raw.column(name).take(take).combine_chunks()
+           for name in ("offset", "timestamp", "key", "value", "headers")),
+         pa.array([errors[r] for r in rows], pa.string())], schema=DLQ_SCHEMA)
