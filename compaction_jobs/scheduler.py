@@ -53,12 +53,14 @@ from compaction_jobs.job import Led, led_here, settle_here
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.retention import RetentionJob
 from compaction_jobs.tier import TierJob
+from compaction_jobs.typed import TypedJob
 from compaction_jobs.vacuum import VacuumJob
 from log_tables import parent_death
 from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.hot.segment import LogSegment
 from log_tables.layout import Layout
+from log_tables.typed.catalog import Catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,6 +101,8 @@ class JobScheduler:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._spark: SparkSession | None = None
+        self._catalog = Catalog(layout)
+        """The schema registry as read so far (the typed tables' job reads only what is new)."""
         self.runs = 0
         self.last_error: str | None = None
         self._jobs: list[tuple[str, float, Callable[[], object]]] = [
@@ -140,9 +144,12 @@ class JobScheduler:
         return led_here(self.layout, self.cluster)
 
     def _tier(self) -> object:
-        return TierJob(self.layout, led=led_here(self.layout, self.cluster, tiers=True),
-                       settle_ms=settle_here(self.layout) if self.cluster is not False else 0
-                       ).run(self._session)
+        led = led_here(self.layout, self.cluster, tiers=True)
+        report = TierJob(self.layout, led=led, settle_ms=settle_here(self.layout)
+                         if self.cluster is not False else 0).run(self._session)
+        # Typed and upsert tables follow what was tiered, at once (compaction_jobs.typed).
+        TypedJob(self.layout, led=led, catalog=self._catalog).run()
+        return report
 
     def _retention(self) -> object:
         return RetentionJob(self.layout, led=self._led()).run()

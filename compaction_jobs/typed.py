@@ -35,7 +35,7 @@ from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 from log_tables.storage import storage_options
 from log_tables.typed.catalog import Catalog
-from log_tables.typed.columns import META_NAMES
+from log_tables.typed.columns import META_NAMES, dlq_app_id, typed_app_id
 from log_tables.typed.decode import Decoder
 from log_tables.typed.rows import Typed, type_rows
 
@@ -46,15 +46,6 @@ MAX_RUN_ROWS = 200_000
 """Offsets of one partition decoded and committed at a time (bounds the job's memory)."""
 DELETE_FLAG = "_lakelog_delete"
 UPSERT, TYPED = "upsert", "typed"
-
-
-def typed_app_id(partition: int) -> str:
-    """The typed table's app transaction: the offset it covers up to."""
-    return f"lakelog-typed-{partition}"
-
-
-def dlq_app_id(partition: int) -> str:
-    return f"lakelog-dlq-{partition}"
 
 
 class Lost(Exception):

@@ -34,7 +34,7 @@ def jobs_tier(
 ) -> None:
     """Roll sealed hot segments into the topics' Delta tables, exactly once (on a
     cluster's broker, of the partitions it tiers: the leader of partition 0 tiers all the
-    topic's partitions it holds a replica of)."""
+    topic's partitions it holds a replica of); then the typed and upsert tables follow."""
     from compaction_jobs.job import led_here, settle_here
     from compaction_jobs.tier import TierJob, untiered
     from log_tables.layout import Layout
@@ -74,11 +74,35 @@ def jobs_tier(
             raise typer.Exit(1)
         if not roll or not (late := untiered(layout, ends)):
             break
+    _typed(layout, topic, led)
     if roll:
         if late := untiered(layout, ends):
             raise LakelogError(f"not all in Delta after the roll: {', '.join(late)}")
         typer.echo(f"Delta holds every record produced before the roll "
                    f"({len(ends)} partition(s))", err=True)
+
+
+def _typed(layout: Any, topic: list[str] | None, led: Any) -> None:
+    """The typed and upsert tables follow what was tiered (``delta.table.mode``)."""
+    from compaction_jobs.typed import TypedJob
+
+    report = TypedJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
+                      led=led).run()
+    for run in report.failed:
+        typer.echo(f"typed failed on {run.topic}-{run.partition}: {run.error}", err=True)
+
+
+@jobs_app.command("typed")
+def jobs_typed(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = None,
+               topic: Annotated[list[str] | None, typer.Option(
+                   help="Only this topic (repeatable).")] = None) -> None:
+    """Decode what is tiered of typed and upsert topics into their tables (``jobs tier``
+    does this after tiering; the server's scheduler too)."""
+    from compaction_jobs.job import led_here
+    from log_tables.layout import Layout
+
+    layout = Layout.of(data_dir, warehouse)
+    _typed(layout, topic, led_here(layout, tiers=True))
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "

@@ -251,17 +251,19 @@ class TieredStorage:
         return starts
 
     def drop_topic(self, topic: str) -> None:
-        """Remove a deleted topic's Delta table (on an object store: every object under it)."""
+        """Remove a deleted topic's Delta tables, its typed and dead-letter ones included
+        (on an object store: every object under them)."""
         self.tables.forget(topic)
-        uri = self.layout.table_uri(topic)
-        if is_local(uri):
-            shutil.rmtree(Path(local_path(uri)), ignore_errors=True)
-            return
-        try:
-            fs, path = filesystem(uri)
-            fs.delete_dir(path)
-        except FileNotFoundError:
-            pass
-        except (OSError, StorageError) as exc:  # a new topic of that name skips the old table
-            log.warning("could not delete the table of deleted topic %s at %s: %s", topic,
-                        uri, exc)
+        for uri in (self.layout.table_uri(topic), self.layout.typed_uri(topic),
+                    self.layout.dlq_uri(topic)):
+            if is_local(uri):
+                shutil.rmtree(Path(local_path(uri)), ignore_errors=True)
+                continue
+            try:
+                fs, path = filesystem(uri)
+                fs.delete_dir(path)
+            except FileNotFoundError:
+                pass
+            except (OSError, StorageError) as exc:  # a new topic of that name skips it
+                log.warning("could not delete the table of deleted topic %s at %s: %s",
+                            topic, uri, exc)

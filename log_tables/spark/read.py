@@ -76,8 +76,10 @@ def read_topic(spark: SparkSession, topic: str, *,
                version: int | None = None,
                timestamp_as_of: datetime | str | None = None,
                fail_on_data_loss: bool = True,
-               isolation_level: str = "read_committed") -> DataFrame:
-    """A topic as a DataFrame with the schema of Spark's Kafka source.
+               isolation_level: str = "read_committed",
+               typed: bool | None = None) -> DataFrame:
+    """A topic as a DataFrame with the schema of Spark's Kafka source (a typed or upsert
+    topic: its typed columns, ``log_tables.spark.typed_read``).
 
     Offsets are per partition (``{partition: offset}``; missing partitions read
     from the earliest / to the latest); ``starting_timestamp`` / ``ending_timestamp``
@@ -87,7 +89,8 @@ def read_topic(spark: SparkSession, topic: str, *,
     False skips the records of a damaged hot batch (with a warning) instead of failing.
     ``isolation_level`` (Kafka's): ``read_committed`` (the default, what the table holds)
     reads no record of an open or aborted transaction in the hot tail;
-    ``read_uncommitted`` reads them too.
+    ``read_uncommitted`` reads them too. ``typed``: the typed columns (the default for a
+    topic whose ``delta.table.mode`` is typed or upsert) or, False, the Kafka columns.
     """
     from pyspark.sql import functions as F
 
@@ -98,6 +101,18 @@ def read_topic(spark: SparkSession, topic: str, *,
     if version is not None and timestamp_as_of is not None:
         raise InvalidOptionError("pass version or timestamp_as_of, not both")
     travel = version if version is not None else timestamp_as_of
+    if typed is None:
+        typed = meta.config.delta_table_mode != "raw"
+    if typed:
+        from log_tables.spark.typed_read import read_typed
+
+        if starting_timestamp is not None or ending_timestamp is not None:
+            raise InvalidOptionError("a typed read takes offsets, not timestamps: filter on "
+                                     "the timestamp column, or read with typed=False")
+        return read_typed(spark, layout, meta, starting_offsets=starting_offsets,
+                          ending_offsets=ending_offsets, travel=travel,
+                          include_hot=include_hot, isolation_level=isolation_level,
+                          fail_on_data_loss=fail_on_data_loss)
     if isinstance(travel, datetime):
         travel = travel.isoformat()
     hot = include_hot if include_hot is not None else travel is None

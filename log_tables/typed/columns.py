@@ -31,6 +31,16 @@ VALUE_COLUMN = "value"
 """The column of a value that is not a record."""
 
 
+def typed_app_id(partition: int) -> str:
+    """The typed table's app transaction of a partition: the offset it covers up to."""
+    return f"lakelog-typed-{partition}"
+
+
+def dlq_app_id(partition: int) -> str:
+    """The dead-letter table's: the offset its rows of the partition cover up to."""
+    return f"lakelog-dlq-{partition}"
+
+
 class TypeConflict(ValueError):
     """Two types of one column that no table holds both of."""
 
