@@ -24,6 +24,7 @@ from compaction_jobs import job
 from compaction_jobs.compact import CompactJob
 from compaction_jobs.optimize import OptimizeJob
 from compaction_jobs.tier import TierJob
+from compaction_jobs.typed import TypedJob
 from log_tables.layout import Layout
 from log_tables.spark.session import lakelog_session
 
@@ -56,6 +57,13 @@ def main() -> None:
     job.step_hook = hook
     warehouse = os.environ.get("LAKELOG_WAREHOUSE") or None
     layout = Layout.of(data_dir, warehouse)
+    if name == "typed":  # no Spark: the typed tables' job decodes in this process
+        report = TypedJob(layout).run()
+        result = {"runs": [[r.partition, r.status, r.detail] for r in report.runs]}
+        if step != "-":
+            sys.exit(f"the {name} job finished without reaching step {step!r}")
+        print(json.dumps(result), flush=True)
+        return
     spark = lakelog_session(data_dir, warehouse, master="local[2]",
                             conf={"spark.driver.memory": "512m"})
     if name == "tier":
