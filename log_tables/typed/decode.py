@@ -2,7 +2,7 @@
 decoded into Arrow, batch by batch, with each record that cannot be decoded named.
 
 Per schema id a decoder is made once (Avro: ``avro_arrow``, JSON Schema:
-``json_arrow``); a batch's records are grouped by id and each group becomes one Arrow
+``json_arrow``, Protobuf: ``proto_arrow``); a batch's records are grouped by id and each group becomes one Arrow
 array of that schema's type. A record fails alone (its bytes are not in the wire format,
 its schema is deleted or has no table shape, its payload does not decode or fit its
 type); a record whose schema id this replica of the registry does not hold yet stops
@@ -19,6 +19,7 @@ import pyarrow as pa
 from log_tables.typed.avro_arrow import AvroDecoder
 from log_tables.typed.catalog import Catalog, NotYetKnown
 from log_tables.typed.json_arrow import JsonDecoder
+from log_tables.typed.proto_arrow import ProtoDecoder
 from log_tables.typed.registry_state import Reference, Schema
 
 MAGIC = 0
@@ -82,8 +83,9 @@ class Decoder:
             return AvroDecoder(schema, self._references(schema, set()))
         if schema.schema_type == "JSON":
             return JsonDecoder(schema, dict(self._named(schema, set())))
-        raise ValueError(f"{schema.schema_type} values are not decoded into tables (Avro and "
-                         "JSON Schema are)")
+        if schema.schema_type == "PROTOBUF":
+            return ProtoDecoder(schema, dict(self._named(schema, set())))
+        raise ValueError(f"{schema.schema_type} values are not decoded into tables")
 
     def _references(self, schema: Schema, seen: set[Reference]) -> list[Schema]:
         return [used for _, used in self._named(schema, seen)]

@@ -13,12 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable, QueryBuilder
-from pyspark.sql import SparkSession
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+from pyspark.sql import Row, SparkSession
 
 from log_tables.cold.table import open_table
 from log_tables.layout import Layout
@@ -62,8 +64,8 @@ def wait_typed(layout: Layout, topic: str, end: int, dlq: int | None = None) -> 
         dt = open_table(layout.typed_uri(topic))
         dead = open_table(layout.dlq_uri(topic)) if dlq is not None else None
         if dt is not None and (dt.transaction_version(typed_app_id(0)) or 0) >= end and (
-                dlq is None or dead is not None and (dead.transaction_version(dlq_app_id(0))
-                                                     or 0) >= dlq):
+                dlq is None or (dead is not None and (dead.transaction_version(dlq_app_id(0))
+                                                     or 0) >= dlq)):
             return dt
         assert time.monotonic() < deadline, f"{topic}: not typed up to {end} in time"
         time.sleep(0.2)
@@ -132,5 +134,64 @@ def test_json_schema_chain_upsert(jobs_server: ServerProcess, spark: SparkSessio
         got = read_topic(spark, "prices").orderBy("key").collect()
         assert [(r["key"], r["id"], r["price"]) for r in got] == [
             (b"k0", 9, 9.0), (b"k1", 1, 1.5), (b"k2", 2, 3.0), (b"k3", 3, 4.5)]
+    finally:
+        sr.close()
+
+
+def order_file() -> descriptor_pb2.FileDescriptorProto:
+    """``message Order { string item = 1; int64 qty = 2; repeated string tags = 3;
+    Ship ship = 4; Kind kind = 5; map<string, int64> attrs = 6;
+    google.protobuf.Timestamp at = 7; }`` with ``Ship { string city = 1; }`` and
+    ``enum Kind { A = 0; B = 1; }``, as protoc's output would hold it."""
+    F = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="shop_order.proto", package="shoporder", syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto"])
+    order = proto.message_type.add(name="Order")
+    ship = order.nested_type.add(name="Ship")
+    ship.field.add(name="city", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry = order.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    kind = order.enum_type.add(name="Kind")
+    kind.value.add(name="A", number=0)
+    kind.value.add(name="B", number=1)
+    order.field.add(name="item", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    order.field.add(name="qty", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    order.field.add(name="tags", number=3, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    order.field.add(name="ship", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".shoporder.Order.Ship")
+    order.field.add(name="kind", number=5, type=F.TYPE_ENUM, label=F.LABEL_OPTIONAL,
+                    type_name=".shoporder.Order.Kind")
+    order.field.add(name="attrs", number=6, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                    type_name=".shoporder.Order.AttrsEntry")
+    order.field.add(name="at", number=7, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".google.protobuf.Timestamp")
+    return proto
+
+
+def test_protobuf_chain_typed(jobs_server: ServerProcess, spark: SparkSession) -> None:
+    layout = Layout.of(jobs_server.data_dir)
+    create(jobs_server, "shipments", "typed")
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(order_file())
+    Order = message_factory.GetMessageClass(pool.FindMessageTypeByName("shoporder.Order"))
+    sr = SchemaRegistryClient({"url": jobs_server.url})
+    try:
+        ser = ProtobufSerializer(Order, sr, {"use.deprecated.format": False})
+        ctx = SerializationContext("shipments", MessageField.VALUE)
+        first = Order(item="pen", qty=3, tags=["a", "b"], kind=1, attrs={"w": 7})
+        first.ship.city = "Oslo"
+        first.at.FromMicroseconds(1_700_000_000_000_000)
+        blobs = [ser(first, ctx), ser(Order(item="cap"), ctx)]
+        produce(jobs_server, "shipments", [b for b in blobs if b is not None])
+        wait_typed(layout, "shipments", 2)
+        got = read_topic(spark, "shipments").orderBy("offset").collect()
+        assert [(r["item"], r["qty"], r["tags"], r["ship"], r["kind"], r["attrs"])
+                for r in got] == [("pen", 3, ["a", "b"], Row(city="Oslo"), "B", {"w": 7}),
+                                  ("cap", 0, [], None, "A", {})]
+        assert got[0]["at"].timestamp() == 1_700_000_000 and got[1]["at"] is None
     finally:
         sr.close()

@@ -13,17 +13,17 @@ import pytest
 from ingest_api.broker.schemas.compatibility import level, problems
 from ingest_api.broker.schemas.formats import AVRO, JSON, Reference, Schema, canonical
 from ingest_api.broker.schemas.registry import SchemaRegistry
-from ingest_api.broker.schemas.state import (
+from log_tables.errors import (
+    InvalidCompatibilityLevelError,
+    InvalidSchemaError,
+    NotEnoughReplicasAfterAppendError,
+)
+from log_tables.typed.registry_state import (
     RegistryState,
     Version,
     id_record,
     setting_record,
     version_record,
-)
-from log_tables.errors import (
-    InvalidCompatibilityLevelError,
-    InvalidSchemaError,
-    NotEnoughReplicasAfterAppendError,
 )
 
 

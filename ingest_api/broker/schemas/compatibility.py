@@ -18,9 +18,9 @@ from typing import Any
 
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from ingest_api.broker.schemas import protobuf
 from ingest_api.broker.schemas.formats import AVRO, PROTOBUF, Resolve, Schema, avro_schema
 from log_tables.errors import InvalidCompatibilityLevelError
+from log_tables.typed import protobuf
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
           "FULL_TRANSITIVE")

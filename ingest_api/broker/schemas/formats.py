@@ -24,8 +24,8 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from ingest_api.broker.schemas import protobuf
 from log_tables.errors import InvalidSchemaError
+from log_tables.typed import protobuf
 from log_tables.typed.registry_state import Reference as Reference
 from log_tables.typed.registry_state import Resolve as Resolve
 from log_tables.typed.registry_state import Schema as Schema

@@ -28,14 +28,6 @@ from ingest_api.broker.schemas.formats import (
     Schema,
     canonical,
 )
-from ingest_api.broker.schemas.state import (
-    Record,
-    RegistryState,
-    Version,
-    id_record,
-    setting_record,
-    version_record,
-)
 from ingest_api.broker.schemas.store import SchemaLog
 from log_tables.errors import (
     IncompatibleSchemaError,
@@ -54,6 +46,14 @@ from log_tables.errors import (
     SubjectNotSoftDeletedError,
     SubjectSoftDeletedError,
     VersionNotFoundError,
+)
+from log_tables.typed.registry_state import (
+    Record,
+    RegistryState,
+    Version,
+    id_record,
+    setting_record,
+    version_record,
 )
 
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")

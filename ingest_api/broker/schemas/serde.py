@@ -28,9 +28,9 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 
-from ingest_api.broker.schemas import protobuf
 from ingest_api.broker.schemas.formats import AVRO, JSON, PROTOBUF, Reference, Schema
 from log_tables.errors import InvalidRecordError, InvalidSchemaError, LakelogError
+from log_tables.typed import protobuf
 
 MAGIC = b"\x00"
 TYPES = {"AVRO": AVRO, "JSONSCHEMA": JSON, "PROTOBUF": PROTOBUF}

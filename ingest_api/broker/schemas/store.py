@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from ingest_api.broker.produce.request import ProduceRequest
-from ingest_api.broker.schemas.state import Record
 from ingest_api.broker.transactions.state_log import HereOnly, read_all
 from log_tables.errors import (
     LeaderNotAvailableError,
@@ -34,6 +33,7 @@ from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.records import RECORD_SCHEMA, null_headers
 from log_tables.registry import SCHEMAS_CONFIGS, SCHEMAS_TOPIC
+from log_tables.typed.registry_state import Record
 
 if TYPE_CHECKING:
     from ingest_api.broker.cluster_link import ClusterLink

@@ -17,11 +17,11 @@ import json
 import time
 from collections.abc import Sequence
 
-from ingest_api.broker.schemas import protobuf
 from ingest_api.broker.schemas.formats import AVRO, PROTOBUF, Schema
 from ingest_api.broker.schemas.source import RegistrySource
 from log_tables.config import TopicConfig
 from log_tables.errors import InvalidRecordError, LakelogError, SchemaNotFoundError
+from log_tables.typed import protobuf
 
 KEEP_S = 30.0
 MAX_KEPT = 10_000

@@ -24,7 +24,6 @@ from msgspec import Meta
 
 from ingest_api.broker.schemas.formats import SCHEMA_TYPES, Reference, Schema
 from ingest_api.broker.schemas.registry import LATEST, SchemaRegistry, version_number
-from ingest_api.broker.schemas.state import RegistryState, Version
 from ingest_api.http.auth import may, require
 from ingest_api.http.body import decode, read_body
 from ingest_api.http.forwarding import forwarded
@@ -36,6 +35,7 @@ from log_tables.errors import (
     SubjectNotFoundError,
     VersionNotFoundError,
 )
+from log_tables.typed.registry_state import RegistryState, Version
 
 router = APIRouter(tags=["schema registry"])
 T = TypeVar("T")
