@@ -88,7 +88,7 @@ class ProtoDecoder:
             self._open.discard(desc.full_name)
 
         def convert(message: Any) -> Any:
-            out = {}
+            out: dict[str, Any] = {}
             for f, _, conv in parts:
                 if f.message_type is not None and not _repeated(f) and \
                         not message.HasField(f.name):
