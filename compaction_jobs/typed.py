@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, Transaction
@@ -35,7 +36,7 @@ from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 from log_tables.storage import storage_options
 from log_tables.typed.catalog import Catalog
-from log_tables.typed.columns import META_NAMES, dlq_app_id, typed_app_id
+from log_tables.typed.columns import META_FIELDS, META_NAMES, conform, dlq_app_id, typed_app_id
 from log_tables.typed.decode import Decoder
 from log_tables.typed.rows import Typed, type_rows
 
@@ -52,8 +53,23 @@ class Lost(Exception):
     """Another job moved the partition's typed offset first."""
 
 
+class _Part:
+    """One partition's progress through a run."""
+
+    def __init__(self, version: int, start: int, began: int) -> None:
+        self.version = version
+        """The typed offset (app transaction) as last committed."""
+        self.first = self.start = start
+        self.began = began
+        self.records_in = self.records_out = self.dead = self.skipped = 0
+        self.stopped = False
+        self.suspended: tuple[int, str] | None = None
+
+
 class TypedJob(TopicJob):
-    """Decode the tiered records of typed and upsert topics into their tables."""
+    """Decode the tiered records of typed and upsert topics into their tables: per topic,
+    rounds of at most ``MAX_RUN_ROWS`` records in all, each one dead-letter commit and
+    one typed commit for every partition it moves."""
 
     name = "typed"
 
@@ -65,101 +81,123 @@ class TypedJob(TopicJob):
 
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
-        config = meta.config
-        if config.delta_table_mode not in (TYPED, UPSERT):
+        if meta.config.delta_table_mode not in (TYPED, UPSERT):
             return []
         raw = open_table(self.layout.table_uri(meta.name))
         if raw is None or table_topic_id(raw) != meta.topic_id:
             return []  # nothing tiered yet (or a stale table, which tiering reports)
         states = snapshot(raw, meta.partitions)
         target = _open_target(self.layout.typed_uri(meta.name), meta)
-        runs = []
-        for p in range(meta.partitions):
-            if self.leads(meta.name, p):
-                run, target = self._partition(meta, p, states[p], target)
-                if run is not None:
-                    runs.append(run)
-        return runs
+        versions = {p: _version(target, typed_app_id(p)) for p in range(meta.partitions)
+                    if self.leads(meta.name, p)}
+        parts = {p: _Part(v, max(v, states[p].start_offset), now_ms())
+                 for p, v in versions.items()}
+        while True:
+            todo = {p: part for p, part in parts.items()
+                    if not part.stopped and part.start < states[p].tiered_offset}
+            if not todo:
+                break
+            target = self._round(meta, states, todo, target)
+        return [run for p, part in parts.items() if (run := self._row(meta, p, part))]
 
-    def _partition(self, meta: TopicMetadata, p: int, state: PartitionState,
-                   target: DeltaTable | None) -> tuple[JobRun | None, DeltaTable | None]:
-        began = now_ms()
+    def _round(self, meta: TopicMetadata, states: list[PartitionState], todo: dict[int, _Part],
+               target: DeltaTable | None) -> DeltaTable | None:
         config = meta.config
         upsert = config.delta_table_mode == UPSERT
-        done = _version(target, typed_app_id(p))
-        start, first = max(done, state.start_offset), max(done, state.start_offset)
-        records_in = records_out = dead = skipped = 0
-        suspended: tuple[int, str] | None = None
-        while start < state.tiered_offset and suspended is None:
-            end = min(state.tiered_offset, start + MAX_RUN_ROWS)
-            raw = read_files(state.files, start, end)
+        share = max(1, MAX_RUN_ROWS // len(todo))
+        fields = _value_fields(target)
+        typed: dict[int, Typed] = {}
+        for p, part in todo.items():
+            state = states[p]
+            end = min(state.tiered_offset, part.start + share)
+            raw = read_files(state.files, part.start, end)
             decoded = self.decoder.decode(raw.column("value"))
-            step("typed-decoded")
-            typed = type_rows(raw, p, end, decoded, _value_fields(target),
-                              config.delta_errors_mode, upsert)
-            suspended = typed.suspended
-            if typed.end <= start:
-                break  # waits at its first record (a schema not known here yet, suspended)
-            if typed.dlq.num_rows:
-                self._dead_letters(meta, p, typed)
+            t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert)
+            part.suspended = t.suspended
+            part.stopped = t.suspended is not None or t.end < end  # waits for a schema
+            part.records_in += raw.num_rows
+            if t.end > part.start:
+                typed[p] = t
+                fields = t.fields
+        step("typed-decoded")
+        if not typed:
+            return target
+        try:
+            if any(t.dlq.num_rows for t in typed.values()):
+                self._dead_letters(meta, typed)
                 step("dlq-committed")
-            try:
-                target = self._commit(meta, p, target, done, typed, upsert)
-            except Lost:
-                self.progress(f"{meta.name}-{p}: another job moved its typed table first")
-                break
-            step("typed-committed")
-            records_in += raw.num_rows
-            records_out += typed.rows.num_rows
-            dead += typed.dlq.num_rows
-            skipped += typed.skipped
-            done = start = typed.end
-            if typed.end < end:
-                break  # waits for a schema
-        if start == first and suspended is None:
-            return None, target
-        detail = (f"typed offsets {first}..{start - 1}" if start > first else "nothing typed")
-        if dead:
-            detail += f"; {dead} record(s) to the dead-letter table"
-        if skipped:
-            detail += f"; {skipped} record(s) skipped"
-        if suspended is not None:
-            offset, error = suspended
-            return self.row(meta.name, p, began, FAILED, records_in=records_in,
-                            records_out=records_out, detail=detail,
+            target = self._commit(meta, target, {p: todo[p].version for p in typed}, typed,
+                                  fields, upsert)
+        except Lost:
+            self.progress(f"{meta.name}: another job moved its typed table first")
+            for part in todo.values():
+                part.stopped = True
+            return _open_target(self.layout.typed_uri(meta.name), meta)
+        step("typed-committed")
+        for p, t in typed.items():
+            part = todo[p]
+            part.records_out += t.rows.num_rows
+            part.dead += t.dlq.num_rows
+            part.skipped += t.skipped
+            part.start = part.version = t.end
+        return target
+
+    def _row(self, meta: TopicMetadata, p: int, part: _Part) -> JobRun | None:
+        if part.start == part.first and part.suspended is None:
+            return None
+        detail = (f"typed offsets {part.first}..{part.start - 1}" if part.start > part.first
+                  else "nothing typed")
+        if part.dead:
+            detail += f"; {part.dead} record(s) to the dead-letter table"
+        if part.skipped:
+            detail += f"; {part.skipped} record(s) skipped"
+        counts = {"records_in": part.records_in, "records_out": part.records_out}
+        if part.suspended is not None:
+            offset, error = part.suspended
+            return self.row(meta.name, p, part.began, FAILED, **counts, detail=detail,
                             error=f"suspended at offset {offset}: {error} (set "
-                                  "delta.errors.mode to dlq or skip to go on)"), target
-        return self.row(meta.name, p, began, SUCCEEDED, records_in=records_in,
-                        records_out=records_out, detail=detail), target
+                                  "delta.errors.mode to dlq or skip to go on)")
+        return self.row(meta.name, p, part.began, SUCCEEDED, **counts, detail=detail)
 
-    def _props(self, app: str, version: int) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(app, version, now_ms())],
-                                custom_metadata={"lakelog.job": self.name,
-                                                 "lakelog.jobId": self.job_id})
+    def _props(self, versions: dict[str, int]) -> CommitProperties:
+        now = now_ms()
+        return CommitProperties(
+            app_transactions=[Transaction(app, v, now) for app, v in versions.items()],
+            custom_metadata={"lakelog.job": self.name, "lakelog.jobId": self.job_id})
 
-    def _dead_letters(self, meta: TopicMetadata, p: int, typed: Typed) -> None:
+    def _dead_letters(self, meta: TopicMetadata, typed: dict[int, Typed]) -> None:
+        """Each partition's dead letters not yet written (a run killed after this and
+        before its typed commit wrote them), in one commit."""
         uri = self.layout.dlq_uri(meta.name)
         dlq = _open_target(uri, meta)
-        since = _version(dlq, dlq_app_id(p))
-        rows = typed.dlq.filter(pa.compute.greater_equal(typed.dlq.column("offset"), since))
-        if not rows.num_rows:
-            return  # written by a run killed before its typed commit
-        props = self._props(dlq_app_id(p), typed.end)
+        rows, versions = [], {}
+        for p, t in typed.items():
+            if t.dlq.num_rows:
+                since = _version(dlq, dlq_app_id(p))
+                rows.append(t.dlq.filter(pc.greater_equal(t.dlq.column("offset"), since)))
+                versions[dlq_app_id(p)] = t.end
+        table = pa.concat_tables(rows)
+        if not table.num_rows:
+            return
         try:
-            write_deltalake(dlq if dlq is not None else uri, rows, mode="append",
-                            partition_by=["partition"], commit_properties=props,
+            write_deltalake(dlq if dlq is not None else uri, table, mode="append",
+                            partition_by=["partition"], commit_properties=self._props(versions),
                             description=f"lakelog topic_id={meta.topic_id}",
                             storage_options=storage_options(uri))
         except CommitFailedError:
             raise Lost from None
 
-    def _commit(self, meta: TopicMetadata, p: int, target: DeltaTable | None, done: int,
-                typed: Typed, upsert: bool) -> DeltaTable:
+    def _commit(self, meta: TopicMetadata, target: DeltaTable | None, done: dict[int, int],
+                typed: dict[int, Typed], fields: list[pa.Field], upsert: bool) -> DeltaTable:
+        """One commit of every partition's rows with their new typed offsets, checked
+        against the offsets they were planned on."""
         uri = self.layout.typed_uri(meta.name)
-        props = self._props(typed_app_id(p), typed.end)
+        schema = pa.schema(META_FIELDS + fields)
+        rows = pa.concat_tables([_conform(t.rows, schema) for t in typed.values()])
+        props = self._props({typed_app_id(p): t.end for p, t in typed.items()})
         if target is None:
-            rows = typed.rows if not upsert else typed.rows.schema.empty_table()
-            write_deltalake(uri, rows, mode="append", partition_by=["partition"],
+            write_deltalake(uri, schema.empty_table() if upsert else rows, mode="append",
+                            partition_by=["partition"],
                             description=f"lakelog topic_id={meta.topic_id}",
                             commit_properties=None if upsert else props,
                             storage_options=storage_options(uri))
@@ -167,18 +205,20 @@ class TypedJob(TopicJob):
             assert target is not None
             if not upsert:
                 return target
-        if _version(target, typed_app_id(p)) != done:
+        if any(_version(target, typed_app_id(p)) != v for p, v in done.items()):
             raise Lost
         try:
             if not upsert:
-                write_deltalake(target, typed.rows, mode="append", schema_mode="merge",
+                write_deltalake(target, rows, mode="append", schema_mode="merge",
                                 partition_by=["partition"], commit_properties=props)
-            elif not typed.rows.num_rows:
+            elif not rows.num_rows:
                 target.create_write_transaction([], "append", target.schema(),
                                                 partition_by=["partition"],
                                                 commit_properties=props)
             else:
-                _merge(target, p, typed, props)
+                deletes = pa.chunked_array([t.deletes for t in typed.values()
+                                            if t.deletes is not None], pa.bool_())
+                _merge(target, sorted(typed), rows.append_column(DELETE_FLAG, deletes), props)
         except CommitFailedError:
             target.update_incremental()
             raise Lost from None
@@ -186,13 +226,21 @@ class TypedJob(TopicJob):
         return target
 
 
-def _merge(target: DeltaTable, p: int, typed: Typed, props: CommitProperties) -> None:
-    """The latest row of each key into the partition's rows: a delete flag deletes."""
-    assert typed.deletes is not None
-    source = typed.rows.append_column(DELETE_FLAG, typed.deletes)
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A partition's rows with every column of ``schema`` (typed with fewer fields)."""
+    return pa.Table.from_arrays([
+        conform(rows.column(f.name).combine_chunks(), f.type) if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _merge(target: DeltaTable, partitions: list[int], source: pa.Table,
+           props: CommitProperties) -> None:
+    """The latest row of each key into its partition's rows: a delete flag deletes."""
     keep = f'NOT s."{DELETE_FLAG}"'
-    (target.merge(source, f't."partition" = {p} AND t."key" = s."key"', source_alias="s",
-                  target_alias="t", merge_schema=True, commit_properties=props)
+    within = ", ".join(map(str, partitions))
+    (target.merge(source, f't."partition" IN ({within}) AND t."partition" = s."partition" '
+                  f'AND t."key" = s."key"', source_alias="s", target_alias="t",
+                  merge_schema=True, commit_properties=props)
      .when_matched_delete(predicate=f's."{DELETE_FLAG}"')
      .when_matched_update_all(predicate=keep, except_cols=[DELETE_FLAG])
      .when_not_matched_insert_all(predicate=keep, except_cols=[DELETE_FLAG])
