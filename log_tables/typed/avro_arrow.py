@@ -10,8 +10,9 @@ is that type (nullable), a union of several types a struct of ``member0``,
 ``uuid`` strings; the ``time-*`` types stay integers (Spark has no time of day). A
 recursive record has no table shape and is refused.
 
-Decoding is fastavro's ``schemaless_reader`` per record, read with the logical types
-taken off (plain numbers) and cast to them column-wise after, except decimals.
+Decoding is many records at a time where polars reads the schema (``avro_block``), and
+otherwise fastavro's ``schemaless_reader`` per record, read with the logical types taken
+off (plain numbers) and cast to them column-wise after, except decimals.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
+from log_tables.typed.avro_block import BlockDecoder
 from log_tables.typed.registry_state import Schema
 
 UNION_MEMBER = "member{}"
@@ -191,6 +193,9 @@ class AvroDecoder:
         self.reader = fastavro.parse_schema(_plain(json.loads(schema.text)),
                                             named_schemas=plain_named)
         self.arrow_type = self.shape.final
+        doc = json.loads(schema.text)
+        self.block = BlockDecoder(doc, {}, self.arrow_type) if not references and \
+            BlockDecoder.usable(doc, {}) else None
 
     def decode_one(self, payload: bytes) -> Any:
         value = fastavro.schemaless_reader(io.BytesIO(payload), self.reader, None,
@@ -198,6 +203,10 @@ class AvroDecoder:
                                            return_record_name_override=True)
         norm = self.shape.normalize
         return norm(value) if norm is not None else value
+
+    def decode_many(self, payloads: pa.Array) -> pa.Array | None:
+        """Many payloads at once (``avro_block``); None: decode them one by one."""
+        return self.block.decode(payloads) if self.block is not None else None
 
     def to_arrow(self, values: list[Any]) -> pa.Array:
         raw = pa.array(values, type=self.shape.raw)

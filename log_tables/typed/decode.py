@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from log_tables.typed.avro_arrow import AvroDecoder
 from log_tables.typed.catalog import Catalog, NotYetKnown
@@ -27,6 +29,9 @@ MAX_DECODERS = 1000
 
 
 class FormatDecoder(Protocol):
+    """A schema's decoder; it may also have ``decode_many(payloads) -> pa.Array | None``
+    (many at once; None: one by one)."""
+
     arrow_type: pa.DataType
 
     def decode_one(self, payload: bytes) -> Any: ...
@@ -102,37 +107,67 @@ class Decoder:
             out.append((ref.name, used))
         return out
 
-    def decode(self, values: pa.Array) -> Decoded:
+    def decode(self, values: pa.Array | pa.ChunkedArray) -> Decoded:
         out = Decoded()
-        pending: dict[int, tuple[FormatDecoder, list[int], list[Any]]] = {}
-        for row, raw in enumerate(values.to_pylist()):
-            if raw is None:
-                out.nulls.append(row)
-                continue
-            if len(raw) < 5 or raw[0] != MAGIC:
-                out.errors[row] = ("the value is not in Confluent's wire format (magic byte 0 "
-                                   "and a 4-byte schema id first)")
-                continue
-            schema_id = int.from_bytes(raw[1:5], "big")
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if values.type != pa.binary():
+            values = values.cast(pa.binary())
+        ids, framed = schema_ids(values)
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        out.nulls = np.flatnonzero(~valid).tolist()
+        for row in np.flatnonzero(valid & ~framed):
+            out.errors[int(row)] = ("the value is not in Confluent's wire format (magic byte "
+                                    "0 and a 4-byte schema id first)")
+        decoders: dict[int, FormatDecoder | str] = {}
+        for schema_id in sorted(set(np.unique(ids[framed]).tolist())):
             try:
-                decoder = self.for_id(schema_id)
+                decoders[schema_id] = self.for_id(schema_id)
             except NotYetKnown:
-                out.wait_at = row
-                break
+                first = int(np.flatnonzero(framed & (ids == schema_id))[0])
+                out.wait_at = first if out.wait_at is None else min(out.wait_at, first)
+        stop = len(values) if out.wait_at is None else out.wait_at
+        out.nulls = [r for r in out.nulls if r < stop]
+        for schema_id, decoder in decoders.items():
+            rows = np.flatnonzero(framed & (ids == schema_id))
+            rows = rows[rows < stop]
+            if not len(rows):
+                continue
             if isinstance(decoder, str):
-                out.errors[row] = decoder
+                out.errors.update((int(r), decoder) for r in rows)
                 continue
-            try:
-                value = decoder.decode_one(raw[5:])
-            except Exception as exc:  # the format library's own errors: the record's
-                out.errors[row] = f"schema id {schema_id}: cannot decode: {_short(exc)}"
+            # (an open-ended binary_slice fails on large arrays in pyarrow 26: a stop is given)
+            payloads = pc.binary_slice(values.take(pa.array(rows)), 5, 2**31 - 1)
+            many = getattr(decoder, "decode_many", None)
+            block = many(payloads) if many is not None else None
+            if block is not None:
+                out.groups.append(Group(schema_id, rows.tolist(), block))
                 continue
-            entry = pending.setdefault(schema_id, (decoder, [], []))
-            entry[1].append(row)
-            entry[2].append(value)
-        for schema_id, (decoder, rows, decoded) in pending.items():
-            out.groups.append(_group(schema_id, decoder, rows, decoded, out.errors))
+            good, decoded = [], []
+            for row, raw in zip(rows.tolist(), payloads.to_pylist(), strict=True):
+                try:
+                    decoded.append(decoder.decode_one(raw))
+                    good.append(row)
+                except Exception as exc:  # the format library's own errors: the record's
+                    out.errors[row] = f"schema id {schema_id}: cannot decode: {_short(exc)}"
+            out.groups.append(_group(schema_id, decoder, good, decoded, out.errors))
+        out.groups.sort(key=lambda g: g.rows[0] if g.rows else 0)
         return out
+
+
+def schema_ids(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per value: its schema id, and whether it is framed (magic byte 0, 5 bytes or more)."""
+    n = len(values)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + n]
+    data = np.frombuffer(values.buffers()[2] or b"\0" * 5, np.uint8)
+    head = np.minimum(offsets[:, None] + np.arange(5), len(data) - 1)
+    first = data[head].astype(np.int64)
+    framed = (lengths >= 5) & (first[:, 0] == MAGIC)
+    ids = (first[:, 1] << 24) | (first[:, 2] << 16) | (first[:, 3] << 8) | first[:, 4]
+    return np.where(framed, ids, -1), framed
 
 
 def _group(schema_id: int, decoder: FormatDecoder, rows: list[int], values: list[Any],

@@ -155,3 +155,56 @@ def test_decoder_names_each_record_and_waits_for_new_ids(tmp_path: Path) -> None
         assert "cannot decode" in out.errors[4]
     finally:
         manager.close()
+
+
+def test_many_records_at_once_and_a_shifted_block_found_out() -> None:
+    doc = {"type": "record", "name": "R", "fields": [
+        {"name": "n", "type": "long"}, {"name": "s", "type": "string"},
+        {"name": "k", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+        {"name": "o", "type": ["null", {"type": "record", "name": "In", "fields": [
+            {"name": "x", "type": "double"}]}]},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+    decoder = AvroDecoder(Schema("AVRO", json.dumps(doc)), [])
+    assert decoder.block is not None  # polars reads this schema
+    records = [{"n": i, "s": f"s{i}", "k": "AB"[i % 2], "o": None if i % 3 else {"x": i / 4},
+                "at": dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=i)}
+               for i in range(200)]
+    payloads = [avro_payload(doc, r) for r in records]
+    many = decoder.decode_many(pa.array(payloads, pa.binary()))
+    assert many is not None
+    one_by_one = decoder.to_arrow([decoder.decode_one(p) for p in payloads])
+    assert many.type == one_by_one.type and many.to_pylist() == one_by_one.to_pylist()
+    # Trailing bytes after one record (Confluent's deserializer ignores them) and one cut
+    # short: a block read of them would shift every record after; the guards say so.
+    shifted = list(payloads)
+    shifted[50] += b"\x02"
+    shifted[120] = shifted[120][:3]
+    assert decoder.decode_many(pa.array(shifted, pa.binary())) is None
+    with pytest.raises(EOFError):
+        decoder.decode_one(shifted[120])
+    assert decoder.decode_one(shifted[50]) == decoder.decode_one(payloads[50])
+
+
+def test_a_shift_that_decodes_cleanly_is_still_found() -> None:
+    """Longs only: shifted bytes decode as other longs without any error; only the
+    guards can tell."""
+    doc = {"type": "record", "name": "P", "fields": [{"name": "a", "type": "long"},
+                                                     {"name": "b", "type": "long"}]}
+    decoder = AvroDecoder(Schema("AVRO", json.dumps(doc)), [])
+    payloads = [avro_payload(doc, {"a": i, "b": -i}) for i in range(100)]
+    payloads[10] += b"\x04"
+    assert decoder.decode_many(pa.array(payloads, pa.binary())) is None
+    del payloads[10]
+    assert decoder.decode_many(pa.array(payloads, pa.binary())).to_pylist() == [
+        {"a": i, "b": -i} for i in range(100) if i != 10]
+
+
+def test_bytes_shaped_like_a_guard_are_caught_by_its_value() -> None:
+    """A value whose trailing bytes hold a whole guard-shaped field and the next record:
+    the block's structure reads cleanly (one record fewer than it holds); only the guard's
+    random value shows the shift."""
+    doc = {"type": "record", "name": "P", "fields": [{"name": "a", "type": "long"}]}
+    decoder = AvroDecoder(Schema("AVRO", json.dumps(doc)), [])
+    payloads = [avro_payload(doc, {"a": i}) for i in range(100)]
+    payloads[10] += b"\x20" + bytes(16) + payloads.pop(11)
+    assert decoder.decode_many(pa.array(payloads, pa.binary())) is None
