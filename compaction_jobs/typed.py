@@ -43,8 +43,11 @@ from log_tables.typed.rows import Typed, type_rows
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-MAX_RUN_ROWS = 200_000
-"""Offsets of one partition decoded and committed at a time (bounds the job's memory)."""
+MAX_RUN_ROWS = 1_000_000
+"""Records decoded and committed in one round, all partitions together (with
+``MAX_RUN_BYTES``, what bounds the job's memory)."""
+MAX_RUN_BYTES = 128 << 20
+"""Parquet bytes of the topic's table read in one round."""
 DELETE_FLAG = "_lakelog_delete"
 UPSERT, TYPED = "upsert", "typed"
 
@@ -104,12 +107,12 @@ class TypedJob(TopicJob):
                target: DeltaTable | None) -> DeltaTable | None:
         config = meta.config
         upsert = config.delta_table_mode == UPSERT
-        share = max(1, MAX_RUN_ROWS // len(todo))
+        rows, nbytes = max(1, MAX_RUN_ROWS // len(todo)), MAX_RUN_BYTES // len(todo)
         fields = _value_fields(target)
         typed: dict[int, Typed] = {}
         for p, part in todo.items():
             state = states[p]
-            end = min(state.tiered_offset, part.start + share)
+            end = _round_end(state, part.start, rows, nbytes)
             raw = read_files(state.files, part.start, end)
             decoded = self.decoder.decode(raw.column("value"))
             t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert)
@@ -224,6 +227,20 @@ class TypedJob(TopicJob):
             raise Lost from None
         target.update_incremental()
         return target
+
+
+def _round_end(state: PartitionState, start: int, rows: int, nbytes: int) -> int:
+    """Where a partition's round ends: after the whole files that fit in ``rows`` records
+    and ``nbytes`` bytes (a file read in part is read again by the next round), or
+    ``rows`` on when not even one does."""
+    end, used = start, 0
+    for f in state.files:
+        if f.max_offset < start:
+            continue
+        if f.max_offset + 1 - start > rows or (used + f.size_bytes > nbytes and end > start):
+            return end if end > start else min(start + rows, state.tiered_offset)
+        end, used = f.max_offset + 1, used + f.size_bytes
+    return state.tiered_offset  # every file to the end (past the last: a hole)
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:

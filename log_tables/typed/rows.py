@@ -85,16 +85,22 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
         if first < stop:
             stop, suspended = first, (int(offsets[first]), errors[first])
     bad = sorted(r for r in errors if r < stop)
-    good = np.array(sorted(({r for rows, _ in parts for r in rows if r < stop}
-                            | {r for r in decoded.nulls if r < stop}) - set(errors)), np.int64)
     value_type = pa.struct(fields)
     pieces = [conform(cols, value_type) for _, cols in parts]
     if decoded.nulls:
         pieces.append(pa.nulls(len(decoded.nulls), value_type))
-    order = [r for rows, _ in parts for r in rows] + list(decoded.nulls)
+    order = np.concatenate([np.asarray(rows, np.int64) for rows, _ in parts]
+                           + [np.asarray(decoded.nulls, np.int64)])
+    keep = np.zeros(len(offsets), bool)
+    keep[order] = True
+    keep[np.asarray(list(errors), np.int64)] = False
+    keep[stop:] = False
+    good = np.flatnonzero(keep)
     values = (pa.concat_arrays(pieces) if pieces else pa.nulls(0, value_type))
-    position = {r: i for i, r in enumerate(order)}
-    values = values.take(pa.array([position[r] for r in good], pa.int64()))
+    position = np.empty(len(offsets), np.int64)
+    position[order] = np.arange(len(order))
+    if len(good) != len(order) or not np.array_equal(position[good], np.arange(len(good))):
+        values = values.take(pa.array(position[good]))  # (in offset order, the good only)
     meta = _meta(raw, partition, good)
     columns = meta + (values.flatten() if fields else [])
     schema = pa.schema(META_FIELDS + fields)
@@ -111,9 +117,11 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
 
 
 def _meta(raw: pa.Table, partition: int, rows: np.ndarray) -> list[pa.Array]:
+    every = len(rows) == raw.num_rows  # (rows are ascending: all of them, as they are)
     take = pa.array(rows, pa.int64())
     return [pa.array(np.full(len(rows), partition, np.int32)),
-            *(raw.column(name).take(take).combine_chunks()
+            *(raw.column(name).combine_chunks() if every else
+              raw.column(name).take(take).combine_chunks()
               for name in ("offset", "timestamp", "key", "headers"))]
 
 
