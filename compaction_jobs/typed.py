@@ -20,6 +20,7 @@ Kill points (``step``): ``typed-decoded``, ``dlq-committed``, ``typed-committed`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ from log_tables.registry import TopicMetadata
 from log_tables.storage import storage_options
 from log_tables.typed.catalog import Catalog
 from log_tables.typed.columns import META_FIELDS, META_NAMES, conform, dlq_app_id, typed_app_id
-from log_tables.typed.decode import Decoder
+from log_tables.typed.decode import Decoded, Decoder
 from log_tables.typed.rows import Typed, type_rows
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ MAX_RUN_ROWS = 1_000_000
 ``MAX_RUN_BYTES``, what bounds the job's memory)."""
 MAX_RUN_BYTES = 128 << 20
 """Parquet bytes of the topic's table read in one round."""
+DECODE_THREADS = 2
 DELETE_FLAG = "_lakelog_delete"
 UPSERT, TYPED = "upsert", "typed"
 
@@ -110,11 +112,18 @@ class TypedJob(TopicJob):
         rows, nbytes = max(1, MAX_RUN_ROWS // len(todo)), MAX_RUN_BYTES // len(todo)
         fields = _value_fields(target)
         typed: dict[int, Typed] = {}
+        ends = {p: _round_end(states[p], part.start, rows, nbytes) for p, part in todo.items()}
+
+        def read(p: int) -> tuple[pa.Table, Decoded]:
+            raw = read_files(states[p].files, todo[p].start, ends[p])
+            return raw, self.decoder.decode(raw.column("value"))
+
+        # Reading and decoding release the GIL (Arrow, polars): partitions side by side.
+        with ThreadPoolExecutor(DECODE_THREADS) as pool:
+            read_back = dict(zip(todo, pool.map(read, todo), strict=True))
         for p, part in todo.items():
-            state = states[p]
-            end = _round_end(state, part.start, rows, nbytes)
-            raw = read_files(state.files, part.start, end)
-            decoded = self.decoder.decode(raw.column("value"))
+            raw, decoded = read_back[p]
+            end = ends[p]
             t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert)
             part.suspended = t.suspended
             part.stopped = t.suspended is not None or t.end < end  # waits for a schema
@@ -245,6 +254,8 @@ def _round_end(state: PartitionState, start: int, rows: int, nbytes: int) -> int
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """A partition's rows with every column of ``schema`` (typed with fewer fields)."""
+    if rows.schema == schema:
+        return rows
     return pa.Table.from_arrays([
         conform(rows.column(f.name).combine_chunks(), f.type) if f.name in rows.column_names
         else pa.nulls(rows.num_rows, f.type) for f in schema], schema=schema)

@@ -137,7 +137,8 @@ class Decoder:
                 out.errors.update((int(r), decoder) for r in rows)
                 continue
             # (an open-ended binary_slice fails on large arrays in pyarrow 26: a stop is given)
-            payloads = pc.binary_slice(values.take(pa.array(rows)), 5, 2**31 - 1)
+            ours = values if len(rows) == len(values) else values.take(pa.array(rows))
+            payloads = pc.binary_slice(ours, 5, 2**31 - 1)
             many = getattr(decoder, "decode_many", None)
             block = many(payloads) if many is not None else None
             if block is not None:
