@@ -62,6 +62,7 @@ from log_tables.cold.table import (
     PartitionState,
     cleaned_app_id,
     files_app_id,
+    open_table,
     read_files,
     snapshot,
 )
@@ -69,6 +70,7 @@ from log_tables.config import TopicConfig
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 from log_tables.spark.read import FILE_DDL
+from log_tables.typed.columns import typed_app_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -143,14 +145,18 @@ class CompactPlan(NamedTuple):
         return sum(f.size_bytes for f in self.files)
 
 
-def plan_partition(partition: int, state: PartitionState, config: TopicConfig, now: int
-                   ) -> CompactPlan | None:
-    """The partition's cleanable files if it is due for compaction, else None."""
+def plan_partition(partition: int, state: PartitionState, config: TopicConfig, now: int,
+                   typed_to: int | None = None) -> CompactPlan | None:
+    """The partition's cleanable files if it is due for compaction, else None.
+    ``typed_to``: a typed or upsert topic's typed offset; records past it are not
+    compacted yet (the typed table has not seen them)."""
     files = [f for f in state.files if f.max_offset >= state.start_offset]
     cleanable: list[ColdFile] = []
     for f in files:
         if now - f.max_timestamp_ms < config.min_compaction_lag_ms:
             break  # younger than min.compaction.lag.ms: this and everything after stay
+        if typed_to is not None and f.max_offset >= typed_to:
+            break
         cleanable.append(f)
     checkpoint = max(state.cleaned_offset, state.start_offset)
     dirty = [f for f in cleanable if f.max_offset >= checkpoint]
@@ -188,8 +194,13 @@ class CompactJob(TopicJob):
         dt = open_topic_table(uri, meta.name, meta.topic_id)
         clean_orphans(uri, dt, self.orphan_min_age_s)
         states = snapshot(dt, meta.partitions)
+        typed = (open_table(self.layout.typed_uri(meta.name))
+                 if config.delta_table_mode != "raw" else None)
+        typed_to = {p: (typed.transaction_version(typed_app_id(p)) or 0) if typed else 0
+                    for p in range(meta.partitions)} if config.delta_table_mode != "raw" else {}
         plans = [plan for p, st in enumerate(states) if self.leads(meta.name, p)
-                 and (plan := plan_partition(p, st, config, self.now_ms)) is not None]
+                 and (plan := plan_partition(p, st, config, self.now_ms, typed_to.get(p)))
+                 is not None]
         for plan in plans:
             self.progress(f"{'would compact' if self.dry_run else 'compacting'} {meta.name}-"
                           f"{plan.partition} offsets {plan.state.start_offset}.."

@@ -1,5 +1,6 @@
 """The vacuum job: delete files that commits removed once a grace period has passed,
-checkpoint the tables, and keep ``_job_runs`` small.
+checkpoint the tables, and keep ``_job_runs`` small (typed and dead-letter tables:
+``typed_upkeep``).
 
 The grace period (``retention_hours``, 24 by default) must outlast any reader
 or job still using an older snapshot: a Spark query planned before a
@@ -14,20 +15,18 @@ grace period, which must therefore also outlast any job run.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from deltalake import DeltaTable
-
+from compaction_jobs.checkpoints import checkpoint_if_due
 from compaction_jobs.job import JobReport, TopicJob
+from compaction_jobs.typed_upkeep import upkeep_typed
 from log_tables.cold import job_runs
 from log_tables.cold.commit import open_topic_table
 from log_tables.cold.job_runs import SUCCEEDED, JobRun, now_ms
 from log_tables.layout import Layout, delta_path, is_local
 from log_tables.registry import TopicMetadata
-from log_tables.storage import filesystem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,25 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_HOURS = 24
-CHECKPOINT_EVERY = 10
-"""Commits between checkpoints: opening a table then reads one Parquet file and a few JSONs."""
-
-
-def checkpoint_if_due(dt: DeltaTable) -> bool:
-    """Checkpoint when ``CHECKPOINT_EVERY`` commits came since the last one; drop expired logs."""
-    fs, root = filesystem(dt.table_uri)
-    try:
-        with fs.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as fh:
-            last = int(json.loads(fh.read())["version"])
-    except (FileNotFoundError, KeyError, ValueError):
-        last = -1
-    if dt.version() - last < CHECKPOINT_EVERY:
-        return False
-    dt.create_checkpoint()
-    dt.cleanup_metadata()
-    return True
-
-
 class VacuumJob(TopicJob):
     """Vacuum and checkpoint every topic's table."""
 
@@ -67,8 +47,14 @@ class VacuumJob(TopicJob):
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
         if not self.leads_table(meta.name):
+            if meta.config.delta_table_mode != "raw":  # its partitions' small typed files
+                upkeep_typed(self.layout, meta, lambda p: self.leads(meta.name, p),
+                             self.retention_hours, self.dry_run, self.progress)
             return []  # another broker's: the leader of partition 0 vacuums the table
         began = now_ms()
+        if meta.config.delta_table_mode != "raw":
+            upkeep_typed(self.layout, meta, lambda p: self.leads(meta.name, p),
+                         self.retention_hours, self.dry_run, self.progress)
         dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
         root = delta_path(dt.table_uri).rstrip("/") + "/"
         full = not is_local(dt.table_uri)  # files in no commit too: see the module's doc

@@ -18,8 +18,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from compaction_jobs.compact import CompactJob
 from compaction_jobs.tier import TierJob
 from compaction_jobs.typed import MAX_RUN_ROWS, TypedJob
+from compaction_jobs.vacuum import VacuumJob
 from ingest_api.broker.schemas.store import LocalSchemaLog
 from log_tables.cold.job_runs import FAILED, SUCCEEDED
 from log_tables.hot.log_manager import LogManager
@@ -248,3 +250,34 @@ def test_killed_at_each_step_types_every_record_once(spark: SparkSession, data: 
     assert [(r["partition"], r["offset"]) for r in dead] == [(0, 2), (1, 2)]
     dlq = DeltaTable(layout.dlq_uri("orders"))
     assert [dlq.transaction_version(dlq_app_id(p)) for p in range(2)] == [6, 6]
+
+
+def test_upkeep_merges_small_typed_files(spark: SparkSession, data: LogManager) -> None:
+    data.create_topic("orders", 1, {"delta.table.mode": "typed"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    for i in range(12):  # a typed commit (a small file) per tiering run
+        append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0})])
+        tier(data, spark)
+        TypedJob(layout).run()
+    dt = DeltaTable(layout.typed_uri("orders"))
+    assert len(dt.file_uris()) == 12
+    VacuumJob(layout).run()
+    dt = DeltaTable(layout.typed_uri("orders"))
+    assert len(dt.file_uris()) == 1
+    assert [r["id"] for r in rows_of(layout.typed_uri("orders"))] == list(range(12))
+    assert dt.transaction_version(typed_app_id(0)) == 12  # the typed offset is kept
+
+
+def test_compaction_waits_for_the_typed_table(spark: SparkSession, data: LogManager) -> None:
+    data.create_topic("orders", 1, {"delta.table.mode": "upsert", "cleanup.policy": "compact",
+                                    "min.cleanable.dirty.ratio": "0.01"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(6)],
+           keys=[b"a"] * 6)
+    tier(data, spark)
+    assert CompactJob(layout).run(spark).runs == []  # not typed yet: nothing is compacted
+    TypedJob(layout).run()
+    assert [r.status for r in CompactJob(layout).run(spark).runs] == [SUCCEEDED]
+    assert [r["id"] for r in rows_of(layout.typed_uri("orders"))] == [5]
