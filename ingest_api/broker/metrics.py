@@ -8,7 +8,7 @@ than once in its ``CACHE_S``)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -20,6 +20,7 @@ from consumer_groups.lag import BoundsOf, all_group_lag, log_bounds
 from log_tables.cold.tiered_storage import TieredStorage
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
 from log_tables.hot.log_manager import LogManager
+from log_tables.typed.status import TypedPartition
 
 if TYPE_CHECKING:
     from cluster.replica_manager import ReplicaManager
@@ -86,6 +87,8 @@ class Metrics:
         self.registry.register(self._replicas)
         self._jobs = _JobRunsCollector()
         self.registry.register(self._jobs)
+        self._typed = _TypedCollector()
+        self.registry.register(self._typed)
 
     def attach(self, sources: Sources | None) -> None:
         """Report the partitions and groups of ``sources`` (None: nothing, at shutdown)."""
@@ -98,6 +101,34 @@ class Metrics:
     def attach_job_runs(self, view: JobRunsView | None) -> None:
         """Report the job runs that ``view`` reads (None: nothing)."""
         self._jobs.view = view
+
+    def attach_typed(self, view: TypedView | None) -> None:
+        """Report the typed tables that ``view`` reads (None: nothing)."""
+        self._typed.view = view
+
+
+class TypedView(Protocol):
+    def snapshot(self) -> Mapping[str, Sequence[TypedPartition]]: ...
+
+
+class _TypedCollector(Collector):
+    def __init__(self) -> None:
+        self.view: TypedView | None = None
+
+    def collect(self) -> Iterator[Any]:
+        typed = GaugeMetricFamily(
+            "lakelog_typed_offset", "The offset each partition's typed table covers up to "
+            "(delta.table.mode typed or upsert)", labels=["topic", "partition"])
+        dead = GaugeMetricFamily(
+            "lakelog_dead_letters", "Records of each partition in its topic's dead-letter "
+            "table (they could not be typed: delta.errors.mode=dlq)",
+            labels=["topic", "partition"])
+        if self.view is not None:
+            for topic, parts in sorted(self.view.snapshot().items()):
+                for part in parts:
+                    typed.add_metric([topic, str(part.partition)], part.typed_offset)
+                    dead.add_metric([topic, str(part.partition)], part.dead_letters)
+        yield from (typed, dead)
 
 
 class _JobRunsCollector(Collector):

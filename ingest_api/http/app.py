@@ -68,6 +68,7 @@ def create_app(settings: ApiSettings | None = None,
         app.state.leader_bounds = broker.bounds
         app.state.dashboard = dashboard = Dashboard(st, app.version, ui_services, broker.bounds)
         broker.metrics.attach_job_runs(dashboard.job_runs)
+        broker.metrics.attach_typed(dashboard.typed)
         sampler = asyncio.create_task(dashboard.sampler.run())
         # Everything allocated so far lives as long as the server: move it out of
         # the collector's generations so that collections during requests stay cheap.
@@ -82,6 +83,7 @@ def create_app(settings: ApiSettings | None = None,
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
             broker.metrics.attach_job_runs(None)
+            broker.metrics.attach_typed(None)
             await broker.stop()
             if access_log is not None:
                 access_log.close()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -117,6 +118,19 @@ def test_avro_chain_typed_in_spark_and_delta_rs(jobs_server: ServerProcess,
         dead = pa.table(dead).to_pylist()
         assert [(d["offset"], d["value"]) for d in dead] == [(4, b"plain bytes")]
         assert "wire format" in dead[0]["error"]
+        # /metrics and the dashboard count them (their view is read every few seconds).
+        deadline = time.monotonic() + DEADLINE_S
+        while 'lakelog_dead_letters{partition="0",topic="orders"} 1.0' not in \
+                httpx.get(jobs_server.url + "/metrics").text:
+            assert time.monotonic() < deadline, "/metrics never counted the dead letter"
+            time.sleep(0.5)
+        assert 'lakelog_typed_offset{partition="0",topic="orders"} 5.0' in \
+            httpx.get(jobs_server.url + "/metrics").text
+        ui = httpx.get(jobs_server.url + "/ui/data", timeout=30).json()
+        (orders,) = [t for t in ui["topics"] if t["name"] == "orders"]
+        assert orders["table_mode"] == "typed"
+        assert (orders["partitions"][0]["dead_letters"], orders["partitions"][0]["typed_offset"]
+                ) == (1, 5)
     finally:
         sr.close()
 

@@ -20,6 +20,7 @@ from ingest_api.broker.metrics import tiering_backlog
 from ingest_api.http.dashboard.health import Services, broker_health
 from ingest_api.http.dashboard.job_runs_view import JobRunsView
 from ingest_api.http.dashboard.sampler import Sampler
+from ingest_api.http.dashboard.typed_view import TypedTablesView
 from ingest_api.http.state import AppState
 from log_tables.cold.table import log_start
 from log_tables.errors import UnknownPartitionError, UnknownTopicError
@@ -45,6 +46,7 @@ class Dashboard:
             st.metrics, st.groups, bounds.latest, st.settings.ui_sample_interval_ms,
             refresh=lambda: bounds.refresh_groups(st.groups, max_age_s=CACHE_S))
         self.job_runs = JobRunsView(st.settings.layout.warehouse)
+        self.typed = TypedTablesView(st.settings.layout, st.manager.registry.list)
         self._lock = threading.Lock()
         self._built: tuple[float, dict[str, Any]] | None = None
 
@@ -76,6 +78,7 @@ class Dashboard:
     def _topics(self) -> list[dict[str, Any]]:
         st = self.st
         out = []
+        typed = self.typed.snapshot()
         for meta in sorted(st.manager.registry.list(), key=lambda m: m.name)[:MAX_TOPICS]:
             partitions = []
             for p in range(meta.partitions):
@@ -99,8 +102,12 @@ class Dashboard:
                            tiered_offset=tiered, size_bytes=plog.size_bytes,
                            tiered_size_bytes=cold.size_bytes if cold is not None else 0,
                            tiering_backlog=tiering_backlog(plog.high_watermark, tiered, start))
+                if meta.name in typed and p < len(typed[meta.name]):
+                    row.update(typed_offset=typed[meta.name][p].typed_offset,
+                               dead_letters=typed[meta.name][p].dead_letters)
                 partitions.append(row)
-            out.append({"name": meta.name, "partitions": partitions})
+            out.append({"name": meta.name, "partitions": partitions,
+                        "table_mode": meta.config.delta_table_mode})
         return out
 
     def _groups(self, history: dict[str, Any]) -> dict[str, Any]:
