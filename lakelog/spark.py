@@ -6,6 +6,7 @@
     read_topic(spark, "orders").show()              # a topic as a DataFrame (live tail too)
     register_views(spark)                           # every topic, partitions, lag in SQL
     spark.readStream.format("lakelog").option("subscribe", "orders").load()
+    stream_topic(spark, "orders")                   # the same; typed columns if the topic has
 
 ``LakelogDataSource`` is the ``lakelog`` data source (batch and streaming) that
 ``attach`` registers; register it yourself with ``spark.dataSource.register``.
@@ -17,5 +18,7 @@ from lakelog.views import register_views
 from log_tables.spark.read import read_topic
 from log_tables.spark.session import attach, lakelog_session
 from log_tables.spark.source import LakelogDataSource
+from log_tables.spark.typed_read import stream_topic
 
-__all__ = ["LakelogDataSource", "attach", "lakelog_session", "read_topic", "register_views"]
+__all__ = ["LakelogDataSource", "attach", "lakelog_session", "read_topic", "register_views",
+           "stream_topic"]

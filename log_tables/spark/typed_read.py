@@ -8,6 +8,7 @@ hot) are read as ``read_topic(typed=False)`` does and decoded in Spark tasks
 the table's columns (widened by the newest schema of the topic's value subject). A
 record that cannot be decoded is left out (the job puts it in the dead-letter table);
 one whose schema this replica does not hold yet is left out until it does.
+``stream_topic`` decodes a stream of the topic the same way.
 
 An upsert topic's answer is its table with the newer records applied: the latest row
 per key (by offset), a tombstone removing its key. Time travel (``version``,
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 
 from log_tables.cold.rows import TIMESTAMP_TYPE
 from log_tables.cold.table import open_table
-from log_tables.errors import InvalidOptionError
+from log_tables.errors import InvalidOptionError, UnknownTopicError
 from log_tables.layout import Layout, delta_path
 from log_tables.records import HEADERS_TYPE
 from log_tables.registry import TopicMetadata
@@ -114,6 +115,33 @@ def read_typed(spark: SparkSession, layout: Layout, meta: TopicMetadata, *,
     return (both.withColumn("_lakelog_rank", F.row_number().over(newest))
             .where((F.col("_lakelog_rank") == 1) & ~F.col(DELETE_FLAG))
             .select(*schema.names))
+
+
+def stream_topic(spark: SparkSession, topic: str, **options: str) -> DataFrame:
+    """A topic as a stream (the ``lakelog`` source: ``options`` are its options, such as
+    ``startingOffsets``); a typed or upsert topic's records decoded into its typed
+    columns (as of the stream's start: a column a newer schema adds shows once the query
+    restarts). An upsert topic streams its changes: each record a row, a tombstone a row
+    whose value columns are null."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from log_tables.spark.session import session_layout
+
+    layout = session_layout(spark)
+    meta = {t.name: t for t in layout.topics()}.get(topic)
+    if meta is None:
+        raise UnknownTopicError(topic)
+    reader = spark.readStream.format("lakelog").option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    raw = reader.load()
+    if meta.config.delta_table_mode == "raw":
+        return raw
+    _, fields = table_fields(layout, topic)
+    schema = pa.schema(META_FIELDS + fields)
+    tail_schema = pa.schema([*schema, pa.field(DELETE_FLAG, pa.bool_())])
+    return raw.mapInArrow(_decode_tail(layout, schema, False),
+                          from_arrow_schema(tail_schema)).drop(DELETE_FLAG)
 
 
 def _ranges(starting: Any, ending: Any) -> Any:

@@ -23,6 +23,7 @@ from compaction_jobs.tier import TierJob
 from compaction_jobs.typed import MAX_RUN_ROWS, TypedJob
 from compaction_jobs.vacuum import VacuumJob
 from ingest_api.broker.schemas.store import LocalSchemaLog
+from lakelog.spark import register_views, stream_topic
 from log_tables.cold.job_runs import FAILED, SUCCEEDED
 from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout, delta_path
@@ -281,3 +282,25 @@ def test_compaction_waits_for_the_typed_table(spark: SparkSession, data: LogMana
     TypedJob(layout).run()
     assert [r.status for r in CompactJob(layout).run(spark).runs] == [SUCCEEDED]
     assert [r["id"] for r in rows_of(layout.typed_uri("orders"))] == [5]
+
+
+def test_stream_and_views_give_typed_columns(spark: SparkSession, data: LogManager,
+                                             tmp_path: Path) -> None:
+    data.create_topic("orders", 1, {"delta.table.mode": "typed"})
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(3)])
+    tier(data, spark)
+    TypedJob(Layout.of(data.data_dir)).run()
+    append(data, "orders", 0, [avro(1, V1, {"id": 3, "amount": 2.0}), b"bad"])  # hot
+    sink = tmp_path / "sink"
+    query = (stream_topic(spark, "orders", startingOffsets="earliest").writeStream
+             .format("parquet").option("path", str(sink))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    got = spark.read.parquet(str(sink)).orderBy("offset").collect()
+    assert [(r["offset"], r["id"], r["amount"]) for r in got] == [
+        (0, 0, 1.0), (1, 1, 1.0), (2, 2, 1.0), (3, 3, 2.0)]
+    register_views(spark, ["orders"])
+    assert spark.sql("SELECT sum(id) AS s FROM orders").collect()[0]["s"] == 6
