@@ -82,14 +82,16 @@ def jobs_tier(
                    f"({len(ends)} partition(s))", err=True)
 
 
-def _typed(layout: Any, topic: list[str] | None, led: Any) -> None:
-    """The typed and upsert tables follow what was tiered (``delta.table.mode``)."""
+def _typed(layout: Any, topic: list[str] | None, led: Any) -> int:
+    """The typed and upsert tables follow what was tiered (``delta.table.mode``);
+    returns how many partitions failed (suspended at a record)."""
     from compaction_jobs.typed import TypedJob
 
     report = TypedJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
                       led=led).run()
     for run in report.failed:
         typer.echo(f"typed failed on {run.topic}-{run.partition}: {run.error}", err=True)
+    return len(report.failed)
 
 
 @jobs_app.command("typed")
@@ -102,7 +104,8 @@ def jobs_typed(data_dir: DataDir = Path("lakelog-data"), warehouse: Warehouse = 
     from log_tables.layout import Layout
 
     layout = Layout.of(data_dir, warehouse)
-    _typed(layout, topic, led_here(layout, tiers=True))
+    if _typed(layout, topic, led_here(layout, tiers=True)):
+        raise typer.Exit(1)
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be deleted or "
