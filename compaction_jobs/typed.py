@@ -184,13 +184,14 @@ class TypedJob(TopicJob):
         dlq = _open_target(uri, meta)
         rows, versions = [], {}
         for p, t in typed.items():
-            if t.dlq.num_rows:
-                since = _version(dlq, dlq_app_id(p))
-                rows.append(t.dlq.filter(pc.greater_equal(t.dlq.column("offset"), since)))
-                versions[dlq_app_id(p)] = t.end
-        table = pa.concat_tables(rows)
-        if not table.num_rows:
+            since = _version(dlq, dlq_app_id(p))
+            new = t.dlq.filter(pc.greater_equal(t.dlq.column("offset"), since))
+            if new.num_rows:  # (a partition's version never moves back: a later round of
+                rows.append(new)  # a rerun may end below where a killed one got to)
+                versions[dlq_app_id(p)] = max(since, t.end)
+        if not rows:
             return
+        table = pa.concat_tables(rows)
         try:
             write_deltalake(dlq if dlq is not None else uri, table, mode="append",
                             partition_by=["partition"], commit_properties=self._props(versions),

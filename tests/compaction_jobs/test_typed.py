@@ -304,3 +304,28 @@ def test_stream_and_views_give_typed_columns(spark: SparkSession, data: LogManag
         (0, 0, 1.0), (1, 1, 1.0), (2, 2, 1.0), (3, 3, 2.0)]
     register_views(spark, ["orders"])
     assert spark.sql("SELECT sum(id) AS s FROM orders").collect()[0]["s"] == 6
+
+
+def test_a_rerun_in_smaller_rounds_writes_no_dead_letter_twice(
+        spark: SparkSession, data: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after its dead-letter commit, a job's rerun goes in smaller rounds (here:
+    another partition has work now); a partition's dead-letter version must not move back
+    below where the killed run got, or its later dead letters are written again."""
+    data.create_topic("orders", 2, {"delta.table.mode": "typed"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [b"bad" if i in (1, 7) else avro(1, V1, {"id": i, "amount": 1.0})
+                               for i in range(8)])
+    tier(data, spark)
+    proc = subprocess.run([sys.executable, str(HERE / "job_proc.py"), layout.data_dir, "typed",
+                           "dlq-committed"], capture_output=True, timeout=180,
+                          cwd=HERE.parent.parent)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    append(data, "orders", 1, [b"bad", avro(1, V1, {"id": 9, "amount": 1.0})])
+    tier(data, spark)
+    monkeypatch.setattr("compaction_jobs.typed.MAX_RUN_ROWS", 4)  # two offsets a partition
+    TypedJob(layout).run()
+    dead = rows_of(layout.dlq_uri("orders"))
+    assert [(r["partition"], r["offset"]) for r in dead] == [(0, 1), (0, 7), (1, 0)]
+    assert [r["offset"] for r in rows_of(layout.typed_uri("orders")) if r["partition"] == 0] \
+        == [0, 2, 3, 4, 5, 6]
