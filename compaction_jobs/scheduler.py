@@ -60,7 +60,7 @@ from log_tables.hot.log_manager import LogManager
 from log_tables.hot.partition_log import PartitionLog
 from log_tables.hot.segment import LogSegment
 from log_tables.layout import Layout
-from log_tables.typed.catalog import Catalog
+from log_tables.typed.catalog import CLUSTER_WAIT_S, Catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,6 +145,7 @@ class JobScheduler:
 
     def _tier(self) -> object:
         led = led_here(self.layout, self.cluster, tiers=True)
+        self._catalog.wait_s = None if led is None else CLUSTER_WAIT_S
         report = TierJob(self.layout, led=led, settle_ms=settle_here(self.layout)
                          if self.cluster is not False else 0).run(self._session)
         # Typed and upsert tables follow what was tiered, at once (compaction_jobs.typed).

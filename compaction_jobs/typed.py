@@ -36,7 +36,7 @@ from log_tables.errors import StaleTableError
 from log_tables.layout import Layout
 from log_tables.registry import TopicMetadata
 from log_tables.storage import storage_options
-from log_tables.typed.catalog import Catalog
+from log_tables.typed.catalog import CLUSTER_WAIT_S, Catalog
 from log_tables.typed.columns import META_FIELDS, META_NAMES, conform, dlq_app_id, typed_app_id
 from log_tables.typed.decode import Decoded, Decoder
 from log_tables.typed.rows import Typed, type_rows
@@ -82,7 +82,9 @@ class TypedJob(TopicJob):
                  progress: Callable[[str], None] | None = None, led: Led | None = None,
                  catalog: Catalog | None = None) -> None:
         super().__init__(layout, topics, progress=progress, led=led)
-        self.decoder = Decoder(catalog or Catalog(layout))
+        # A broker alone holds the registry; a cluster's may lag it a moment.
+        self.decoder = Decoder(catalog or Catalog(layout, None if led is None
+                                                  else CLUSTER_WAIT_S))
 
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from log_tables.cold.rows import TIMESTAMP_TYPE
 from log_tables.cold.table import open_table
-from log_tables.errors import InvalidOptionError, UnknownTopicError
+from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.layout import Layout, delta_path
 from log_tables.records import HEADERS_TYPE
 from log_tables.registry import TopicMetadata
@@ -140,7 +140,7 @@ def stream_topic(spark: SparkSession, topic: str, **options: str) -> DataFrame:
     _, fields = table_fields(layout, topic)
     schema = pa.schema(META_FIELDS + fields)
     tail_schema = pa.schema([*schema, pa.field(DELETE_FLAG, pa.bool_())])
-    return raw.mapInArrow(_decode_tail(layout, schema, False),
+    return raw.mapInArrow(_decode_tail(layout, schema, False, strict=True),
                           from_arrow_schema(tail_schema)).drop(DELETE_FLAG)
 
 
@@ -167,13 +167,15 @@ def _ranges(starting: Any, ending: Any) -> Any:
     return out
 
 
-def _decode_tail(layout: Layout, schema: pa.Schema, upsert: bool
+def _decode_tail(layout: Layout, schema: pa.Schema, upsert: bool, strict: bool = False
                  ) -> Any:
-    """The ``mapInArrow`` function: Kafka-column batches to the typed columns."""
+    """The ``mapInArrow`` function: Kafka-column batches to the typed columns. ``strict``
+    (a stream, which never reads a record again): a schema id this data directory's
+    registry does not hold fails the task, instead of leaving its records out."""
     fields = [f for f in schema if f.name not in META_NAMES]
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        decoder = Decoder(Catalog(layout))
+        decoder = Decoder(Catalog(layout, float("inf") if strict else None))
         out_schema = pa.schema([*schema, pa.field(DELETE_FLAG, pa.bool_())])
         for batch in batches:
             table = pa.Table.from_batches([batch])
@@ -186,6 +188,13 @@ def _decode_tail(layout: Layout, schema: pa.Schema, upsert: bool
                                 "key": part.column("key"), "value": part.column("value"),
                                 "headers": part.column("headers").cast(HEADERS_TYPE)})
                 decoded = decoder.decode(raw.column("value").combine_chunks())
+                if decoded.wait_at is not None:
+                    raise StorageError(
+                        f"typed stream: partition {p} offset "
+                        f"{raw.column('offset')[decoded.wait_at].as_py()} has a schema id "
+                        "this data directory's copy of the registry does not hold; the "
+                        "stream stops rather than leave the record out (restart it once "
+                        "the replica of __schemas has it)")
                 end = int(raw.column("offset")[-1].as_py()) + 1 if raw.num_rows else 0
                 typed = type_rows(raw, int(p), end, decoded, fields, SKIP, False)
                 kept = typed.rows

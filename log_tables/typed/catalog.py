@@ -3,15 +3,19 @@ replica of ``__schemas``-0, without a broker.
 
 A schema id never changes its schema, so what a replica holds is right as far as it
 goes; it may lag the registry's leader by the records written a moment ago. A record
-whose id is at or past the replica's next id is therefore *not known yet* (the job
-waits for it), while an id below it that has no schema was deleted for good (the
-record cannot be decoded: ``delta.errors.mode`` decides).
+whose id is at or past the replica's next id is therefore *not known yet* for up to
+``wait_s`` from the first time it is asked for (the job waits for it), then unknown: a
+broker alone (``wait_s`` None) holds the registry itself, so such an id is unknown at
+once, as are bytes that only look like the wire format. An id below the next id that has
+no schema was deleted for good. Either way the record cannot be decoded
+(``delta.errors.mode`` decides).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from log_tables.errors import CorruptRecordError, OffsetOutOfRangeError
@@ -32,12 +36,23 @@ class DeletedSchema(LookupError):
     """A schema id the registry gave once and no longer has (deleted for good)."""
 
 
+class UnknownSchema(LookupError):
+    """A schema id the registry never gave (as far as this replica can tell)."""
+
+
+CLUSTER_WAIT_S = 60.0
+"""How long a cluster's broker waits for its replica of ``__schemas`` to bring an id."""
+
+
 class Catalog:
     """Schemas by id from ``<data_dir>/hot/__schemas/0``, read on first use and again
     whenever an id past the last read is asked for."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, wait_s: float | None = None) -> None:
         self.directory = Path(layout.data_dir) / "hot" / SCHEMAS_TOPIC / "0"
+        self.wait_s = wait_s
+        """How long an id past this replica is waited for (None: not at all)."""
+        self._missing: dict[int, float] = {}
         self._state = RegistryState()
         self._by_id: dict[int, Schema] = {}
         self._read_to = 0
@@ -54,8 +69,13 @@ class Catalog:
         if found is not None:
             return found
         if schema_id >= self._state.next_id:
-            raise NotYetKnown(f"schema id {schema_id} is not in this broker's copy of the "
-                              f"registry yet (it holds ids below {self._state.next_id})")
+            first = self._missing.setdefault(schema_id, time.monotonic())
+            if self.wait_s is not None and time.monotonic() - first <= self.wait_s:
+                raise NotYetKnown(f"schema id {schema_id} is not in this broker's copy of "
+                                  f"the registry yet (it holds ids below "
+                                  f"{self._state.next_id})")
+            raise UnknownSchema(f"schema id {schema_id} is not in the registry (it has given "
+                                f"ids below {self._state.next_id})")
         raise DeletedSchema(f"schema id {schema_id} is not in the registry (deleted for good)")
 
     def reference(self, ref: Reference) -> Schema:

@@ -29,6 +29,7 @@ from log_tables.hot.log_manager import LogManager
 from log_tables.layout import Layout, delta_path
 from log_tables.records import build_batch
 from log_tables.spark.read import read_topic
+from log_tables.typed.catalog import Catalog
 from log_tables.typed.columns import dlq_app_id, typed_app_id
 from log_tables.typed.registry_state import Schema, Version, id_record, version_record
 
@@ -177,11 +178,21 @@ def test_unknown_schema_waits_until_registered(spark: SparkSession, data: LogMan
     append(data, "orders", 0, [avro(1, V1, {"id": 0, "amount": 0.0}),
                                avro(2, V2, {"id": 1, "amount": 1.0, "note": "later"})])
     tier(data, spark)
-    TypedJob(layout).run()  # id 2 is past what the registry holds: not a dead letter
+    # A cluster's broker: id 2 is past what its replica holds, so not a dead letter yet.
+    TypedJob(layout, catalog=Catalog(layout, wait_s=60)).run()
     assert DeltaTable(layout.typed_uri("orders")).transaction_version(typed_app_id(0)) == 1
     register(data, 2, V2)
-    TypedJob(layout).run()
+    TypedJob(layout, catalog=Catalog(layout, wait_s=60)).run()
     assert [r["note"] for r in rows_of(layout.typed_uri("orders"))] == [None, "later"]
+    # Waited for at most wait_s; a broker alone holds the registry, so an id it never gave
+    # is a dead letter at once (bytes that only look like the wire format, say).
+    append(data, "orders", 0, [avro(9, V1, {"id": 2, "amount": 2.0})])
+    tier(data, spark)
+    TypedJob(layout, catalog=Catalog(layout, wait_s=60)).run()
+    assert DeltaTable(layout.typed_uri("orders")).transaction_version(typed_app_id(0)) == 2
+    TypedJob(layout, catalog=Catalog(layout, wait_s=-1)).run()  # waited past its limit
+    dead = rows_of(layout.dlq_uri("orders"))
+    assert [r["offset"] for r in dead] == [2] and "not in the registry" in dead[0]["error"]
 
 
 def test_upsert_latest_per_key_and_history(spark: SparkSession, data: LogManager) -> None:

@@ -139,7 +139,7 @@ def test_decoder_names_each_record_and_waits_for_new_ids(tmp_path: Path) -> None
         LocalSchemaLog(manager)._write([
             version_record(Version("t-value", 1, 1, Schema("AVRO", json.dumps(doc))),
                            "t-value", 1), id_record(5)])
-        decoder = Decoder(Catalog(Layout.of(manager.data_dir)))
+        decoder = Decoder(Catalog(Layout.of(manager.data_dir), wait_s=60))  # a cluster's
 
         def framed(schema_id: int, payload: bytes) -> bytes:
             return b"\0" + schema_id.to_bytes(4, "big") + payload
@@ -153,6 +153,9 @@ def test_decoder_names_each_record_and_waits_for_new_ids(tmp_path: Path) -> None
         assert sorted(out.errors) == [2, 3, 4]
         assert "wire format" in out.errors[2] and "deleted for good" in out.errors[3]
         assert "cannot decode" in out.errors[4]
+        # A broker alone: nothing to wait for, an id past its registry is unknown.
+        alone = Decoder(Catalog(Layout.of(manager.data_dir))).decode(values)
+        assert alone.wait_at is None and "not in the registry" in alone.errors[6]
     finally:
         manager.close()
 
