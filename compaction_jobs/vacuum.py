@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from compaction_jobs.checkpoints import checkpoint_if_due
-from compaction_jobs.job import JobReport, TopicJob
+from compaction_jobs.job import JobReport, TopicJob, led_here
 from compaction_jobs.typed_upkeep import upkeep_typed
 from log_tables.cold import job_runs
 from log_tables.cold.commit import open_topic_table
@@ -46,15 +46,14 @@ class VacuumJob(TopicJob):
 
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
+        if meta.config.delta_table_mode != "raw":  # where the typed job writes them
+            tiers = led_here(self.layout, tiers=True) if self.led is not None else None
+            upkeep_typed(self.layout, meta,
+                         lambda p: tiers is None or p in tiers.get(meta.name, ()),
+                         self.retention_hours, self.dry_run, self.progress)
         if not self.leads_table(meta.name):
-            if meta.config.delta_table_mode != "raw":  # its partitions' small typed files
-                upkeep_typed(self.layout, meta, lambda p: self.leads(meta.name, p),
-                             self.retention_hours, self.dry_run, self.progress)
             return []  # another broker's: the leader of partition 0 vacuums the table
         began = now_ms()
-        if meta.config.delta_table_mode != "raw":
-            upkeep_typed(self.layout, meta, lambda p: self.leads(meta.name, p),
-                         self.retention_hours, self.dry_run, self.progress)
         dt = open_topic_table(self.layout.table_uri(meta.name), meta.name, meta.topic_id)
         root = delta_path(dt.table_uri).rstrip("/") + "/"
         full = not is_local(dt.table_uri)  # files in no commit too: see the module's doc
