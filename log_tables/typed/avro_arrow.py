@@ -119,18 +119,25 @@ class AvroShape:
         if not real:
             return pa.null(), pa.null(), None
         if len(real) == 1:
-            return self._shape(real[0])
+            raw, final, norm = self._shape(real[0])
+            if _branch_name(real[0], self.named) is None:
+                return raw, final, norm
+
+            def untag(v: Any, n: Normalize | None = norm) -> Any:
+                if isinstance(v, tuple):  # a named type comes as (name, value)
+                    v = v[1]
+                return n(v) if n is not None else v
+            return raw, final, untag
         shapes = [self._shape(b) for b in real]
-        names = [_branch_name(b) for b in real]
+        names = [_branch_name(b, self.named) for b in real]
         members = [UNION_MEMBER.format(i) for i in range(len(real))]
-        checks = [_matcher(b, self.named) for b in real]
+        checks = [_matcher(b) for b in real]
 
         def pick(v: Any) -> Any:
             if v is None:
                 return None
             if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
-                # a named branch (``return_record_name``): chosen by its name
-                for i, name in enumerate(names):
+                for i, name in enumerate(names):  # a named branch: chosen by its name
                     if name == v[0]:
                         norm = shapes[i][2]
                         return {members[i]: norm(v[1]) if norm else v[1]}
@@ -145,24 +152,25 @@ class AvroShape:
                 pick)
 
 
-def _branch_name(branch: Any) -> str | None:
+def _branch_name(branch: Any, named: dict[str, Any]) -> str | None:
+    """The full name of a named branch (record, enum, fixed: fastavro tags their values
+    in a union, ``return_named_type``); None for the others."""
     if isinstance(branch, str):
-        return branch
+        return branch if branch in named else None
     if isinstance(branch, dict) and branch.get("type") in ("record", "error", "enum", "fixed"):
         return str(branch["name"])
     return None
 
 
-def _matcher(branch: Any, named: dict[str, Any]) -> Callable[[Any], bool]:
+def _matcher(branch: Any) -> Callable[[Any], bool]:
+    """Whether an untagged value is of this (unnamed) branch: Python's types, with bool
+    apart from int and int apart from float (a double branch's values are floats)."""
     kind = branch if isinstance(branch, str) else branch.get("type")
-    if isinstance(kind, str) and kind in named:
-        kind = named[kind].get("type") if isinstance(named[kind], dict) else kind
-    python = {"boolean": (bool,), "int": (int,), "long": (int,), "float": (float, int),
-              "double": (float, int), "bytes": (bytes,), "string": (str,), "enum": (str,),
-              "fixed": (bytes,), "array": (list,), "map": (dict,), "record": (dict,),
-              "error": (dict,)}.get(str(kind), ())
     if kind in ("int", "long"):
         return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    python: tuple[type, ...] = {"boolean": (bool,), "float": (float,), "double": (float,),
+                                "bytes": (bytes,), "string": (str,), "array": (list,),
+                                "map": (dict,)}.get(str(kind), ())
     return lambda v: isinstance(v, python)
 
 
@@ -199,8 +207,7 @@ class AvroDecoder:
 
     def decode_one(self, payload: bytes) -> Any:
         value = fastavro.schemaless_reader(io.BytesIO(payload), self.reader, None,
-                                           return_record_name=True,
-                                           return_record_name_override=True)
+                                           return_named_type=True)
         norm = self.shape.normalize
         return norm(value) if norm is not None else value
 

@@ -211,3 +211,30 @@ def test_bytes_shaped_like_a_guard_are_caught_by_its_value() -> None:
     payloads = [avro_payload(doc, {"a": i}) for i in range(100)]
     payloads[10] += b"\x20" + bytes(16) + payloads.pop(11)
     assert decoder.decode_many(pa.array(payloads, pa.binary())) is None
+
+
+def test_union_values_land_in_their_own_member() -> None:
+    """bool is not an int, an int is not a double, an enum is not a string: the branch a
+    value was written with is the member it lands in (fastavro tags named types)."""
+    doc = {"type": "record", "name": "U", "namespace": "ns", "fields": [
+        {"name": "num", "type": ["null", "double", "long", "boolean"]},
+        {"name": "word", "type": ["string", {"type": "enum", "name": "E", "symbols": ["X"]}]},
+        {"name": "one", "type": ["null", {"type": "record", "name": "In", "fields": [
+            {"name": "x", "type": "long"}]}]}]}
+    decoder = AvroDecoder(Schema("AVRO", json.dumps(doc)), [])
+    big = 2**60 + 1  # a double would lose it
+
+    def encoded(num_branch: int, num: bytes, word: bytes) -> bytes:
+        return bytes([num_branch * 2]) + num + word + b"\x02" + avro_payload(
+            {"type": "record", "name": "In", "fields": [{"name": "x", "type": "long"}]},
+            {"x": 4})
+    long_bytes = avro_payload({"type": "record", "name": "L", "fields": [
+        {"name": "v", "type": "long"}]}, {"v": big})
+    rows = [decoder.decode_one(encoded(3, b"\x01", b"\x02\x00")),  # true; enum X
+            decoder.decode_one(encoded(2, long_bytes, b"\x00\x02X"))]  # a long; string "X"
+    got = decoder.to_arrow(rows).to_pylist()
+    assert got[0]["num"] == {"member0": None, "member1": None, "member2": True}
+    assert got[0]["word"] == {"member0": None, "member1": "X"}
+    assert got[1]["num"] == {"member0": None, "member1": big, "member2": None}
+    assert got[1]["word"] == {"member0": "X", "member1": None}
+    assert got[0]["one"] == {"x": 4}
