@@ -51,6 +51,8 @@ MAX_RUN_BYTES = 128 << 20
 """Parquet bytes of the topic's table read in one round."""
 DECODE_THREADS = 2
 DELETE_FLAG = "_lakelog_delete"
+MODE_KEY = "mode="
+"""In a typed table's description, after its topic id: the mode it was made for."""
 UPSERT, TYPED = "upsert", "typed"
 
 
@@ -95,6 +97,13 @@ class TypedJob(TopicJob):
             return []  # nothing tiered yet (or a stale table, which tiering reports)
         states = snapshot(raw, meta.partitions)
         target = _open_target(self.layout.typed_uri(meta.name), meta)
+        made_as = _made_as(target)
+        if made_as not in (None, meta.config.delta_table_mode):
+            # Rows of a typed table are not one per key, nor an upsert table's a history.
+            return [self.row(meta.name, None, now_ms(), FAILED, error=(
+                f"{self.layout.typed_uri(meta.name)} was made for delta.table.mode="
+                f"{made_as}, and the topic is now {meta.config.delta_table_mode}: set it back, "
+                "or delete that table (and its dead-letter table) to make it again"))]
         versions = {p: _version(target, typed_app_id(p)) for p in range(meta.partitions)
                     if self.leads(meta.name, p)}
         parts = {p: _Part(v, max(v, states[p].start_offset), now_ms())
@@ -213,7 +222,8 @@ class TypedJob(TopicJob):
         if target is None:
             write_deltalake(uri, schema.empty_table() if upsert else rows, mode="append",
                             partition_by=["partition"],
-                            description=f"lakelog topic_id={meta.topic_id}",
+                            description=f"lakelog topic_id={meta.topic_id} "
+                                        f"{MODE_KEY}{UPSERT if upsert else TYPED}",
                             commit_properties=None if upsert else props,
                             storage_options=storage_options(uri))
             target = _open_target(uri, meta)
@@ -286,6 +296,12 @@ def _open_target(uri: str, meta: TopicMetadata) -> DeltaTable | None:
         raise StaleTableError(f"{uri} belongs to an earlier topic named {meta.name} (topic id "
                               f"{table_topic_id(dt)}, now {meta.topic_id}); delete that table")
     return dt
+
+
+def _made_as(dt: DeltaTable | None) -> str | None:
+    """The mode a typed table was made for (None: no table, or one that does not say)."""
+    words = (dt.metadata().description or "").split() if dt is not None else []
+    return next((w.removeprefix(MODE_KEY) for w in words if w.startswith(MODE_KEY)), None)
 
 
 def _version(dt: DeltaTable | None, app: str) -> int:

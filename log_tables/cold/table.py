@@ -189,7 +189,10 @@ def open_table(uri: str, version: int | str | datetime | None = None) -> DeltaTa
 
 def table_topic_id(dt: DeltaTable) -> str | None:
     description = dt.metadata().description or ""
-    return description.removeprefix("lakelog topic_id=") if description.startswith("lakelog") else None
+    if not description.startswith("lakelog topic_id="):
+        return None
+    words = description.removeprefix("lakelog topic_id=").split()  # (a typed table's says more)
+    return words[0] if words else ""
 
 
 def snapshot(dt: DeltaTable, partitions: int) -> list[PartitionState]:

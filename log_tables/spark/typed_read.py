@@ -93,23 +93,20 @@ def read_typed(spark: SparkSession, layout: Layout, meta: TopicMetadata, *,
     files = [delta_path(u) for u in dt.file_uris()] if dt is not None else []
     out = (spark.read.schema(spark_schema).option("basePath", spark_uri(layout.typed_uri(meta.name)))
            .parquet(*map(spark_uri, files)) if files else spark.createDataFrame([], spark_schema))
-    ranges = _ranges(starting_offsets, ending_offsets)
-    if ranges is not None:
-        out = out.where(ranges)
+    ranges = _ranges(starting_offsets, ending_offsets)  # (on the table and tail alike)
     hot = include_hot if include_hot is not None else travel is None
     if not hot:
-        return out.select(*schema.names)
+        return (out.where(ranges) if ranges is not None else out).select(*schema.names)
     covered = {p: (dt.transaction_version(typed_app_id(p)) or 0) if dt is not None else 0
                for p in range(meta.partitions)}
-    starts = covered if not isinstance(starting_offsets, Mapping) else {
-        p: max(covered[p], int(starting_offsets.get(p, 0))) for p in covered}
-    raw = read_topic(spark, meta.name, starting_offsets=starts, ending_offsets=ending_offsets,
+    raw = read_topic(spark, meta.name, starting_offsets=covered, ending_offsets=ending_offsets,
                      isolation_level=isolation_level, fail_on_data_loss=fail_on_data_loss,
                      typed=False)
     tail_schema = pa.schema([*schema, pa.field(DELETE_FLAG, pa.bool_())])
     tail = raw.mapInArrow(_decode_tail(layout, schema, upsert), from_arrow_schema(tail_schema))
     if not upsert:
-        return out.select(*schema.names).unionByName(tail.drop(DELETE_FLAG))
+        both = out.select(*schema.names).unionByName(tail.drop(DELETE_FLAG))
+        return both.where(ranges) if ranges is not None else both
     newest = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
     both = out.withColumn(DELETE_FLAG, F.lit(False)).unionByName(tail)
     return (both.withColumn("_lakelog_rank", F.row_number().over(newest))
@@ -145,16 +142,20 @@ def stream_topic(spark: SparkSession, topic: str, **options: str) -> DataFrame:
 
 
 def _ranges(starting: Any, ending: Any) -> Any:
-    """A filter for per-partition offsets given (None: the whole table)."""
+    """A filter for per-partition offsets given (None: every row); -2 is earliest and -1
+    latest, as in Kafka (from latest, or to earliest: none of the partition)."""
     from pyspark.sql import functions as F
 
-    conds = []
-    for spec, op in ((starting, "ge"), (ending, "lt")):
+    conds = [F.lit(False)] if starting == "latest" or ending == "earliest" else []
+    for spec, is_start in ((starting, True), (ending, False)):
         if isinstance(spec, Mapping):
             for p, o in spec.items():
-                if o in (-1, -2):
+                if o == (-2 if is_start else -1):
                     continue
-                bound = F.col("offset") >= o if op == "ge" else F.col("offset") < o
+                if o in (-1, -2):
+                    conds.append(F.col("partition") != p)
+                    continue
+                bound = F.col("offset") >= o if is_start else F.col("offset") < o
                 conds.append((F.col("partition") != p) | bound)
         elif spec not in ("earliest", "latest"):
             raise InvalidOptionError(f"offsets must be 'earliest', 'latest' or "

@@ -133,6 +133,12 @@ def test_live_tail_is_typed_and_new_fields_show(spark: SparkSession, data: LogMa
     got = read_topic(spark, "orders").orderBy("offset").collect()
     assert [(r["offset"], r["id"], r["note"]) for r in got] == [
         (0, 1, None), (1, 2, "hot"), (3, 3, None)]  # offset 2 cannot be decoded
+    # Offsets filter the typed table and the tail alike (-1 latest, -2 earliest).
+    def offsets(**kwargs: Any) -> list[int]:
+        return sorted(r["offset"] for r in read_topic(spark, "orders", **kwargs).collect())
+    assert offsets(starting_offsets={0: 0}, ending_offsets={0: 2}) == [0, 1]
+    assert offsets(starting_offsets={0: -2}, ending_offsets={0: -1}) == [0, 1, 3]
+    assert offsets(starting_offsets={0: -1}) == offsets(starting_offsets="latest") == []
 
 
 def test_bad_records_dead_letters_skip_and_suspend(spark: SparkSession, data: LogManager) -> None:
@@ -373,3 +379,20 @@ def test_a_small_file_merge_racing_an_upsert_merge_brings_no_row_back(
     rows = rows_of(layout.typed_uri("orders"))
     assert sorted((r["key"], r["id"]) for r in rows) == [(b"k%d" % i, 100 + i)
                                                           for i in range(10)]
+
+
+def test_a_typed_table_is_not_taken_as_an_upsert_table(spark: SparkSession,
+                                                       data: LogManager) -> None:
+    data.create_topic("orders", 1, {"delta.table.mode": "typed"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(3)],
+           keys=[b"a"] * 3)
+    tier(data, spark)
+    TypedJob(layout).run()
+    data.alter_configs("orders", {"delta.table.mode": "upsert"})
+    append(data, "orders", 0, [avro(1, V1, {"id": 9, "amount": 1.0})], keys=[b"a"])
+    tier(data, spark)
+    report = TypedJob(layout).run()
+    assert report.failed and "made for delta.table.mode=typed" in (report.failed[0].error or "")
+    assert len(rows_of(layout.typed_uri("orders"))) == 3  # untouched
