@@ -38,7 +38,7 @@ from log_tables.registry import TopicMetadata
 from log_tables.storage import storage_options
 from log_tables.typed.catalog import CLUSTER_WAIT_S, Catalog
 from log_tables.typed.columns import META_FIELDS, META_NAMES, conform, dlq_app_id, typed_app_id
-from log_tables.typed.decode import Decoded, Decoder
+from log_tables.typed.decode import Decoded, Decoder, has_key_schema
 from log_tables.typed.rows import Typed, type_rows
 
 if TYPE_CHECKING:
@@ -125,17 +125,20 @@ class TypedJob(TopicJob):
         typed: dict[int, Typed] = {}
         ends = {p: _round_end(states[p], part.start, rows, nbytes) for p, part in todo.items()}
 
-        def read(p: int) -> tuple[pa.Table, Decoded]:
+        with_keys = has_key_schema(self.decoder.catalog, meta.name, fields)
+
+        def read(p: int) -> tuple[pa.Table, Decoded, Decoded | None]:
             raw = read_files(states[p].files, todo[p].start, ends[p])
-            return raw, self.decoder.decode(raw.column("value"))
+            return (raw, self.decoder.decode(raw.column("value")),
+                    self.decoder.decode(raw.column("key")) if with_keys else None)
 
         # Reading and decoding release the GIL (Arrow, polars): partitions side by side.
         with ThreadPoolExecutor(DECODE_THREADS) as pool:
             read_back = dict(zip(todo, pool.map(read, todo), strict=True))
         for p, part in todo.items():
-            raw, decoded = read_back[p]
+            raw, decoded, keys = read_back[p]
             end = ends[p]
-            t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert)
+            t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert, keys)
             part.suspended = t.suspended
             part.stopped = t.suspended is not None or t.end < end  # waits for a schema
             part.records_in += raw.num_rows

@@ -34,6 +34,7 @@ from log_tables.typed.catalog import Catalog
 from log_tables.typed.columns import (
     META_FIELDS,
     META_NAMES,
+    TYPED_KEY,
     TypeConflict,
     conform,
     merge_fields,
@@ -58,12 +59,16 @@ def table_fields(layout: Layout, topic: str, version: int | str | None = None,
     fields = [] if dt is None else [f for f in pa.schema(dt.schema().to_arrow())
                                     if f.name not in META_NAMES]
     if latest:
-        found = Catalog(layout).latest(SUBJECT.format(topic))
-        if found is not None:
+        catalog = Catalog(layout)
+        for subject, as_fields in ((SUBJECT.format(topic), value_fields),
+                                   (f"{topic}-key", lambda t: [pa.field(TYPED_KEY, t)])):
+            found = catalog.latest(subject)
+            if found is None:
+                continue
             try:
-                decoder = Decoder(Catalog(layout)).for_id(found[0])
+                decoder = Decoder(catalog).for_id(found[0])
                 if not isinstance(decoder, str):
-                    fields = merge_fields(fields, value_fields(decoder.arrow_type))
+                    fields = merge_fields(fields, as_fields(decoder.arrow_type))
             except (LookupError, TypeConflict):
                 pass  # the table's columns, as they are
     return dt, fields
@@ -189,7 +194,12 @@ def _decode_tail(layout: Layout, schema: pa.Schema, upsert: bool, strict: bool =
                                 "key": part.column("key"), "value": part.column("value"),
                                 "headers": part.column("headers").cast(HEADERS_TYPE)})
                 decoded = decoder.decode(raw.column("value").combine_chunks())
-                if decoded.wait_at is not None:
+                keys = decoder.decode(raw.column("key").combine_chunks()) if any(
+                    f.name == TYPED_KEY for f in fields) else None
+                if keys is not None and keys.wait_at is not None and (
+                        decoded.wait_at is None or keys.wait_at < decoded.wait_at):
+                    decoded.wait_at = keys.wait_at
+                if decoded.wait_at is not None and strict:
                     raise StorageError(
                         f"typed stream: partition {p} offset "
                         f"{raw.column('offset')[decoded.wait_at].as_py()} has a schema id "
@@ -197,7 +207,7 @@ def _decode_tail(layout: Layout, schema: pa.Schema, upsert: bool, strict: bool =
                         "stream stops rather than leave the record out (restart it once "
                         "the replica of __schemas has it)")
                 end = int(raw.column("offset")[-1].as_py()) + 1 if raw.num_rows else 0
-                typed = type_rows(raw, int(p), end, decoded, fields, SKIP, False)
+                typed = type_rows(raw, int(p), end, decoded, fields, SKIP, False, keys)
                 kept = typed.rows
                 deletes = pc.is_null(raw.column("value")).take(
                     pc.index_in(kept.column("offset"), raw.column("offset")))

@@ -1,9 +1,10 @@
 """The columns of a typed table and how they evolve.
 
 A row is a record: the Kafka metadata columns (``partition``, ``offset``, ``timestamp``,
-``key``, ``headers``) and, beside them, the value's fields as columns of their own (a
-value that is not a record is one column, ``value``). A field named like a metadata
-column is ``value_<name>``. A tombstone (null value) is a row whose value columns are
+``key``, ``headers``), the key decoded (``typed_key``, when the topic's key has a
+schema) and, beside them, the value's fields as columns of their own (a value that is
+not a record is one column, ``value``). A field named like one of those columns is
+``value_<name>``. A tombstone (null value) is a row whose value columns are
 null (in an upsert table it deletes its key's row instead).
 
 Schemas evolve by name: a new field is a new column (older rows read null), a field
@@ -27,6 +28,8 @@ META_FIELDS = [pa.field("partition", pa.int32(), nullable=False),
                pa.field("key", pa.binary()),
                pa.field("headers", HEADERS_TYPE)]
 META_NAMES = frozenset(f.name for f in META_FIELDS)
+TYPED_KEY = "typed_key"
+"""The key decoded with its schema, when the topic has one (``<topic>-key``)."""
 VALUE_COLUMN = "value"
 """The column of a value that is not a record."""
 
@@ -46,7 +49,7 @@ class TypeConflict(ValueError):
 
 
 def column_name(field_name: str) -> str:
-    return f"value_{field_name}" if field_name in META_NAMES else field_name
+    return f"value_{field_name}" if field_name in META_NAMES | {TYPED_KEY} else field_name
 
 
 def value_fields(value_type: pa.DataType) -> list[pa.Field]:

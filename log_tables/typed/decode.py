@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from log_tables.typed.avro_arrow import AvroDecoder
 from log_tables.typed.catalog import Catalog, NotYetKnown
+from log_tables.typed.columns import TYPED_KEY
 from log_tables.typed.json_arrow import JsonDecoder
 from log_tables.typed.proto_arrow import ProtoDecoder
 from log_tables.typed.registry_state import Reference, Schema
@@ -154,6 +155,13 @@ class Decoder:
             out.groups.append(_group(schema_id, decoder, good, decoded, out.errors))
         out.groups.sort(key=lambda g: g.rows[0] if g.rows else 0)
         return out
+
+
+def has_key_schema(catalog: Catalog, topic: str, fields: list[pa.Field]) -> bool:
+    """Whether a topic's keys are decoded too: its key subject (``<topic>-key``) has a
+    version, or its typed table has the column already."""
+    return any(f.name == TYPED_KEY for f in fields) or \
+        catalog.latest(f"{topic}-key") is not None
 
 
 def schema_ids(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -22,10 +22,12 @@ from log_tables.cold.rows import TIMESTAMP_TYPE
 from log_tables.records import HEADERS_TYPE
 from log_tables.typed.columns import (
     META_FIELDS,
+    TYPED_KEY,
     TypeConflict,
     as_columns,
     conform,
     merge_fields,
+    merge_type,
     value_fields,
 )
 from log_tables.typed.decode import Decoded
@@ -58,12 +60,18 @@ class Typed(NamedTuple):
 
 
 def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
-              table_fields: Sequence[pa.Field], errors_mode: str, upsert: bool) -> Typed:
-    """Raw rows (the cold file columns, offsets ascending, up to ``end``) as typed rows."""
+              table_fields: Sequence[pa.Field], errors_mode: str, upsert: bool,
+              keys: Decoded | None = None) -> Typed:
+    """Raw rows (the cold file columns, offsets ascending, up to ``end``) as typed rows;
+    ``keys``: the keys decoded too (the topic has a key schema), into ``TYPED_KEY``."""
     offsets = raw.column("offset").to_numpy()
     errors = dict(decoded.errors)
     stop = len(offsets) if decoded.wait_at is None else decoded.wait_at
     fields = list(table_fields)
+    typed_keys = None
+    if keys is not None:
+        typed_keys, fields = _typed_keys(keys, fields, len(offsets), errors)
+        stop = min(stop, len(offsets) if keys.wait_at is None else keys.wait_at)
     parts: list[tuple[list[int], pa.StructArray]] = []
     for group in sorted(decoded.groups, key=lambda g: g.rows[0] if g.rows else 0):
         if not group.rows:
@@ -76,8 +84,7 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
             continue
         parts.append((group.rows, as_columns(group.values)))
     if upsert:
-        keys = raw.column("key")
-        for row in np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False)):
+        for row in np.flatnonzero(raw.column("key").is_null().to_numpy(zero_copy_only=False)):
             errors.setdefault(int(row), "an upsert table needs a key: this record has none")
     suspended = None
     if errors_mode == SUSPEND and errors:
@@ -104,6 +111,8 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
     meta = _meta(raw, partition, good)
     columns = meta + (values.flatten() if fields else [])
     schema = pa.schema(META_FIELDS + fields)
+    if typed_keys is not None:  # (the value struct holds nulls there)
+        columns[schema.get_field_index(TYPED_KEY)] = typed_keys.take(pa.array(good, pa.int64()))
     rows = pa.Table.from_arrays(columns, schema=schema)
     deletes = None
     if upsert:
@@ -114,6 +123,33 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
            else DLQ_SCHEMA.empty_table())
     return Typed(rows, fields, deletes, dlq, run_end, len(bad) if errors_mode == SKIP else 0,
                  suspended)
+
+
+def _typed_keys(keys: Decoded, fields: list[pa.Field], n: int, errors: dict[int, str]
+                ) -> tuple[pa.Array | None, list[pa.Field]]:
+    """Every row's decoded key (null where it has none) as one array, and the fields with
+    ``TYPED_KEY`` merged in; a key that does not decode fails its record."""
+    for row, error in keys.errors.items():
+        errors.setdefault(row, f"key: {error}")
+    have = next((f.type for f in fields if f.name == TYPED_KEY), pa.null())
+    key_type = have
+    kept = []
+    for group in keys.groups:
+        try:
+            key_type = merge_type(key_type, group.values.type, TYPED_KEY)
+            kept.append(group)
+        except TypeConflict as exc:
+            for row in group.rows:
+                errors.setdefault(row, f"key: schema id {group.schema_id}: {exc}")
+    if pa.types.is_null(key_type):
+        return None, fields
+    order = np.asarray([r for g in kept for r in g.rows], np.int64)
+    pieces = [conform(g.values, key_type) for g in kept]
+    position = np.full(n, len(order), np.int64)  # rows without a key: the null at the end
+    position[order] = np.arange(len(order))
+    every = pa.concat_arrays([*pieces, pa.nulls(1, key_type)])
+    merged = merge_fields(fields, [pa.field(TYPED_KEY, key_type)])
+    return every.take(pa.array(position)), merged
 
 
 def _meta(raw: pa.Table, partition: int, rows: np.ndarray) -> list[pa.Array]:

@@ -396,3 +396,24 @@ def test_a_typed_table_is_not_taken_as_an_upsert_table(spark: SparkSession,
     report = TypedJob(layout).run()
     assert report.failed and "made for delta.table.mode=typed" in (report.failed[0].error or "")
     assert len(rows_of(layout.typed_uri("orders"))) == 3  # untouched
+
+
+def test_keys_with_a_schema_are_typed_too(spark: SparkSession, data: LogManager) -> None:
+    data.create_topic("orders", 1, {"delta.table.mode": "upsert"})
+    layout = Layout.of(data.data_dir)
+    key_doc = {"type": "record", "name": "Key", "fields": [{"name": "cid", "type": "long"}]}
+    register(data, 1, V1)
+    register(data, 2, key_doc, subject="orders-key")
+    keys = [avro(2, key_doc, {"cid": c}) for c in (7, 8, 7)] + [b"plain key"]
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(4)],
+           keys=keys)
+    tier(data, spark)
+    TypedJob(layout).run()
+    rows = rows_of(layout.typed_uri("orders"))
+    assert [(r["typed_key"], r["id"], r["key"]) for r in rows] == [
+        ({"cid": 8}, 1, keys[1]), ({"cid": 7}, 2, keys[2])]  # upsert on the key's bytes
+    dead = rows_of(layout.dlq_uri("orders"))
+    assert [r["offset"] for r in dead] == [3] and dead[0]["error"].startswith("key: ")
+    append(data, "orders", 0, [avro(1, V1, {"id": 9, "amount": 2.0})], keys=[keys[0]])  # hot
+    got = read_topic(spark, "orders").collect()
+    assert sorted((r["typed_key"]["cid"], r["id"]) for r in got) == [(7, 9), (8, 1)]
