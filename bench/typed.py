@@ -2,10 +2,11 @@
 
 1. Typed tiering: 1,000,000 Avro records (an ``Order`` of id, item, amount, a nested
    ``Ship`` and a tags array; 16 B keys) in 8 partitions of a ``delta.table.mode=typed``
-   topic, sealed. A run is the tiering job (the untyped table: Spark tasks write the
-   Kafka columns) and then the typed job (the typed table). Ratio: untyped tiering alone
-   ÷ typed tiering (both steps), the same bytes in the same run; the warehouse is
-   deleted between repeats. Goal ≥ 0.5.
+   topic, sealed. A run is the tiering job (its Spark tasks write the Kafka columns and,
+   ``tier_typed``, the typed rows) and then the typed job (whatever the tasks did not
+   type). The baseline is a raw topic holding the same records, tiered by the same job
+   in the same run. Ratio: untyped ÷ typed tiering; the warehouse is deleted between
+   repeats. Goal ≥ 0.5.
 2. Upsert: a ``delta.table.mode=upsert`` topic whose table holds 1,000,000 keys (built
    before timing), then ``--updates`` records (every tenth key updated) tiered and
    merged by the typed job, timed from the raw table to the new table version. The
@@ -88,16 +89,19 @@ def remove(path: str) -> None:
 
 
 def typed_round(spark: Any, layout: Layout, records: int) -> tuple[float, float]:
-    """(untyped tiering s, typed job s) of one run on an emptied warehouse."""
+    """(untyped tiering s, typed tiering s) of one run on an emptied warehouse: the raw
+    topic tiered, then the typed topic (the same records) tiered and typed."""
     remove(layout.warehouse)
     started = time.perf_counter()
-    assert TierJob(layout, ["typed"]).run(spark).records == records
-    tiered = time.perf_counter() - started
+    assert TierJob(layout, ["untyped"]).run(spark).records == records
+    untyped = time.perf_counter() - started
     started = time.perf_counter()
-    report = TypedJob(layout, ["typed"]).run(record=False)
+    assert TierJob(layout, ["typed"]).run(spark).records == records
+    TypedJob(layout, ["typed"]).run(record=False)  # (what the tiering tasks did not type)
     typed = time.perf_counter() - started
-    assert sum(r.records_out for r in report.runs) == records, report.summary()
-    return tiered, typed
+    actions = pa.table(DeltaTable(layout.typed_uri("typed")).get_add_actions(flatten=True))
+    assert sum(actions.column("num_records").to_pylist()) == records
+    return untyped, typed
 
 
 def plain_merge_seconds(layout: Layout, topic: str, copy: str) -> float:
@@ -139,6 +143,8 @@ def main() -> None:
         manager.create_topic("typed", PARTITIONS, {"delta.table.mode": "typed",
                                                    "segment.bytes": str(1 << 30)})
         append(manager, "typed", args.records, values, np.arange(args.records))
+        manager.create_topic("untyped", PARTITIONS, {"segment.bytes": str(1 << 30)})
+        append(manager, "untyped", args.records, values, np.arange(args.records))
         layout = Layout.of(work / "data")
         spark = lakelog_session(work / "data", master=os.environ.get("LAKELOG_SPARK_MASTER",
                                                                      "local[2]"))
@@ -147,15 +153,14 @@ def main() -> None:
         typed_round(spark, layout, args.records)
         runs = [typed_round(spark, layout, args.records) for _ in range(REPEATS)]
         tier_s = statistics.median(t for t, _ in runs)
-        both_s = statistics.median(t + y for t, y in runs)
+        both_s = statistics.median(y for _, y in runs)
         n = args.records
         rows: list[dict[str, Any]] = [
             {"case": "typed tiering: TierJob + TypedJob (Avro decoded)", "seconds": both_s,
              "records/s": n / both_s, "ratio": tier_s / both_s},
-            {"case": "baseline: untyped tiering of the same bytes (TierJob)", "seconds": tier_s,
-             "records/s": n / tier_s, "ratio": 1.0}]
-        extra: dict[str, Any] = {"records": n, "value_mb": mb, "repeats": REPEATS,
-                                 "typed_job_s": statistics.median(y for _, y in runs)}
+            {"case": "baseline: untyped tiering of the same bytes (a raw topic)",
+             "seconds": tier_s, "records/s": n / tier_s, "ratio": 1.0}]
+        extra: dict[str, Any] = {"records": n, "value_mb": mb, "repeats": REPEATS}
         print("upsert: building a table of keys...", flush=True)
         manager.create_topic("upsert", PARTITIONS, {"delta.table.mode": "upsert",
                                                     "segment.bytes": str(1 << 30)})

@@ -57,6 +57,7 @@ from compaction_jobs.tier_tasks import (
     write_segments,
 )
 from compaction_jobs.tier_txns import OPEN_END, whole_transactions
+from compaction_jobs.tier_typed import TypedPlan, commit_typed, plan_typed, work_for
 from log_tables.cold import job_runs
 from log_tables.cold.commit import (
     PartitionChange,
@@ -153,6 +154,8 @@ class _TopicPlan(NamedTuple):
     """Where the works' files go (None: no works)."""
     whole: bool = False
     """Transactions among the records: committed whole or not at all (``commit_changes``)."""
+    typed: TypedPlan | None = None
+    """A typed topic's partitions whose typed rows the tasks write too (``tier_typed``)."""
 
 
 class TierJob(Job[TierReport]):
@@ -226,6 +229,8 @@ class TierJob(Job[TierReport]):
             for plan in plans:
                 if plan.outputs is not None:
                     plan.outputs.close()
+                if plan.typed is not None:
+                    plan.typed.outputs.close()
         report = TierReport(tiered, conflicts, time.monotonic() - started, self._damaged(staged))
         if tiered or conflicts:
             self.progress(f"tiered {report.records:,} records ({report.bytes / 1e6:.1f} MB) of "
@@ -290,14 +295,17 @@ class TierJob(Job[TierReport]):
         if not todo:
             return _TopicPlan(topic, dt, tiered, floors, [], None)
         out = Outputs(uri, self.job_id)
+        typed = plan_typed(self.layout, meta, tiered, self.job_id, self.orphan_min_age_s)
         works = [SegmentWork(topic, p, str(seg.path), seg.base_offset, start, end,
                              out.path(f"p{p}-{start:020d}-{end:020d}.parquet",
                                       final_name(p, start, end, self.job_id)),
                              self.skip_damaged, out.env,
                              tuple(a for a in aborted[p]
-                                   if a.first_offset < end and a.last_offset >= start))
+                                   if a.first_offset < end and a.last_offset >= start),
+                             work_for(typed, self.layout, p, start, end,
+                                      final_name(p, start, end, self.job_id)))
                  for p, seg, start, end in todo]
-        return _TopicPlan(topic, dt, tiered, floors, works, out, any(spans.values()))
+        return _TopicPlan(topic, dt, tiered, floors, works, out, any(spans.values()), typed)
 
     # -- move and commit -----------------------------------------------------------
     def _commit(self, plan: _TopicPlan, staged: list[StagedFile]
@@ -352,6 +360,9 @@ class TierJob(Job[TierReport]):
             whole=plan.whole)
         if done:
             step("committed")
+            if plan.typed is not None:  # the typed rows the tasks wrote, if they can go
+                commit_typed(plan.typed, by_partition, {c.partition for c in done},
+                             self.job_id)
         return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],
                             by_partition[c.partition][-1].end,
                             sum(f.size_bytes for f in by_partition[c.partition]),

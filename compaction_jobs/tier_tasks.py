@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from compaction_jobs.tier_typed import TypedStaged, TypedWork, type_segment
 from log_tables.cold.rows import file_stats, to_table_rows, write_rows_at
 from log_tables.errors import CorruptRecordError
 from log_tables.hot.damage import Damage
@@ -46,6 +47,8 @@ class SegmentWork(NamedTuple):
     aborted: tuple[AbortedTxn, ...] = ()
     """Aborted transactions with records in the segment: their batches are left out, as
     every marker is (a table holds committed records only)."""
+    typed: TypedWork | None = None
+    """A typed topic's segment: also written as typed rows (``tier_typed``)."""
 
 
 class StagedFile(NamedTuple):
@@ -59,6 +62,8 @@ class StagedFile(NamedTuple):
     """The offset after what it covers: ``work.end``, or where a damaged batch starts."""
     damage: tuple[Damage, ...] = ()
     """Damaged runs met: the one it stopped at, or (``skip_damaged``) those it skipped."""
+    typed: TypedStaged | None = None
+    """The typed file written beside it (None: none, the typed job types these records)."""
 
 
 def write_segment(work: SegmentWork) -> StagedFile:
@@ -92,11 +97,13 @@ def write_segment(work: SegmentWork) -> StagedFile:
             work.segment_path, stop.position if stop is not None else -1,
             f"sealed segment readable only up to offset {position}, expected up to "
             f"{work.end} ({why}); not tiering {work.topic}-{work.partition}")
+    typed = type_segment(rows, work.partition, position, work.typed, work.store_env) \
+        if work.typed is not None and not damage else None
     if not rows:
-        return StagedFile(work, 0, "", position, tuple(damage))
+        return StagedFile(work, 0, "", position, tuple(damage), typed)
     size = write_rows_at(work.staged_path, rows, work.store_env)
     return StagedFile(work, size, file_stats(pa.Table.from_batches(rows)), position,
-                      tuple(damage))
+                      tuple(damage), typed)
 
 
 def final_name(partition: int, start: int, end: int, job_id: str) -> str:

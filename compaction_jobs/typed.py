@@ -30,6 +30,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, Transaction
 
 from compaction_jobs.job import Led, TopicJob, step
+from compaction_jobs.staging import clean_orphans
 from log_tables.cold.job_runs import FAILED, SUCCEEDED, JobRun, now_ms
 from log_tables.cold.table import PartitionState, open_table, read_files, snapshot, table_topic_id
 from log_tables.errors import StaleTableError
@@ -82,8 +83,9 @@ class TypedJob(TopicJob):
 
     def __init__(self, layout: Layout, topics: Iterable[str] | None = None, *,
                  progress: Callable[[str], None] | None = None, led: Led | None = None,
-                 catalog: Catalog | None = None) -> None:
-        super().__init__(layout, topics, progress=progress, led=led)
+                 catalog: Catalog | None = None, orphan_min_age_s: float = 60.0) -> None:
+        super().__init__(layout, topics, progress=progress, led=led,
+                         orphan_min_age_s=orphan_min_age_s)
         # A broker alone holds the registry; a cluster's may lag it a moment.
         self.decoder = Decoder(catalog or Catalog(layout, None if led is None
                                                   else CLUSTER_WAIT_S))
@@ -97,6 +99,8 @@ class TypedJob(TopicJob):
             return []  # nothing tiered yet (or a stale table, which tiering reports)
         states = snapshot(raw, meta.partitions)
         target = _open_target(self.layout.typed_uri(meta.name), meta)
+        if target is not None:  # what a tiering job killed between its commits staged
+            clean_orphans(self.layout.typed_uri(meta.name), target, self.orphan_min_age_s)
         made_as = _made_as(target)
         if made_as not in (None, meta.config.delta_table_mode):
             # Rows of a typed table are not one per key, nor an upsert table's a history.

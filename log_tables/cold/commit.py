@@ -67,14 +67,16 @@ def relative_path(table_uri: str, path: str) -> str:
 def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str, job_id: str,
                    *, data_change: bool = True,
                    on_lost: Callable[[PartitionChange], None] | None = None,
-                   whole: bool = False) -> tuple[list[PartitionChange], list[PartitionChange]]:
+                   whole: bool = False, schema: Schema | None = None
+                   ) -> tuple[list[PartitionChange], list[PartitionChange]]:
     """Commit ``changes`` in one Delta commit on ``dt``; returns (committed, lost).
 
     A partition is lost when one of its expected versions is no longer current (another
     job committed to it first); ``on_lost`` is called for each (to delete its new files).
     ``whole``: one partition lost loses them all (the changes hold transactions that must
     not reach the table in part: what is left, planned on another job's table, may
-    hold part of one that job tiered whole elsewhere).
+    hold part of one that job tiered whole elsewhere). ``schema``: the table's, when it
+    is not a topic's table (a typed table, partitioned by partition too).
     """
     live = {c.partition: c for c in changes}
     lost: list[PartitionChange] = []
@@ -105,7 +107,8 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
             txns += [Transaction(app, v, now_ms) for app, v in c.set_versions.items()]
         try:
             dt.create_write_transaction(
-                actions, "append", Schema.from_arrow(TABLE_SCHEMA), partition_by=PARTITION_COLUMNS,
+                actions, "append", schema or Schema.from_arrow(TABLE_SCHEMA),
+                partition_by=PARTITION_COLUMNS,
                 commit_properties=CommitProperties(
                     app_transactions=txns,
                     custom_metadata={"lakelog.job": job, "lakelog.jobId": job_id,

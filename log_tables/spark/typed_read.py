@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from log_tables.cold.rows import TIMESTAMP_TYPE
-from log_tables.cold.table import open_table
 from log_tables.errors import InvalidOptionError, StorageError, UnknownTopicError
 from log_tables.layout import Layout, delta_path
 from log_tables.records import HEADERS_TYPE
@@ -35,43 +34,16 @@ from log_tables.typed.columns import (
     META_FIELDS,
     META_NAMES,
     TYPED_KEY,
-    TypeConflict,
     conform,
-    merge_fields,
     typed_app_id,
-    value_fields,
 )
-from log_tables.typed.decode import Decoder
+from log_tables.typed.decode import Decoder, table_fields
 from log_tables.typed.rows import SKIP, type_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DELETE_FLAG = "_lakelog_delete"
-SUBJECT = "{}-value"
-
-
-def table_fields(layout: Layout, topic: str, version: int | str | None = None,
-                 latest: bool = True) -> tuple[Any, list[pa.Field]]:
-    """The typed table (or None) and its value columns, with the newest schema of the
-    topic's value subject merged in (``latest``)."""
-    dt = open_table(layout.typed_uri(topic), version)
-    fields = [] if dt is None else [f for f in pa.schema(dt.schema().to_arrow())
-                                    if f.name not in META_NAMES]
-    if latest:
-        catalog = Catalog(layout)
-        for subject, as_fields in ((SUBJECT.format(topic), value_fields),
-                                   (f"{topic}-key", lambda t: [pa.field(TYPED_KEY, t)])):
-            found = catalog.latest(subject)
-            if found is None:
-                continue
-            try:
-                decoder = Decoder(catalog).for_id(found[0])
-                if not isinstance(decoder, str):
-                    fields = merge_fields(fields, as_fields(decoder.arrow_type))
-            except (LookupError, TypeConflict):
-                pass  # the table's columns, as they are
-    return dt, fields
 
 
 def read_typed(spark: SparkSession, layout: Layout, meta: TopicMetadata, *,

@@ -18,14 +18,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log_tables.cold.table import open_table
+from log_tables.layout import Layout
 from log_tables.typed.avro_arrow import AvroDecoder
 from log_tables.typed.catalog import Catalog, NotYetKnown
-from log_tables.typed.columns import TYPED_KEY
+from log_tables.typed.columns import META_NAMES, TYPED_KEY, TypeConflict, merge_fields, value_fields
 from log_tables.typed.json_arrow import JsonDecoder
 from log_tables.typed.proto_arrow import ProtoDecoder
 from log_tables.typed.registry_state import Reference, Schema
 
 MAGIC = 0
+SUBJECT = "{}-value"
+"""The topic's value subject (TopicNameStrategy)."""
 MAX_DECODERS = 1000
 
 
@@ -200,3 +204,28 @@ def _group(schema_id: int, decoder: FormatDecoder, rows: list[int], values: list
 def _short(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def table_fields(layout: Layout, topic: str, version: int | str | None = None,
+                 latest: bool = True) -> tuple[Any, list[pa.Field]]:
+    """The typed table (or None) and its value columns, with the newest schema of the
+    topic's value subject merged in (``latest``)."""
+    dt = open_table(layout.typed_uri(topic), version)
+    fields = [] if dt is None else [f for f in pa.schema(dt.schema().to_arrow())
+                                    if f.name not in META_NAMES]
+    if latest:
+        catalog = Catalog(layout)
+        def key_fields(t: pa.DataType) -> list[pa.Field]:
+            return [pa.field(TYPED_KEY, t)]
+        for subject, as_fields in ((SUBJECT.format(topic), value_fields),
+                                   (f"{topic}-key", key_fields)):
+            found = catalog.latest(subject)
+            if found is None:
+                continue
+            try:
+                decoder = Decoder(catalog).for_id(found[0])
+                if not isinstance(decoder, str):
+                    fields = merge_fields(fields, as_fields(decoder.arrow_type))
+            except (LookupError, TypeConflict):
+                pass  # the table's columns, as they are
+    return dt, fields

@@ -93,10 +93,8 @@ def test_typed_rows_evolve_and_time_travel(spark: SparkSession, data: LogManager
     register(data, 1, V1)
     for p in range(2):
         append(data, "orders", p, [avro(1, V1, {"id": i, "amount": i / 2}) for i in range(5)])
-    tier(data, spark)
-    first = TypedJob(layout).run()
-    assert [(r.partition, r.status, r.records_out) for r in first.runs] == [
-        (0, SUCCEEDED, 5), (1, SUCCEEDED, 5)]
+    tier(data, spark)  # the tiering tasks type them too (compaction_jobs.tier_typed)
+    assert TypedJob(layout).run().runs == []
     dt = DeltaTable(layout.typed_uri("orders"))
     assert [dt.transaction_version(typed_app_id(p)) for p in (0, 1)] == [5, 5]
     v1_version = dt.version()
@@ -145,7 +143,7 @@ def test_bad_records_dead_letters_skip_and_suspend(spark: SparkSession, data: Lo
     data.create_topic("orders", 1, {"delta.table.mode": "typed"})
     layout = Layout.of(data.data_dir)
     register(data, 1, V1)
-    register(data, 2, CONFLICT)
+    register(data, 2, CONFLICT, subject="other-value")  # (no registry check: the test's)
     LocalSchemaLog(data)._write([id_record(10)])  # ids 3..9 given once, deleted for good
     values = [avro(1, V1, {"id": 0, "amount": 0.0}), b"\0\0\0", b"\0\0\0\0\x07junk",
               avro(1, V1, {"id": 3, "amount": 3.0})[:-3], avro(2, CONFLICT, {"id": "x"}),
@@ -235,6 +233,7 @@ def test_upsert_latest_per_key_and_history(spark: SparkSession, data: LogManager
 def test_runs_are_bounded(spark: SparkSession, data: LogManager, monkeypatch: pytest.MonkeyPatch
                           ) -> None:
     monkeypatch.setattr("compaction_jobs.typed.MAX_RUN_ROWS", 3)
+    monkeypatch.setattr("compaction_jobs.tier.plan_typed", lambda *a: None)  # the job's work
     data.create_topic("orders", 1, {"delta.table.mode": "typed"})
     register(data, 1, V1)
     append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 0.0}) for i in range(8)])
@@ -417,3 +416,35 @@ def test_keys_with_a_schema_are_typed_too(spark: SparkSession, data: LogManager)
     append(data, "orders", 0, [avro(1, V1, {"id": 9, "amount": 2.0})], keys=[keys[0]])  # hot
     got = read_topic(spark, "orders").collect()
     assert sorted((r["typed_key"]["cid"], r["id"]) for r in got) == [(7, 9), (8, 1)]
+
+
+def test_tiering_types_clean_segments_itself(spark: SparkSession, data: LogManager) -> None:
+    data.create_topic("orders", 2, {"delta.table.mode": "typed"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(4)])
+    append(data, "orders", 1, [avro(1, V1, {"id": 9, "amount": 1.0}), b"bad"])
+    tier(data, spark)
+    dt = DeltaTable(layout.typed_uri("orders"))
+    # Partition 0 typed by the tiering job's own commit; partition 1 has a bad record:
+    # left whole to the typed job (which writes its dead letter).
+    assert [dt.transaction_version(typed_app_id(p)) or 0 for p in (0, 1)] == [4, 0]
+    assert {h.get("lakelog.job") for h in dt.history() if "lakelog.job" in h} == {"tier"}
+    TypedJob(layout).run()
+    rows = rows_of(layout.typed_uri("orders"))
+    assert [(r["partition"], r["offset"], r["id"]) for r in rows] == [
+        (0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 3), (1, 0, 9)]
+    assert [r["offset"] for r in rows_of(layout.dlq_uri("orders"))] == [1]
+    # Killed between its two commits: the typed job types them from the log's table.
+    append(data, "orders", 0, [avro(1, V1, {"id": 5, "amount": 1.0})])
+    data.log("orders", 0).roll()
+    proc = subprocess.run([sys.executable, str(HERE / "job_proc.py"), layout.data_dir, "tier",
+                           "committed"], capture_output=True, timeout=180,
+                          cwd=HERE.parent.parent)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert DeltaTable(layout.typed_uri("orders")).transaction_version(typed_app_id(0)) == 4
+    TypedJob(layout, orphan_min_age_s=0).run()  # and cleans what the killed job staged
+    got = rows_of(layout.typed_uri("orders"))
+    assert [(r["offset"], r["id"]) for r in got if r["partition"] == 0] == [
+        (0, 0), (1, 1), (2, 2), (3, 3), (4, 5)]
+    assert not any((Path(layout.typed_uri("orders")) / "_stage").glob("*/*.parquet"))
