@@ -100,12 +100,13 @@ def type_segment(rows: Sequence[pa.RecordBatch], partition: int, end: int, work:
     if typed.fields != fields or typed.rows.num_rows != raw.num_rows or typed.end != end:
         return None  # new columns (the typed job evolves the table), or rows left out
     table = typed.rows.drop_columns(["partition"])  # (a Delta partition column: in the path)
+    options = {"compression": "snappy", "write_statistics": ["offset", "timestamp"]}
     if is_local(work.path):
-        pq.write_table(table, local_path(work.path), compression="snappy")
+        pq.write_table(table, local_path(work.path), **options)
         size = os.path.getsize(local_path(work.path))
     else:
         fs, path = filesystem(work.path, env or None)
-        pq.write_table(table, path, compression="snappy", filesystem=fs)
+        pq.write_table(table, path, filesystem=fs, **options)
         size = int(fs.get_file_info(path).size)
     offsets = table.column("offset")
     stats = json.dumps({"numRecords": table.num_rows,
@@ -177,6 +178,6 @@ def commit_typed(plan: TypedPlan, staged: dict[int, list[StagedFile]], committed
     if not changes:
         return 0
     plan.outputs.move_in(finals)
-    done, _ = commit_changes(plan.table, changes, "tier", job_id, schema=plan.table.schema(),
+    done, _ = commit_changes(plan.table, changes, "tier", job_id, own_schema=True,
                              on_lost=lambda c: plan.outputs.discard([a.path for a in c.adds]))
     return len(done)

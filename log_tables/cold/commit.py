@@ -67,7 +67,7 @@ def relative_path(table_uri: str, path: str) -> str:
 def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str, job_id: str,
                    *, data_change: bool = True,
                    on_lost: Callable[[PartitionChange], None] | None = None,
-                   whole: bool = False, schema: Schema | None = None
+                   whole: bool = False, own_schema: bool = False
                    ) -> tuple[list[PartitionChange], list[PartitionChange]]:
     """Commit ``changes`` in one Delta commit on ``dt``; returns (committed, lost).
 
@@ -75,8 +75,9 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
     job committed to it first); ``on_lost`` is called for each (to delete its new files).
     ``whole``: one partition lost loses them all (the changes hold transactions that must
     not reach the table in part: what is left, planned on another job's table, may
-    hold part of one that job tiered whole elsewhere). ``schema``: the table's, when it
-    is not a topic's table (a typed table, partitioned by partition too).
+    hold part of one that job tiered whole elsewhere). ``own_schema``: commit with the
+    table's schema as of each attempt (a typed table's, which another job may widen
+    meanwhile), not a topic table's.
     """
     live = {c.partition: c for c in changes}
     lost: list[PartitionChange] = []
@@ -107,7 +108,7 @@ def commit_changes(dt: DeltaTable, changes: Sequence[PartitionChange], job: str,
             txns += [Transaction(app, v, now_ms) for app, v in c.set_versions.items()]
         try:
             dt.create_write_transaction(
-                actions, "append", schema or Schema.from_arrow(TABLE_SCHEMA),
+                actions, "append", dt.schema() if own_schema else Schema.from_arrow(TABLE_SCHEMA),
                 partition_by=PARTITION_COLUMNS,
                 commit_properties=CommitProperties(
                     app_transactions=txns,
