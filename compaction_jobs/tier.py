@@ -360,9 +360,10 @@ class TierJob(Job[TierReport]):
             whole=plan.whole)
         if done:
             step("committed")
-            if plan.typed is not None:  # the typed rows the tasks wrote, if they can go
-                commit_typed(plan.typed, by_partition, {c.partition for c in done},
-                             self.job_id)
+        if plan.typed is not None:  # the typed rows the tasks wrote, where they can go
+            commit_typed(plan.typed, {p: [(f.work.typed, f.typed, f.end, f.work.end)
+                                          for f in files] for p, files in by_partition.items()},
+                         {c.partition for c in done}, self.job_id)
         return [TieredRange(plan.topic, c.partition, plan.floors[c.partition],
                             by_partition[c.partition][-1].end,
                             sum(f.size_bytes for f in by_partition[c.partition]),

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,12 +35,9 @@ from log_tables.layout import Layout, is_local, local_path
 from log_tables.registry import TopicMetadata
 from log_tables.storage import filesystem, storage_options
 from log_tables.typed.catalog import Catalog
-from log_tables.typed.columns import META_FIELDS, META_NAMES, TYPED_KEY, typed_app_id
+from log_tables.typed.columns import META_FIELDS, META_NAMES, typed_app_id
 from log_tables.typed.decode import Decoder, has_key_schema, table_fields
 from log_tables.typed.rows import DLQ, type_rows
-
-if TYPE_CHECKING:
-    from compaction_jobs.tier_tasks import StagedFile  # (which imports this module)
 
 log = logging.getLogger(__name__)
 MODE = "mode=typed"
@@ -79,10 +76,25 @@ _DECODERS: dict[str, Decoder] = {}
 """Per Spark worker process: schemas read once, then only what is new."""
 
 
+Staged = tuple[TypedWork | None, TypedStaged | None, int, int]
+"""A staged segment as the typed commit sees it: its typed work and file, where its raw
+file ends and where its segment ends (``tier_tasks.StagedFile``, which imports this)."""
+
+
 def type_segment(rows: Sequence[pa.RecordBatch], partition: int, end: int, work: TypedWork,
                  env: tuple[tuple[str, str], ...]) -> TypedStaged | None:
     """A segment's rows (cold rows, in offset order) as one typed file, or None when they do
-    not type cleanly (the typed job takes them)."""
+    not type cleanly or anything fails (the typed job takes them: this never fails the
+    tiering task)."""
+    try:
+        return _type_segment(rows, partition, end, work, env)
+    except Exception:
+        log.exception("typing %s in the tiering task failed: left to the typed job", work.path)
+        return None
+
+
+def _type_segment(rows: Sequence[pa.RecordBatch], partition: int, end: int, work: TypedWork,
+                  env: tuple[tuple[str, str], ...]) -> TypedStaged | None:
     if not rows:
         return TypedStaged(0, "")
     decoder = _DECODERS.get(work.data_dir)
@@ -118,9 +130,20 @@ def type_segment(rows: Sequence[pa.RecordBatch], partition: int, end: int, work:
 def plan_typed(layout: Layout, meta: TopicMetadata, tiered: dict[int, int], job_id: str,
                orphan_min_age_s: float) -> TypedPlan | None:
     """The partitions of a typed topic whose typed table is caught up (made here, empty,
-    with the columns of the newest schemas, when the topic has none yet)."""
+    with the columns of the newest schemas, when the topic has none yet); None when there
+    are none, or when anything fails (the typed job types them: this never fails tiering)."""
     if meta.config.delta_table_mode != "typed":
         return None
+    try:
+        return _plan_typed(layout, meta, tiered, job_id, orphan_min_age_s)
+    except Exception:
+        log.exception("planning the typed rows of %s in the tiering job failed: left to the "
+                      "typed job", meta.name)
+        return None
+
+
+def _plan_typed(layout: Layout, meta: TopicMetadata, tiered: dict[int, int], job_id: str,
+                orphan_min_age_s: float) -> TypedPlan | None:
     uri = layout.typed_uri(meta.name)
     dt = open_table(uri)
     if dt is None:
@@ -130,17 +153,17 @@ def plan_typed(layout: Layout, meta: TopicMetadata, tiered: dict[int, int], job_
                         description=f"lakelog topic_id={meta.topic_id} {MODE}",
                         storage_options=storage_options(uri))
         dt = open_table(uri)
+    description = (dt.metadata().description or "").split() if dt is not None else []
     if dt is None or table_topic_id(dt) != meta.topic_id or \
-            MODE not in (dt.metadata().description or ""):
-        return None
+            any(w.startswith("mode=") and w != MODE for w in description):
+        return None  # (a table made before modes were written down says none: typed)
     clean_orphans(uri, dt, orphan_min_age_s)
     versions = {p: t for p, t in tiered.items() if (dt.transaction_version(typed_app_id(p))
                                                     or 0) == t}
     if not versions:
         return None
     fields = [f for f in pa.schema(dt.schema().to_arrow()) if f.name not in META_NAMES]
-    keys = any(f.name == TYPED_KEY for f in fields) or has_key_schema(
-        Catalog(layout), meta.name, fields)
+    keys = has_key_schema(Catalog(layout), meta.name, fields)
     return TypedPlan(dt, Outputs(uri, job_id), versions,
                      pa.schema(fields).serialize().to_pybytes(), keys)
 
@@ -155,19 +178,51 @@ def work_for(plan: TypedPlan | None, layout: Layout, partition: int, start: int,
                                        final), final, plan.keys)
 
 
-def commit_typed(plan: TypedPlan, staged: dict[int, list[StagedFile]], committed: set[int],
+def commit_typed(plan: TypedPlan, staged: dict[int, list[Staged]], committed: set[int],
                  job_id: str) -> int:
     """After the raw commit: each committed partition's typed files, from its typed
-    offset on while they are whole, in one commit; returns the partitions typed."""
+    offset on while they are whole, in one commit; returns the partitions typed. The
+    typed files no commit took are deleted; a failure is logged, never raised (the typed
+    job types those records from the log's table)."""
     finals: dict[str, str] = {}
+    taken: set[str] = set()
+    try:
+        changes = _changes(plan, staged, committed, finals)
+        taken = set(finals.values())
+        if not changes:
+            return 0
+        plan.outputs.move_in(finals)
+        done, lost = commit_changes(
+            plan.table, changes, "tier", job_id, own_schema=True)
+        taken -= {a.path for c in lost for a in c.adds}
+        return len(done)
+    except Exception:
+        # Whether the commit went in is not known: nothing is deleted (an orphan at worst,
+        # never a committed file); the typed job types what is not in the table.
+        log.exception("committing the typed rows of %s failed: left to the typed job",
+                      plan.outputs.uri)
+        taken = _written(staged)
+        return 0
+    finally:
+        if _written(staged) - taken:  # (a stage directory goes as a whole; direct writes
+            plan.outputs.discard(sorted(_written(staged) - taken))  # do not)
+
+
+def _written(staged: dict[int, list[Staged]]) -> set[str]:
+    return {w.final for files in staged.values() for w, t, _, _ in files
+            if w is not None and t is not None and t.size_bytes}
+
+
+def _changes(plan: TypedPlan, staged: dict[int, list[Staged]], committed: set[int],
+             finals: dict[str, str]) -> list[PartitionChange]:
     changes = []
     now = int(time.time() * 1000)
     for p in sorted(committed & set(plan.versions)):
         taken: list[tuple[TypedWork, TypedStaged, int]] = []
-        for f in staged.get(p, []):
-            if f.typed is None or f.work.typed is None or f.end != f.work.end:
+        for work, typed, end, segment_end in staged.get(p, []):
+            if work is None or typed is None or end != segment_end:
                 break  # the rest is the typed job's
-            taken.append((f.work.typed, f.typed, f.end))
+            taken.append((work, typed, end))
         if not taken:
             continue
         finals.update({w.path: w.final for w, t, _ in taken if t.size_bytes})
@@ -175,9 +230,4 @@ def commit_typed(plan: TypedPlan, staged: dict[int, list[StagedFile]], committed
             p, [AddAction(w.final, t.size_bytes, {"partition": str(p)}, now, True, t.stats)
                 for w, t, _ in taken if t.size_bytes],
             [], {typed_app_id(p): taken[-1][2]}, {typed_app_id(p): plan.versions[p]}))
-    if not changes:
-        return 0
-    plan.outputs.move_in(finals)
-    done, _ = commit_changes(plan.table, changes, "tier", job_id, own_schema=True,
-                             on_lost=lambda c: plan.outputs.discard([a.path for a in c.adds]))
-    return len(done)
+    return changes

@@ -448,3 +448,20 @@ def test_tiering_types_clean_segments_itself(spark: SparkSession, data: LogManag
     assert [(r["offset"], r["id"]) for r in got if r["partition"] == 0] == [
         (0, 0), (1, 1), (2, 2), (3, 3), (4, 5)]
     assert not any((Path(layout.typed_uri("orders")) / "_stage").glob("*/*.parquet"))
+
+
+@pytest.mark.parametrize("failing", ["_plan_typed", "commit_changes"])
+def test_the_tiering_job_goes_on_when_its_typed_part_fails(
+        spark: SparkSession, data: LogManager, monkeypatch: pytest.MonkeyPatch,
+        failing: str) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full, say")
+    monkeypatch.setattr(f"compaction_jobs.tier_typed.{failing}", fail)
+    data.create_topic("orders", 1, {"delta.table.mode": "typed"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": i, "amount": 1.0}) for i in range(3)])
+    data.log("orders", 0).roll()
+    assert TierJob(layout).run(spark).records == 3  # the raw table: tiered all the same
+    TypedJob(layout).run()  # the typed job types what the tiering job could not
+    assert [r["id"] for r in rows_of(layout.typed_uri("orders"))] == [0, 1, 2]
