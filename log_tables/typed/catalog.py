@@ -40,6 +40,9 @@ class UnknownSchema(LookupError):
     """A schema id the registry never gave (as far as this replica can tell)."""
 
 
+REFRESH_MIN_S = 0.5
+"""An id past the replica re-reads it at most this often."""
+MAX_MISSING = 10_000
 CLUSTER_WAIT_S = 60.0
 """How long a cluster's broker waits for its replica of ``__schemas`` to bring an id."""
 
@@ -53,6 +56,7 @@ class Catalog:
         self.wait_s = wait_s
         """How long an id past this replica is waited for (None: not at all)."""
         self._missing: dict[int, float] = {}
+        self._refreshed_at = -REFRESH_MIN_S
         self._state = RegistryState()
         self._by_id: dict[int, Schema] = {}
         self._read_to = 0
@@ -63,12 +67,15 @@ class Catalog:
         found = self._by_id.get(schema_id)
         if found is not None:
             return found
-        if schema_id >= self._state.next_id:
-            self.refresh()
+        if schema_id >= self._state.next_id and \
+                time.monotonic() - self._refreshed_at >= REFRESH_MIN_S:
+            self.refresh()  # (at most so often: bytes that only look framed give many ids)
         found = self._by_id.get(schema_id)
         if found is not None:
             return found
         if schema_id >= self._state.next_id:
+            if len(self._missing) >= MAX_MISSING:
+                self._missing.clear()
             first = self._missing.setdefault(schema_id, time.monotonic())
             if self.wait_s is not None and time.monotonic() - first <= self.wait_s:
                 raise NotYetKnown(f"schema id {schema_id} is not in this broker's copy of "
@@ -99,6 +106,7 @@ class Catalog:
         """Read the records written since the last read (all of them after a compaction
         moved the log start past it)."""
         with self._lock:
+            self._refreshed_at = time.monotonic()
             if not self.directory.exists():
                 return
             segments = list_segments(self.directory)
