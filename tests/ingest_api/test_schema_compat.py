@@ -17,6 +17,7 @@ from log_tables.errors import (
     InvalidCompatibilityLevelError,
     InvalidSchemaError,
     NotEnoughReplicasAfterAppendError,
+    ServiceUnavailableError,
 )
 from log_tables.typed.registry_state import (
     RegistryState,
@@ -139,26 +140,40 @@ def test_state_from_records() -> None:
 class FlakyLog:
     """A registry's log in memory whose next write can be made to fail after its records
     are in (a stand-in: an acks=all write appended on the leader and then refused for too
-    few replicas, which a test on real brokers cannot time)."""
+    few replicas, which a test on real brokers cannot time; the nemesis does it at random).
+    ``committed`` is its high watermark: the records every in-sync replica has."""
 
     def __init__(self) -> None:
         self.records: list[tuple[bytes, bytes | None]] = []
+        self.committed = 0
+        self.leader_epoch = 0
         self.fail_next = False
 
     def epoch(self) -> int | None:
-        return 0
+        return self.leader_epoch
 
     def load(self) -> Iterator[tuple[bytes, bytes | None]]:
         return iter(list(self.records))
+
+    def settled(self) -> bool:
+        return self.committed >= len(self.records)
 
     async def write(self, records: Sequence[tuple[bytes, bytes | None]], epoch: int) -> None:
         self.records += records
         if self.fail_next:
             self.fail_next = False
             raise NotEnoughReplicasAfterAppendError("appended, too few replicas")
+        self.committed = len(self.records)
+
+    def failover(self) -> None:
+        """The leader dies; the new one never had the records past the high watermark."""
+        self.records = self.records[:self.committed]
+        self.leader_epoch += 1
 
 
-def test_an_id_in_a_failed_write_is_not_given_again() -> None:
+def test_an_id_in_a_failed_write_is_not_given_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ingest_api.broker.schemas.store.READY_WAIT_S", 0.2)
+
     async def run() -> None:
         log = FlakyLog()
         registry = SchemaRegistry(log)
@@ -166,11 +181,41 @@ def test_an_id_in_a_failed_write_is_not_given_again() -> None:
         log.fail_next = True
         with pytest.raises(NotEnoughReplicasAfterAppendError):
             await registry.register("b-value", "AVRO", avro().text, ())
-        # The client heard of no id, but the record may stay: the next schema gets
-        # another id, and registering b again finds the one it has.
+        # The client heard of no id; the record is in the leader's log alone. Nothing is
+        # answered from it (it may be lost in a failover) until every replica has it:
+        with pytest.raises(ServiceUnavailableError, match="not yet on every in-sync"):
+            await registry.register("b-value", "AVRO", avro().text, ())
+        log.committed = len(log.records)  # the followers caught up: it stays
         third = await registry.register("c-value", "AVRO", avro(A_STRING_DEFAULT).text, ())
         again = await registry.register("b-value", "AVRO", avro().text, ())
         assert first.id == 1 and again.id == 2 and third.id == 3
         assert again.version == 1
+
+    asyncio.run(run())
+
+
+def test_a_failed_write_lost_in_a_failover_was_never_answered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nemesis's seed 4242: an id answered from a record only the old leader had was
+    given again by the next one (schemas_lost 3, schema_ids_reused 1)."""
+    monkeypatch.setattr("ingest_api.broker.schemas.store.READY_WAIT_S", 0.2)
+
+    async def run() -> None:
+        log = FlakyLog()
+        registry = SchemaRegistry(log)
+        await registry.register("a-value", "AVRO", avro(A_INT).text, ())
+        log.fail_next = True
+        with pytest.raises(NotEnoughReplicasAfterAppendError):
+            await registry.register("b-value", "AVRO", avro().text, ())
+        with pytest.raises(ServiceUnavailableError):  # before the fix: id 2, answered
+            await registry.register("b-value", "AVRO", avro().text, ())
+        log.failover()  # the record of b is gone with the old leader
+        c = await registry.register("c-value", "AVRO", avro(A_STRING_DEFAULT).text, ())
+        b = await registry.register("b-value", "AVRO", avro().text, ())
+        state = RegistryState()
+        for key, value in log.records:
+            state.apply(key, value)
+        ids = {v.id: v.schema.key for vs in state.subjects.values() for v in vs.values()}
+        assert (c.id, b.id) == (2, 3) and len(ids) == 3  # each id one schema, none lost
 
     asyncio.run(run())

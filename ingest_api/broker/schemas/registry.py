@@ -28,7 +28,7 @@ from ingest_api.broker.schemas.formats import (
     Schema,
     canonical,
 )
-from ingest_api.broker.schemas.store import SchemaLog
+from ingest_api.broker.schemas.store import SchemaLog, wait_settled
 from log_tables.errors import (
     IncompatibleSchemaError,
     InvalidModeError,
@@ -110,6 +110,7 @@ class SchemaRegistry:
         if epoch is None:
             return None
         if self._state is None or self._epoch != epoch:
+            await wait_settled(self.log)  # (only what can no longer be lost)
             self._state = await asyncio.to_thread(self._load)
             self._epoch = epoch
         return self._state

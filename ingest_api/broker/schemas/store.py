@@ -58,6 +58,11 @@ class SchemaLog(Protocol):
         only."""
         ...
 
+    def settled(self) -> bool:
+        """Whether every record of this broker's log is on every in-sync replica (its
+        high watermark is its log end): what ``load`` reads then can no longer be lost."""
+        ...
+
 
 class LocalSchemaLog:
     """The registry of a broker alone: ``__schemas`` of its own log manager."""
@@ -82,6 +87,9 @@ class LocalSchemaLog:
 
     async def write(self, records: Sequence[Record], epoch: int) -> None:
         await asyncio.to_thread(self._write, records)
+
+    def settled(self) -> bool:
+        return True  # one replica: what is appended and flushed stays
 
     def _write(self, records: Sequence[Record]) -> None:
         plog = self._log()
@@ -108,6 +116,10 @@ class ClusterSchemaLog:
     def load(self) -> Iterator[Record]:
         return read_all(self.manager.log(SCHEMAS_TOPIC, 0))
 
+    def settled(self) -> bool:
+        plog = self.manager.log(SCHEMAS_TOPIC, 0)
+        return plog.high_watermark >= plog.log_end_offset
+
     async def write(self, records: Sequence[Record], epoch: int) -> None:
         topic = self.manager.topic(SCHEMAS_TOPIC)
         n = len(records)
@@ -128,6 +140,21 @@ class ClusterSchemaLog:
                     f"the schema registry moved while writing ({err.message}); try again"
                 ) from None
             raise err
+
+
+async def wait_settled(log: SchemaLog, wait_s: float | None = None) -> None:
+    """Until every record of ``log`` is committed (``settled``), for at most ``wait_s``.
+    The registry loads only such a log: a record on this replica alone (a write that
+    failed after its append, a tail a new leader holds) may still be lost in a failover,
+    and an id answered from it would then be given again (the nemesis found it: an id
+    given twice, seed 4242)."""
+    deadline = time.monotonic() + (READY_WAIT_S if wait_s is None else wait_s)
+    while not log.settled():
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(
+                "the schema registry's log holds records not yet on every in-sync replica "
+                "(a write that failed, or a new leader catching up); try again")
+        await asyncio.sleep(0.05)
 
 
 def _batch(records: Sequence[Record], now_ms: int) -> pa.RecordBatch:
