@@ -89,6 +89,8 @@ class TypedJob(TopicJob):
         # A broker alone holds the registry; a cluster's may lag it a moment.
         self.decoder = Decoder(catalog or Catalog(layout, None if led is None
                                                   else CLUSTER_WAIT_S))
+        self.waiting: set[tuple[str, int]] = set()
+        """Partitions that stopped at a schema id this replica does not hold yet."""
 
     def run_topic(self, meta: TopicMetadata,
                   spark: SparkSession | Callable[[], SparkSession] | None) -> list[JobRun]:
@@ -145,6 +147,8 @@ class TypedJob(TopicJob):
             t = type_rows(raw, p, end, decoded, fields, config.delta_errors_mode, upsert, keys)
             part.suspended = t.suspended
             part.stopped = t.suspended is not None or t.end < end  # waits for a schema
+            if t.suspended is None and t.end < end:
+                self.waiting.add((meta.name, p))
             part.records_in += raw.num_rows
             if t.end > part.start:
                 typed[p] = t

@@ -86,9 +86,21 @@ def _typed(layout: Any, topic: list[str] | None, led: Any) -> int:
     """The typed and upsert tables follow what was tiered (``delta.table.mode``);
     returns how many partitions failed (suspended at a record)."""
     from compaction_jobs.typed import TypedJob
+    from log_tables.typed.catalog import CLUSTER_WAIT_S, Catalog
 
-    report = TypedJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
-                      led=led).run()
+    # A cluster's broker may wait for a schema its replica of the registry lacks: the
+    # runs share one catalog, so that the wait ends (in a dead letter) as in the server.
+    catalog = Catalog(layout, None if led is None else CLUSTER_WAIT_S)
+    deadline = time.monotonic() + CLUSTER_WAIT_S + 1
+    while True:
+        job = TypedJob(layout, topic, progress=lambda line: typer.echo(line, err=True),
+                       led=led, catalog=catalog)
+        report = job.run()
+        if not job.waiting or time.monotonic() > deadline:
+            break
+        typer.echo(f"waiting for schemas of {sorted(job.waiting)} to reach this broker",
+                   err=True)
+        time.sleep(2)
     for run in report.failed:
         typer.echo(f"typed failed on {run.topic}-{run.partition}: {run.error}", err=True)
     return len(report.failed)

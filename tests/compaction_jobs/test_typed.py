@@ -184,7 +184,9 @@ def test_unknown_schema_waits_until_registered(spark: SparkSession, data: LogMan
                                avro(2, V2, {"id": 1, "amount": 1.0, "note": "later"})])
     tier(data, spark)
     # A cluster's broker: id 2 is past what its replica holds, so not a dead letter yet.
-    TypedJob(layout, catalog=Catalog(layout, wait_s=60)).run()
+    waiting = TypedJob(layout, catalog=Catalog(layout, wait_s=60))
+    waiting.run()
+    assert waiting.waiting == {("orders", 0)}  # (`lakelog jobs typed` runs again then)
     assert DeltaTable(layout.typed_uri("orders")).transaction_version(typed_app_id(0)) == 1
     register(data, 2, V2)
     TypedJob(layout, catalog=Catalog(layout, wait_s=60)).run()
