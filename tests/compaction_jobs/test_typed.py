@@ -467,3 +467,23 @@ def test_the_tiering_job_goes_on_when_its_typed_part_fails(
     assert TierJob(layout).run(spark).records == 3  # the raw table: tiered all the same
     TypedJob(layout).run()  # the typed job types what the tiering job could not
     assert [r["id"] for r in rows_of(layout.typed_uri("orders"))] == [0, 1, 2]
+
+
+def test_jobs_typed_from_the_command_line(spark: SparkSession, data: LogManager) -> None:
+    """``lakelog jobs typed``: types what is tiered, and exits 1 on a suspended partition."""
+    data.create_topic("orders", 1, {"delta.table.mode": "typed",
+                                    "delta.errors.mode": "suspend"})
+    layout = Layout.of(data.data_dir)
+    register(data, 1, V1)
+    append(data, "orders", 0, [avro(1, V1, {"id": 0, "amount": 1.0}), b"bad"])
+    tier(data, spark)  # (its tasks leave a segment with a bad record to the typed job)
+    lakelog = Path(sys.executable).parent / "lakelog"
+    out = subprocess.run([lakelog, "jobs", "typed", "--data-dir", layout.data_dir],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "suspended at offset 1" in out.stderr, out.stderr
+    data.alter_configs("orders", {"delta.errors.mode": "dlq"})
+    out = subprocess.run([lakelog, "jobs", "typed", "--data-dir", layout.data_dir],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [r["offset"] for r in rows_of(layout.typed_uri("orders"))] == [0]
+    assert [r["offset"] for r in rows_of(layout.dlq_uri("orders"))] == [1]
