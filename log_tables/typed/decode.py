@@ -49,7 +49,8 @@ class Group:
     """The records of one schema id: their rows in the batch and their values."""
 
     schema_id: int
-    rows: list[int]
+    rows: np.ndarray
+    """Ascending row numbers (int64)."""
     values: pa.Array
 
 
@@ -119,13 +120,17 @@ class Decoder:
         if values.type != pa.binary():
             values = values.cast(pa.binary())
         ids, framed = schema_ids(values)
-        valid = values.is_valid().to_numpy(zero_copy_only=False)
-        out.nulls = np.flatnonzero(~valid).tolist()
+        if values.null_count:
+            valid = values.is_valid().to_numpy(zero_copy_only=False)
+            out.nulls = np.flatnonzero(~valid).tolist()
+        else:
+            valid = np.ones(len(values), bool)
         for row in np.flatnonzero(valid & ~framed):
             out.errors[int(row)] = ("the value is not in Confluent's wire format (magic byte "
                                     "0 and a 4-byte schema id first)")
+        uniform = bool(len(ids)) and ids[0] >= 0 and bool((ids == ids[0]).all())  # (the usual)
         decoders: dict[int, FormatDecoder | str] = {}
-        for schema_id in sorted(set(np.unique(ids[framed]).tolist())):
+        for schema_id in ([int(ids[0])] if uniform else np.unique(ids[framed]).tolist()):
             try:
                 decoders[schema_id] = self.for_id(schema_id)
             except NotYetKnown:
@@ -134,8 +139,9 @@ class Decoder:
         stop = len(values) if out.wait_at is None else out.wait_at
         out.nulls = [r for r in out.nulls if r < stop]
         for schema_id, decoder in decoders.items():
-            rows = np.flatnonzero(framed & (ids == schema_id))
-            rows = rows[rows < stop]
+            rows = (np.arange(len(ids), dtype=np.int64) if uniform else
+                    np.flatnonzero(framed & (ids == schema_id)).astype(np.int64))
+            rows = rows[:stop] if uniform else rows[rows < stop]
             if not len(rows):
                 continue
             if isinstance(decoder, str):
@@ -147,7 +153,7 @@ class Decoder:
             many = getattr(decoder, "decode_many", None)
             block = many(payloads) if many is not None else None
             if block is not None:
-                out.groups.append(Group(schema_id, rows.tolist(), block))
+                out.groups.append(Group(schema_id, rows, block))
                 continue
             good, decoded = [], []
             for row, raw in zip(rows.tolist(), payloads.to_pylist(), strict=True):
@@ -157,7 +163,7 @@ class Decoder:
                 except Exception as exc:  # the format library's own errors: the record's
                     out.errors[row] = f"schema id {schema_id}: cannot decode: {_short(exc)}"
             out.groups.append(_group(schema_id, decoder, good, decoded, out.errors))
-        out.groups.sort(key=lambda g: g.rows[0] if g.rows else 0)
+        out.groups.sort(key=lambda g: int(g.rows[0]) if len(g.rows) else 0)
         return out
 
 
@@ -173,20 +179,25 @@ def schema_ids(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(values)
     if not n:
         return np.zeros(0, np.int64), np.zeros(0, bool)
-    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
-    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + n]
+    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + n + 1]
+    starts = offsets[:-1]
+    framed = np.diff(offsets) >= 5
+    if values.null_count:  # (a null's slot may span bytes)
+        framed &= values.is_valid().to_numpy(zero_copy_only=False)
     data = np.frombuffer(values.buffers()[2] or b"\0" * 5, np.uint8)
-    head = np.minimum(offsets[:, None] + np.arange(5), len(data) - 1)
-    first = data[head].astype(np.int64)
-    framed = (lengths >= 5) & (first[:, 0] == MAGIC)
-    ids = (first[:, 1] << 24) | (first[:, 2] << 16) | (first[:, 3] << 8) | first[:, 4]
+    last = len(data) - 1
+    first, *id_bytes = (data[np.minimum(starts + i, last)] for i in range(5))
+    framed &= first == MAGIC
+    ids = np.zeros(n, np.int64)
+    for byte in id_bytes:  # (big-endian)
+        ids = (ids << 8) | byte
     return np.where(framed, ids, -1), framed
 
 
 def _group(schema_id: int, decoder: FormatDecoder, rows: list[int], values: list[Any],
            errors: dict[int, str]) -> Group:
     try:
-        return Group(schema_id, rows, decoder.to_arrow(values))
+        return Group(schema_id, np.asarray(rows, np.int64), decoder.to_arrow(values))
     except (pa.ArrowException, ValueError, TypeError, OverflowError):
         pass
     good_rows, good = [], []
@@ -198,7 +209,7 @@ def _group(schema_id: int, decoder: FormatDecoder, rows: list[int], values: list
             continue
         good_rows.append(row)
         good.append(value)
-    return Group(schema_id, good_rows, decoder.to_arrow(good))
+    return Group(schema_id, np.asarray(good_rows, np.int64), decoder.to_arrow(good))
 
 
 def _short(exc: BaseException) -> str:

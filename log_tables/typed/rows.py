@@ -72,14 +72,14 @@ def type_rows(raw: pa.Table, partition: int, end: int, decoded: Decoded,
     if keys is not None:
         typed_keys, fields = _typed_keys(keys, fields, len(offsets), errors)
         stop = min(stop, len(offsets) if keys.wait_at is None else keys.wait_at)
-    parts: list[tuple[list[int], pa.StructArray]] = []
-    for group in sorted(decoded.groups, key=lambda g: g.rows[0] if g.rows else 0):
-        if not group.rows:
+    parts: list[tuple[np.ndarray, pa.StructArray]] = []
+    for group in sorted(decoded.groups, key=lambda g: int(g.rows[0]) if len(g.rows) else 0):
+        if not len(group.rows):
             continue
         try:
             fields = merge_fields(fields, value_fields(group.values.type))
         except TypeConflict as exc:
-            for row in group.rows:
+            for row in group.rows.tolist():
                 errors[row] = f"schema id {group.schema_id}: {exc}"
             continue
         parts.append((group.rows, as_columns(group.values)))
@@ -139,11 +139,11 @@ def _typed_keys(keys: Decoded, fields: list[pa.Field], n: int, errors: dict[int,
             key_type = merge_type(key_type, group.values.type, TYPED_KEY)
             kept.append(group)
         except TypeConflict as exc:
-            for row in group.rows:
+            for row in group.rows.tolist():
                 errors.setdefault(row, f"key: schema id {group.schema_id}: {exc}")
     if pa.types.is_null(key_type):
         return None, fields
-    order = np.asarray([r for g in kept for r in g.rows], np.int64)
+    order = np.concatenate([g.rows for g in kept]) if kept else np.zeros(0, np.int64)
     pieces = [conform(g.values, key_type) for g in kept]
     position = np.full(n, len(order), np.int64)  # rows without a key: the null at the end
     position[order] = np.arange(len(order))
@@ -171,6 +171,8 @@ def _latest_per_key(rows: pa.Table, deletes: pa.Array) -> tuple[pa.Table, pa.Arr
 
 def _dlq_rows(raw: pa.Table, partition: int, rows: Sequence[int], errors: dict[int, str]
               ) -> pa.Table:
+    if not rows:
+        return DLQ_SCHEMA.empty_table()
     take = pa.array(rows, pa.int64())
     return pa.Table.from_arrays(
         [pa.array(np.full(len(rows), partition, np.int32)),

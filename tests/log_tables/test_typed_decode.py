@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -21,7 +22,7 @@ from log_tables.layout import Layout
 from log_tables.typed.avro_arrow import AvroDecoder, UnsupportedSchema
 from log_tables.typed.catalog import Catalog
 from log_tables.typed.columns import TypeConflict, as_columns, conform, merge_fields, value_fields
-from log_tables.typed.decode import Decoder
+from log_tables.typed.decode import Decoder, schema_ids
 from log_tables.typed.json_arrow import JsonDecoder
 from log_tables.typed.proto_arrow import message_indexes
 from log_tables.typed.registry_state import Schema, Version, id_record, version_record
@@ -147,7 +148,7 @@ def test_decoder_names_each_record_and_waits_for_new_ids(tmp_path: Path) -> None
                            framed(3, b"x"), framed(1, b""), framed(1, avro_payload(doc, {"n": 2})),
                            framed(5, b"x"), framed(1, avro_payload(doc, {"n": 3}))], pa.binary())
         out = decoder.decode(values)
-        assert [(g.schema_id, g.rows, g.values.to_pylist()) for g in out.groups] == [
+        assert [(g.schema_id, g.rows.tolist(), g.values.to_pylist()) for g in out.groups] == [
             (1, [0, 5], [{"n": 1}, {"n": 2}])]
         assert out.nulls == [1] and out.wait_at == 6  # id 5 is past what the log holds
         assert sorted(out.errors) == [2, 3, 4]
@@ -158,6 +159,23 @@ def test_decoder_names_each_record_and_waits_for_new_ids(tmp_path: Path) -> None
         assert alone.wait_at is None and "not in the registry" in alone.errors[6]
     finally:
         manager.close()
+
+
+def test_schema_ids_read_each_value_s_own_bytes_in_slices_and_around_nulls() -> None:
+    ids = [7, 1 << 24 | 2, 300, 7]
+    values = [b"\0" + i.to_bytes(4, "big") + b"p" for i in ids]
+    whole = pa.array([b"\0\0\0\0\x09tail", *values, b"\1\0\0\0\x07x", b"\0\0\0", None,
+                      b"\0\0\0\0\x07"], pa.binary())
+    got, framed = schema_ids(whole)
+    assert got.tolist() == [9, *ids, -1, -1, -1, 7]
+    assert framed.tolist() == [True, True, True, True, True, False, False, False, True]
+    sliced, _ = schema_ids(whole.slice(2, 4))  # (an offset into the buffers)
+    assert sliced.tolist() == [ids[1], 300, 7, -1]
+    # A null whose slot still spans bytes (Arrow allows it) is not framed.
+    spanning = pa.Array.from_buffers(pa.binary(), 2, [pa.py_buffer(bytes([0b01])),
+                                                      pa.py_buffer(np.array([0, 6, 12], np.int32).tobytes()),
+                                                      pa.py_buffer(values[0] * 2)])
+    assert schema_ids(spanning)[0].tolist() == [7, -1]
 
 
 def test_many_records_at_once_and_a_shifted_block_found_out() -> None:
