@@ -111,6 +111,15 @@ class ApiSettings(GroupSettings, ClusterSettings):
                                  "timeout, to abort them (Kafka's transaction.abort.timed."
                                  "out.transaction.cleanup.interval.ms).")
 
+    # -- Kafka's protocol (ingest_api.kafka) -------------------------------------------
+    kafka_port: int = Field(
+        0, ge=0, le=65535, description="Port of the Kafka protocol listener (on host), beside "
+                                       "the HTTP API; 0: none. For now a broker alone with "
+                                       "auth=none only (docs/kafka-protocol.md).")
+    kafka_advertised_host: str | None = Field(
+        None, description="The host Kafka clients are told to connect to (Metadata); unset: "
+                          "host, or 127.0.0.1 when host is a wildcard address.")
+
     # -- what the server shows: the dashboard, the request log ------------------------
     access_log: str | None = Field(
         None, description="Write one line per HTTP request (time, client, principal, method, "
@@ -139,6 +148,13 @@ class ApiSettings(GroupSettings, ClusterSettings):
                 f"refusing to listen on {self.host} without authentication: use "
                 f"auth=api-key, a loopback host, or allow_insecure_non_loopback=true when "
                 f"something in front of lakelog authenticates")
+        if self.kafka_port and self.auth != "none":
+            raise ValueError("the Kafka listener (kafka_port) has no SASL yet: it runs only "
+                             "with auth=none (on loopback) for now; set kafka_port=0 or "
+                             "auth=none")
+        if self.kafka_port and self.zookeeper is not None:
+            raise ValueError("the Kafka listener (kafka_port) serves a broker alone for now, "
+                             "not a broker of a cluster (zookeeper is set): set kafka_port=0")
         return self
 
     @property

@@ -48,6 +48,7 @@ from ingest_api.http.routers import (
 from ingest_api.http.routers import groups as groups_router
 from ingest_api.http.state import AppState
 from ingest_api.http.txn_models import TXN_REQUEST_MODELS
+from ingest_api.kafka.listener import KafkaListener
 from ingest_api.settings import ApiSettings
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def create_app(settings: ApiSettings | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await broker.start()
         app.state.broker = broker
+        kafka = await _kafka_listener(broker)
+        app.state.kafka = kafka
         app.state.lakelog = st = AppState(broker, InFlightBytes(settings.max_in_flight_bytes))
         app.state.leader_bounds = broker.bounds
         app.state.dashboard = dashboard = Dashboard(st, app.version, ui_services, broker.bounds)
@@ -84,6 +87,8 @@ def create_app(settings: ApiSettings | None = None,
                 await sampler
             broker.metrics.attach_job_runs(None)
             broker.metrics.attach_typed(None)
+            if kafka is not None:
+                await kafka.stop()
             await broker.stop()
             if access_log is not None:
                 access_log.close()
@@ -131,3 +136,16 @@ def create_app(settings: ApiSettings | None = None,
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _kafka_listener(broker: Broker) -> KafkaListener | None:
+    """The Kafka protocol front beside this one (``settings.kafka_port``), started."""
+    settings = broker.settings
+    if not settings.kafka_port:
+        return None
+    advertised = settings.kafka_advertised_host or (
+        "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host)
+    listener = KafkaListener(broker, settings.host, settings.kafka_port, advertised,
+                             settings.max_request_bytes)
+    await listener.start()
+    return listener

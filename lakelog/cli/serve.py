@@ -29,6 +29,8 @@ def start_lines(settings: Any) -> list[str]:
     shown = settings.describe() if debug else settings.changed()
     lines = [f"lakelog on {settings.data_dir.absolute()}: {url}",
              f"  dashboard     {url}/ui", f"  SQL endpoint  {sql}",
+             f"  Kafka         {host}:{settings.kafka_port}" if settings.kafka_port else
+             "  Kafka         off (--kafka-port PORT serves Kafka's protocol)",
              f"  settings      {'all' if debug else 'not at their default'}"
              f" ({len(settings.describe())} in all: --log-level debug prints them; their defaults "
              "are in docs/operations.md)"]
@@ -66,6 +68,9 @@ def serve(
         help="Spark Connect port of the SQL endpoint; 0: none [LAKELOG_SQL_PORT].")] = None,
     jdbc_port: Annotated[int | None, typer.Option(
         help="JDBC (Hive Thrift) port on loopback; 0: none [LAKELOG_JDBC_PORT].")] = None,
+    kafka_port: Annotated[int | None, typer.Option(
+        help="Kafka protocol listener port (a broker alone, --auth none, for now); 0: none "
+             "[LAKELOG_KAFKA_PORT].")] = None,
     access_log: Annotated[str | None, typer.Option(
         help="Append one line per HTTP request to this file; - for standard output "
              "[LAKELOG_ACCESS_LOG].")] = None,
@@ -85,7 +90,8 @@ def serve(
         "spark_master": spark_master, "auth": auth, "tls_cert": tls_cert, "tls_key": tls_key,
         "broker_id": broker_id, "zookeeper": zookeeper, "broker_rack": broker_rack,
         "allow_insecure_non_loopback": allow_insecure_non_loopback, "sql_port": sql_port,
-        "jdbc_port": jdbc_port, "access_log": access_log}.items() if v is not None}
+        "jdbc_port": jdbc_port, "access_log": access_log,
+        "kafka_port": kafka_port}.items() if v is not None}
     try:
         settings = Settings(**flags)
     except ValidationError as exc:

@@ -39,6 +39,7 @@ def test_the_sql_endpoint_line_says_where_it_starts_and_debug_prints_every_setti
     lines = start_lines(Settings(jdbc_port=10000))
     assert lines[2].startswith("  SQL endpoint  starting (sc://127.0.0.1:15002, JDBC on "
                                "127.0.0.1:10000); its Spark takes 10-20 s"), lines
-    assert [line.strip() for line in lines[4:]] == ["jdbc_port = 10000"]
+    assert lines[3] == "  Kafka         off (--kafka-port PORT serves Kafka's protocol)"
+    assert [line.strip() for line in lines[5:]] == ["jdbc_port = 10000"]
     every = start_lines(Settings(log_level="debug"))
-    assert len(every) - 4 == len(Settings.names()) > 50
+    assert len(every) - 5 == len(Settings.names()) > 50

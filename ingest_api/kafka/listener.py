@@ -1,0 +1,113 @@
+"""The Kafka listener: an asyncio server on the broker's event loop, one task per
+connection reading size-prefixed requests and answering each in order (Kafka's
+clients pipeline requests and match answers by correlation id, in order).
+
+A request larger than ``max_request_bytes`` closes the connection (the size says where
+the next request starts: there is nothing else to answer). An ApiVersions request of a
+version the listener does not serve is answered in version 0 with
+UNSUPPORTED_VERSION and the versions served (KIP-511), as Kafka does; any other API or
+version not served is logged and the connection closed, as Kafka's brokers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ingest_api.broker.core import Broker
+from ingest_api.kafka.handlers import (
+    API_VERSIONS,
+    SUPPORTED,
+    UNSUPPORTED_VERSION,
+    Handlers,
+    api_versions_answer,
+)
+from ingest_api.kafka.messages import peek, read_request, write_response
+
+log = logging.getLogger(__name__)
+
+
+class KafkaListener:
+    """Serves Kafka's protocol for ``broker`` on ``host:port`` (0: a free port, in
+    ``port`` once started), advertising ``advertised`` (host) in Metadata."""
+
+    def __init__(self, broker: Broker, host: str, port: int, advertised: str,
+                 max_request_bytes: int) -> None:
+        self.broker = broker
+        self.host, self.port, self.advertised = host, port, advertised
+        self.max_request_bytes = max_request_bytes
+        self.server: asyncio.Server | None = None
+        self.connections: set[asyncio.Task[None]] = set()
+        self.handlers: Handlers | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        node = self.broker.settings.broker_id or 1
+        self.handlers = Handlers(self.broker, (node, self.advertised, self.port))
+        log.info("Kafka listener on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self.server is None:
+            return
+        self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        for task in list(self.connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.server.wait_closed(), 5)
+        self.server = None
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                if not 8 <= size <= self.max_request_bytes:
+                    log.warning("Kafka request of %d bytes from %s: closing",
+                                size, writer.get_extra_info("peername"))
+                    return
+                answer = await self._answer(await reader.readexactly(size))
+                if answer is None:
+                    continue
+                writer.write(len(answer).to_bytes(4, "big") + answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except _Close as exc:
+            log.warning("Kafka connection from %s closed: %s",
+                        writer.get_extra_info("peername"), exc)
+        finally:
+            self.connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, frame: bytes) -> bytes | None:
+        api_key, version, correlation_id = peek(frame)
+        served = SUPPORTED.get(api_key)
+        if served is None or not served[0] <= version <= served[1]:
+            if api_key == API_VERSIONS:
+                return write_response(API_VERSIONS, 0, correlation_id,
+                                      api_versions_answer(UNSUPPORTED_VERSION))
+            raise _Close(f"API {api_key} version {version} is not served")
+        try:
+            request = read_request(frame)
+        except Exception as exc:
+            raise _Close(f"API {api_key} v{version}: the request does not decode: {exc}") \
+                from None
+        assert self.handlers is not None
+        values = await self.handlers.by_key[api_key](request.body, version)
+        if values is None:
+            return None  # (acks=0: no answer)
+        return write_response(api_key, version, correlation_id, values)
+
+
+class _Close(Exception):
+    """The connection is closed: the request cannot be answered."""

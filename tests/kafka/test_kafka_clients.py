@@ -1,0 +1,211 @@
+"""The Kafka listener against clients nobody here wrote: confluent-kafka (librdkafka),
+kafka-python and Debian's kcat, on a real ``lakelog serve``; the same records seen by
+both fronts (Kafka's protocol and HTTP)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpPartition
+
+from lakelog.local import free_port
+from tests.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+CLUSTER = "/v3/clusters/lakelog"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("kafka") / "data",
+                        env={"LAKELOG_KAFKA_PORT": str(free_port())}).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bootstrap(server: ServerProcess) -> str:
+    return f"127.0.0.1:{server.env['LAKELOG_KAFKA_PORT']}"
+
+
+def make_topic(server: ServerProcess, name: str, partitions: int = 3) -> None:
+    r = httpx.post(server.url + CLUSTER + "/topics", timeout=30,
+                   json={"topic_name": name, "partitions_count": partitions})
+    assert r.status_code == 201, r.text
+
+
+def http_records(server: ServerProcess, topic: str, partition: int) -> list[dict[str, object]]:
+    r = httpx.get(f"{server.url}{CLUSTER}/topics/{topic}/partitions/{partition}/records",
+                  params={"offset": 0, "max_records": 10_000}, timeout=30)
+    assert r.status_code == 200, r.text
+    return list(r.json()["records"])
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, want: int) -> list[object]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[object] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_librdkafka_produces_with_each_codec_and_both_fronts_see_the_same_records(
+        server: ServerProcess, bootstrap: str) -> None:
+    make_topic(server, "orders")
+    acked: dict[bytes, tuple[int, int]] = {}
+    failed: list[str] = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
+                             "enable.idempotence": True, "linger.ms": 5})
+        def done(err: KafkaError | None, msg: object, codec: str = codec) -> None:
+            if err is not None:  # (an exception raised in a librdkafka callback is lost)
+                failed.append(f"{codec}: {err}")
+                return
+            acked[msg.key()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+        for i in range(200):
+            producer.produce("orders", key=f"{codec}-{i}".encode(), value=b"v" * (i % 50),
+                             headers=[("n", bytes([i]))], on_delivery=done)
+        assert producer.flush(30) == 0
+    assert failed == [] and len(acked) == 1000
+    got = consume_all(bootstrap, "orders", 3, 1000)
+    seen = {m.key(): (m.partition(), m.offset()) for m in got}  # type: ignore[attr-defined]
+    assert len(got) == 1000 and seen == acked  # every record where its ack said, once
+    for m in got:
+        i = int(m.key().rsplit(b"-", 1)[1])  # type: ignore[attr-defined]
+        assert m.headers() == [("n", bytes([i]))] and m.value() == b"v" * (i % 50)  # type: ignore[attr-defined]
+    # The HTTP front reads the same records at the same offsets, headers and all.
+    for p in range(3):
+        rows = http_records(server, "orders", p)
+        by_offset = {(p, int(r["offset"])): r for r in rows}  # type: ignore[call-overload]
+        assert len(rows) == sum(1 for part, _ in acked.values() if part == p)
+        for key, where in acked.items():
+            if where[0] == p:
+                r = by_offset[where]
+                n = int(key.rsplit(b"-", 1)[1])
+                assert base64.b64decode(r["key"]["data"]) == key  # type: ignore[index]
+                assert r["headers"] == [{"name": "n",
+                                         "value": base64.b64encode(bytes([n])).decode()}]
+
+
+def test_http_records_reach_a_kafka_consumer_and_kafka_python_produces_idempotently(
+        server: ServerProcess, bootstrap: str) -> None:
+    make_topic(server, "mixed", 1)
+    r = httpx.post(f"{server.url}{CLUSTER}/topics/mixed/records:batch", timeout=30, json={
+        "entries": [{"id": str(i), "partition_id": 0,
+                     "key": {"type": "STRING", "data": f"h{i}"},
+                     "value": {"type": "STRING", "data": f"http-{i}"}} for i in range(5)]})
+    assert r.status_code == 207 and r.json()["failures"] == [], r.text
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip",
+                             enable_idempotence=True)
+    futures = [producer.send("mixed", key=b"k", value=f"kp-{i}".encode(), partition=0)
+               for i in range(20)]
+    producer.flush(30)
+    assert [f.get(30).offset for f in futures] == list(range(5, 25))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=5000)
+    tp = KpPartition("mixed", 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    values = [m.value for m in consumer]
+    assert values == [f"http-{i}".encode() for i in range(5)] + \
+        [f"kp-{i}".encode() for i in range(20)]
+    assert consumer.end_offsets([tp]) == {tp: 25}
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    consumer.close()
+
+
+def test_errors_clients_see(server: ServerProcess, bootstrap: str) -> None:
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 3000})
+    producer.produce("nowhere", value=b"x", partition=0,
+                     on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(20)
+    assert errors and errors[0] is not None and errors[0].code() in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+    port = int(bootstrap.rsplit(":", 1)[1])
+    # ApiVersions in a version not served: answered in v0 with UNSUPPORTED_VERSION and the
+    # versions served (KIP-511), the connection kept.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        header = struct.pack(">hhih", 18, 99, 7, -1)
+        s.sendall(struct.pack(">i", len(header)) + header)
+        size = struct.unpack(">i", _read(s, 4))[0]
+        body = _read(s, size)
+        correlation, error, count = struct.unpack_from(">ihi", body)
+        assert (correlation, error) == (7, 35) and count >= 5
+        s.sendall(struct.pack(">i", len(header)) + header)  # still open
+        assert struct.unpack(">i", _read(s, 4))[0] == size
+    # A request larger than the server takes, or of an API it does not serve: closed.
+    for frame in (struct.pack(">i", 1 << 30), struct.pack(">ihhih", 10, 11, 0, 1, -1)):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(frame)
+            assert s.recv(1) == b""
+    assert "is not served" in server.log()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="Debian's kcat is not installed")
+def test_kcat_metadata_produce_consume_and_query(server: ServerProcess, bootstrap: str,
+                                                 tmp_path: Path) -> None:
+    make_topic(server, "kc", 2)
+    def kcat(*args: str, stdin: str | None = None) -> str:
+        return subprocess.run(["kcat", "-b", bootstrap, *args], input=stdin, text=True,
+                              capture_output=True, timeout=60, check=True).stdout
+    listing = kcat("-L", "-t", "kc")
+    assert 'topic "kc" with 2 partitions' in listing and "leader 1" in listing
+    kcat("-P", "-t", "kc", "-p", "1", "-K:", stdin="a:1\nb:2\n")
+    out = kcat("-C", "-t", "kc", "-p", "1", "-o", "beginning", "-e", "-f", "%k=%s@%o\n")
+    assert out.splitlines() == ["a=1@0", "b=2@1"]
+    assert "offset 0" in kcat("-Q", "-t", "kc:1:0")
+
+
+def _read(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "closed"
+        out += chunk
+    return out
+
+
+def test_every_version_advertised_has_kio_messages_and_an_answer_that_builds() -> None:
+    from kio.index import load_request_schema, load_response_schema
+
+    from ingest_api.kafka.handlers import SUPPORTED, api_versions_answer
+    from ingest_api.kafka.messages import write_response
+    for api_key, (low, high) in SUPPORTED.items():
+        for version in range(low, high + 1):
+            load_request_schema(api_key, version)
+            assert load_response_schema(api_key, version) is not None
+    frame = write_response(18, 3, 9, api_versions_answer())
+    assert frame[:4] == (9).to_bytes(4, "big") and frame[4:6] == b"\0\0"
+
+
+def test_the_listener_is_refused_where_it_would_bypass_api_keys_or_a_cluster() -> None:
+    from pydantic import ValidationError
+
+    from ingest_api.settings import ApiSettings
+    with pytest.raises(ValidationError, match="no SASL yet"):
+        ApiSettings(kafka_port=9092, auth="api-key")
+    with pytest.raises(ValidationError, match="broker alone"):
+        ApiSettings(kafka_port=9092, auth="none", zookeeper="127.0.0.1:2181", broker_id=1)
+    assert ApiSettings(kafka_port=9092, auth="none").kafka_port == 9092
