@@ -146,17 +146,20 @@ class Handlers:
     async def fetch(self, request: Any, version: int) -> dict[str, Any]:
         isolation = READ_COMMITTED if getattr(request, "isolation_level", 0) == 1 \
             else READ_UNCOMMITTED
+        settings = self.broker.settings
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
-        deadline = time.monotonic() + request.max_wait.total_seconds()
+        max_bytes = min(request.max_bytes, settings.max_fetch_bytes)
+        wait_s = min(request.max_wait.total_seconds(), settings.max_fetch_wait_ms / 1000)
+        deadline = time.monotonic() + wait_s
         while True:
-            answers, total = await self._read_all(wanted, request.max_bytes, isolation)
+            answers, total = await self._read_all(wanted, max_bytes, isolation)
             remaining = deadline - time.monotonic()
             if total >= max(1, request.min_bytes) or remaining <= 0:
                 break
             names = [self.broker.manager.log(t, p.partition).name for t, p in wanted
-                     if t in self.broker.manager.registry]
+                     if _exists(self.broker, t, p.partition)]
             if not await self.broker.notifier.wait_any(names, remaining):
-                answers, total = await self._read_all(wanted, request.max_bytes, isolation)
+                answers, total = await self._read_all(wanted, max_bytes, isolation)
                 break
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, _), answer in zip(wanted, answers, strict=True):
@@ -235,6 +238,11 @@ def _partition_answer(index: int, outcome: Any) -> dict[str, Any]:
     offset, _ = outcome
     return {"index": index, "base_offset": offset, "log_append_time_ms": -1,
             "log_start_offset": -1}
+
+
+def _exists(broker: Broker, topic: str, partition: int) -> bool:
+    registry = broker.manager.registry
+    return topic in registry and 0 <= partition < registry.describe(topic).partitions
 
 
 def _uuid(topic_id: str) -> uuid.UUID:

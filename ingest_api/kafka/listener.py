@@ -83,6 +83,9 @@ class KafkaListener:
         except _Close as exc:
             log.warning("Kafka connection from %s closed: %s",
                         writer.get_extra_info("peername"), exc)
+        except Exception:  # a defect: the client sees a closed connection and retries
+            log.exception("Kafka connection from %s failed",
+                          writer.get_extra_info("peername"))
         finally:
             self.connections.discard(task)
             writer.close()
