@@ -152,6 +152,10 @@ class ApiSettings(GroupSettings, ClusterSettings):
             raise ValueError("the Kafka listener (kafka_port) has no SASL yet: it runs only "
                              "with auth=none (on loopback) for now; set kafka_port=0 or "
                              "auth=none")
+        if self.kafka_port and not is_loopback(self.host):
+            raise ValueError(f"the Kafka listener (kafka_port) has no SASL or TLS yet: it "
+                             f"listens only on a loopback host, not {self.host}; set "
+                             "kafka_port=0 or a loopback host")
         if self.kafka_port and self.zookeeper is not None:
             raise ValueError("the Kafka listener (kafka_port) serves a broker alone for now, "
                              "not a broker of a cluster (zookeeper is set): set kafka_port=0")

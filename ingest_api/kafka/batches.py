@@ -11,8 +11,10 @@ producer sent. A fetch's ``LogBatch`` becomes one v2 batch at its base offset.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 from aiokafka.errors import CorruptRecordException
@@ -111,4 +113,37 @@ def encode(batch: LogBatch) -> bytes:
         builder.append(i, timestamp=stamps[i], key=keys[i], value=values[i], headers=hs)
     out = builder.build()
     struct.pack_into(">q", out, 0, batch.base_offset)  # (outside the CRC)
+    return bytes(out)
+
+
+_CONTROL = 0x30
+"""Attributes of a control batch: transactional (0x10) and control (0x20)."""
+
+
+def gap(first: int, end: int) -> bytes:
+    """A control batch (a commit marker of no producer) covering offsets ``first`` to
+    ``end - 1``: what a fetch returns where the log holds no record to give there
+    (markers, aborted records stepped over, records gone), so that a Kafka client moves
+    on to ``end`` (clients skip control batches and go past their last offset)."""
+    delta = end - 1 - first
+    key = struct.pack(">hh", 0, 1)  # version 0, COMMIT
+    value = struct.pack(">hi", 0, 0)  # version 0, coordinator epoch 0
+    body = b"\0" + _varint(0) + _varint(delta) + _varint(len(key)) + key + \
+        _varint(len(value)) + value + _varint(0)
+    record = _varint(len(body)) + body
+    now = int(time.time() * 1000)
+    after_crc = struct.pack(">hiqqqhii", _CONTROL, delta, now, now, -1, -1, -1, 1) + record
+    crc = google_crc32c.value(after_crc)
+    head = struct.pack(">qiibI", first, 4 + 1 + 4 + len(after_crc), -1, 2, crc)
+    return head + after_crc
+
+
+def _varint(n: int) -> bytes:
+    """Kafka's (zigzag) varint."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
     return bytes(out)

@@ -17,16 +17,16 @@ from typing import Any
 from ingest_api.broker.core import Broker
 from ingest_api.broker.produce.service import Acks
 from ingest_api.kafka import batches
-from log_tables.errors import LakelogError, UnknownPartitionError
+from log_tables.errors import InvalidRecordError, LakelogError, UnknownPartitionError
 from log_tables.hot.isolation import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from log_tables.registry import INTERNAL_TOPICS
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 22
 SUPPORTED: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (0, 12),
+    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 6), METADATA: (0, 12),
     API_VERSIONS: (0, 3), INIT_PRODUCER_ID: (0, 4)}
 """API key → (lowest, highest) version served."""
-UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC, UNSUPPORTED_VERSION = -1, 3, 35
+UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC, REQUEST_TIMED_OUT, UNSUPPORTED_VERSION = -1, 3, 7, 35
 INVALID_REQUIRED_ACKS, TRANSACTIONAL_ID_NOT_FOUND = 21, 105
 MAX_FETCH_RECORDS = 10_000
 """Records read per partition per fetch (``max_bytes`` bounds it too)."""
@@ -36,10 +36,20 @@ ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
 Handler = Callable[[Any, int], Awaitable[dict[str, Any] | None]]
 
 
+class CloseConnection(Exception):
+    """The answer is to close the connection (an acks=0 produce that failed: the client
+    has no other way to learn it, as with Kafka's brokers)."""
+
+
 def code_of(exc: BaseException) -> int:
-    """Kafka's error code for an error of the broker core (-1 where Kafka has none)."""
-    if isinstance(exc, LakelogError) and exc.kafka_code is not None:
-        return exc.kafka_code
+    """Kafka's error code for an error of the broker core: its own where Kafka has one,
+    REQUEST_TIMED_OUT for the others that are retriable (a full queue: clients retry
+    it), UNKNOWN_SERVER_ERROR for the rest."""
+    if isinstance(exc, LakelogError):
+        if exc.kafka_code is not None:
+            return exc.kafka_code
+        if exc.retriable:
+            return REQUEST_TIMED_OUT
     return UNKNOWN_SERVER_ERROR
 
 
@@ -80,7 +90,7 @@ class Handlers:
     async def metadata(self, request: Any, version: int) -> dict[str, Any]:
         node_id, host, port = self.node
         registry = self.broker.manager.registry
-        if request.topics is None:
+        if request.topics is None or (version == 0 and not request.topics):
             names = [t.name for t in registry.list()]
         else:
             names = [t.name for t in request.topics if t.name is not None]
@@ -121,6 +131,9 @@ class Handlers:
         for (name, index, _), outcome in zip(pending, results, strict=True):
             by_topic.setdefault(name, []).append(_partition_answer(index, outcome))
         if acks == "0":
+            failed = [o for o in results if isinstance(o, BaseException)]
+            if failed:
+                raise CloseConnection(f"an acks=0 produce failed: {failed[0]}")
             return None
         return {"responses": [{"name": n, "partition_responses": ps}
                               for n, ps in by_topic.items()]}
@@ -133,7 +146,16 @@ class Handlers:
         decoded = batches.decode(records or b"")
         if not decoded.keys:
             return -1, -1
-        result = await self.broker.produce.produce(meta, decoded.request(partition), acks)
+        if decoded.transactional:
+            raise InvalidRecordError("transactional batches are not served on the Kafka "
+                                     "listener yet: produce them over HTTP")
+        validation = self.broker.schema_validation
+        if validation.applies(meta.config):
+            refused = await validation.check(topic, meta.config, decoded.keys, decoded.values)
+            if refused:
+                raise refused[min(refused)]
+        result = await self.broker.produce.produce(meta, decoded.request(partition), acks,
+                                                   atomic=True)
         if result.errors:
             raise result.errors[min(result.errors)]
         return int(result.offsets[0]), int(result.timestamps[0])
@@ -154,11 +176,16 @@ class Handlers:
         while True:
             answers, total = await self._read_all(wanted, max_bytes, isolation)
             remaining = deadline - time.monotonic()
-            if total >= max(1, request.min_bytes) or remaining <= 0:
+            if total >= request.min_bytes or remaining <= 0 or \
+                    any(a.get("error_code") for a in answers):  # (errors: at once, as Kafka)
                 break
             names = [self.broker.manager.log(t, p.partition).name for t, p in wanted
                      if _exists(self.broker, t, p.partition)]
-            if not await self.broker.notifier.wait_any(names, remaining):
+            try:
+                woken = await self.broker.notifier.wait_any(names, remaining)
+            except LakelogError:  # too many fetches waiting: answer what there is
+                break
+            if not woken:
                 answers, total = await self._read_all(wanted, max_bytes, isolation)
                 break
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -188,7 +215,7 @@ class Handlers:
                 answer["error_code"] = UNKNOWN_TOPIC
                 return answer
             plog = self.broker.manager.log(topic, part.partition)
-            _, result = await self.broker.fetch.read(
+            read_from, result = await self.broker.fetch.read(
                 topic, part.partition, part.fetch_offset, MAX_FETCH_RECORDS,
                 max(max_bytes, 1 if first else 0) or 1, isolation)
         except LakelogError as exc:
@@ -197,11 +224,22 @@ class Handlers:
         answer.update(high_watermark=result.high_watermark,
                       last_stable_offset=plog.readable_end(READ_COMMITTED),
                       log_start_offset=result.log_start_offset)
-        if result.batches and (first or max_bytes > 0):
-            answer["records"] = b"".join(batches.encode(b) for b in result.batches)
+        if not (first or max_bytes > 0):
+            return answer
+        out = [batches.encode(b) for b in result.batches]
+        # Where the read stepped over offsets with nothing to give (markers, aborted
+        # records, records gone), a control batch takes the client past them.
+        last = result.batches[-1] if result.batches else None
+        done = part.fetch_offset if last is None else \
+            last.base_offset + int(last.records.num_rows)
+        reached = max(read_from if last is None else done, result.read_to or 0)
+        if reached > done:
+            out.append(batches.gap(done, reached))
+        answer["records"] = b"".join(out)
         return answer
 
     async def list_offsets(self, request: Any, version: int) -> dict[str, Any]:
+        committed = getattr(request, "isolation_level", 0) == 1
         topics = []
         for topic in request.topics:
             parts = []
@@ -219,15 +257,33 @@ class Handlers:
                         if not 0 <= p.partition_index < meta.partitions:
                             answer["error_code"] = UNKNOWN_TOPIC
                         else:
-                            listed = await self.broker.cluster_info.list_offset(
-                                topic.name, p.partition_index, spec,  # type: ignore[arg-type]
-                                stamp if spec == "timestamp" else None)
-                            answer["offset"] = -1 if listed.offset is None else listed.offset
+                            answer.update(await self._list_one(topic.name, p.partition_index,
+                                                               spec, stamp, committed))
                 except LakelogError as exc:
                     answer["error_code"] = code_of(exc)
                 parts.append(answer)
             topics.append({"name": topic.name, "partitions": parts})
         return {"topics": topics}
+
+
+    async def _list_one(self, topic: str, partition: int, spec: str, stamp: int,
+                        committed: bool) -> dict[str, Any]:
+        """One partition's offset, and for a time the timestamp of the record found."""
+        if spec == "latest" and committed:  # (the last stable offset)
+            plog = self.broker.manager.log(topic, partition)
+            return {"offset": plog.readable_end(READ_COMMITTED), "timestamp": -1}
+        listed = await self.broker.cluster_info.list_offset(
+            topic, partition, spec,  # type: ignore[arg-type]
+            stamp if spec == "timestamp" else None)
+        if listed.offset is None:
+            return {"offset": -1, "timestamp": -1}
+        found = -1
+        if spec == "timestamp":
+            _, result = await self.broker.fetch.read(topic, partition, listed.offset, 1,
+                                                     1 << 20, READ_UNCOMMITTED)
+            if result.batches:
+                found = int(result.batches[0].records.column("timestamp")[0].as_py())
+        return {"offset": listed.offset, "timestamp": found}
 
 
 def _partition_answer(index: int, outcome: Any) -> dict[str, Any]:

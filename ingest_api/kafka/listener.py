@@ -20,6 +20,7 @@ from ingest_api.kafka.handlers import (
     API_VERSIONS,
     SUPPORTED,
     UNSUPPORTED_VERSION,
+    CloseConnection,
     Handlers,
     api_versions_answer,
 )
@@ -80,7 +81,7 @@ class KafkaListener:
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        except _Close as exc:
+        except (_Close, CloseConnection) as exc:
             log.warning("Kafka connection from %s closed: %s",
                         writer.get_extra_info("peername"), exc)
         except Exception:  # a defect: the client sees a closed connection and retries

@@ -131,8 +131,45 @@ def test_http_records_reach_a_kafka_consumer_and_kafka_python_produces_idempoten
     assert values == [f"http-{i}".encode() for i in range(5)] + \
         [f"kp-{i}".encode() for i in range(20)]
     assert consumer.end_offsets([tp]) == {tp: 25}
+    found = consumer.offsets_for_times({tp: 0})[tp]
+    assert found is not None and found.offset == 0 and found.timestamp > 1_700_000_000_000
     assert consumer.beginning_offsets([tp]) == {tp: 0}
     consumer.close()
+
+
+def test_consumers_step_over_markers_and_aborted_records(server: ServerProcess,
+                                                         bootstrap: str) -> None:
+    from lakelog.client import Producer as HttpProducer
+    make_topic(server, "txn", 1)
+    producer = HttpProducer(server.url, transactional_id="t1")
+    producer.init_transactions()
+    for values, commit in ((["c0", "c1"], True), (["a0", "a1", "a2"], False), (["c2"], True)):
+        producer.begin_transaction()
+        for v in values:
+            producer.send("txn", v, partition=0)
+        producer.flush()
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+    for isolation, want in (("read_committed", ["c0", "c1", "c2"]),
+                            ("read_uncommitted", ["c0", "c1", "a0", "a1", "a2", "c2"])):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False, "isolation.level": isolation})
+        consumer.assign([TopicPartition("txn", 0, 0)])
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        end = consumer.get_watermark_offsets(TopicPartition("txn", 0), timeout=10)[1]
+        reached = False
+        while not reached and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())  # type: ignore[union-attr]
+            reached = consumer.position([TopicPartition("txn", 0)])[0].offset >= end
+        consumer.close()
+        assert got == want and reached, (isolation, got)  # past the last marker too
+        assert end == 9  # 6 records and 3 markers
 
 
 def test_errors_clients_see(server: ServerProcess, bootstrap: str) -> None:
@@ -143,6 +180,20 @@ def test_errors_clients_see(server: ServerProcess, bootstrap: str) -> None:
     producer.flush(20)
     assert errors and errors[0] is not None and errors[0].code() in (
         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+    # A batch is all or none: a record the topic refuses (no key on a compacted topic)
+    # fails its whole batch, and none of it is appended.
+    r = httpx.post(server.url + CLUSTER + "/topics", timeout=30, json={
+        "topic_name": "compacted", "partitions_count": 1,
+        "configs": [{"name": "cleanup.policy", "value": "compact"}]})
+    assert r.status_code == 201, r.text
+    batch_errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200, "retries": 0})
+    for i in range(6):
+        producer.produce("compacted", value=b"v", key=None if i == 3 else b"k%d" % i,
+                         partition=0, on_delivery=lambda err, msg: batch_errors.append(err))
+    producer.flush(20)
+    assert len(batch_errors) == 6 and all(e is not None for e in batch_errors), batch_errors
+    assert http_records(server, "compacted", 0) == []
     port = int(bootstrap.rsplit(":", 1)[1])
     # ApiVersions in a version not served: answered in v0 with UNSUPPORTED_VERSION and the
     # versions served (KIP-511), the connection kept.
@@ -208,4 +259,7 @@ def test_the_listener_is_refused_where_it_would_bypass_api_keys_or_a_cluster() -
         ApiSettings(kafka_port=9092, auth="api-key")
     with pytest.raises(ValidationError, match="broker alone"):
         ApiSettings(kafka_port=9092, auth="none", zookeeper="127.0.0.1:2181", broker_id=1)
+    with pytest.raises(ValidationError, match="loopback"):
+        ApiSettings(kafka_port=9092, auth="none", host="0.0.0.0",
+                    allow_insecure_non_loopback=True)
     assert ApiSettings(kafka_port=9092, auth="none").kafka_port == 9092

@@ -77,12 +77,14 @@ class ProduceService:
             self.replicas.published(lp.plog)
 
     async def produce(self, meta: TopicMetadata, request: ProduceRequest, acks: Acks,
-                      route: Route | None = None) -> ProduceResult:
-        """Append the records; per record a partition and offset, or an error."""
-        return await self.start(meta, request, acks, route)
+                      route: Route | None = None, *, atomic: bool = False) -> ProduceResult:
+        """Append the records; per record a partition and offset, or an error. ``atomic``:
+        if the plan refuses any record, none is appended (a Kafka batch is all or none)."""
+        return await self.start(meta, request, acks, route, atomic=atomic)
 
     def start(self, meta: TopicMetadata, request: ProduceRequest, acks: Acks,
-              route: Route | None = None) -> Coroutine[Any, Any, ProduceResult]:
+              route: Route | None = None, *, atomic: bool = False
+              ) -> Coroutine[Any, Any, ProduceResult]:
         """Plan and queue the records now; await the result for the acknowledgement.
 
         What is awaited holds no reference to ``request``: a caller that drops its
@@ -91,6 +93,8 @@ class ProduceService:
         leaders and checks this broker still leads the others before they are answered.
         """
         result, runs = self.planner.plan(meta, request)
+        if atomic and result.errors:
+            runs = []
         submitted: list[tuple[Run, asyncio.Future[list[Piece]]]] = []
         elsewhere: list[Run] = []
         epochs: dict[int, int] = {}
