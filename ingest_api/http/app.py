@@ -146,6 +146,7 @@ async def _kafka_listener(broker: Broker) -> KafkaListener | None:
     advertised = settings.kafka_advertised_host or (
         "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host)
     listener = KafkaListener(broker, settings.host, settings.kafka_port, advertised,
-                             settings.max_request_bytes)
+                             settings.max_request_bytes, settings.max_in_flight_bytes,
+                             settings.limit_concurrency)
     await listener.start()
     return listener

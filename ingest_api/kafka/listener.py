@@ -2,6 +2,12 @@
 connection reading size-prefixed requests and answering each in order (Kafka's
 clients pipeline requests and match answers by correlation id, in order).
 
+Bounds: requests being read and answered hold at most ``max_in_flight_bytes`` together
+(a connection waits to read its next request until there is room: TCP holds the client
+back, as Kafka's brokers mute a channel when their memory pool is spent); at most
+``max_connections`` connections (more are closed at once); a connection idle for
+``IDLE_S`` is closed (Kafka's ``connections.max.idle.ms``).
+
 A request larger than ``max_request_bytes`` closes the connection (the size says where
 the next request starts: there is nothing else to answer). An ApiVersions request of a
 version the listener does not serve is answered in version 0 with
@@ -27,6 +33,7 @@ from ingest_api.kafka.handlers import (
 from ingest_api.kafka.messages import peek, read_request, write_response
 
 log = logging.getLogger(__name__)
+IDLE_S = 600.0
 
 
 class KafkaListener:
@@ -34,10 +41,15 @@ class KafkaListener:
     ``port`` once started), advertising ``advertised`` (host) in Metadata."""
 
     def __init__(self, broker: Broker, host: str, port: int, advertised: str,
-                 max_request_bytes: int) -> None:
+                 max_request_bytes: int, max_in_flight_bytes: int = 256 << 20,
+                 max_connections: int = 4096) -> None:
         self.broker = broker
         self.host, self.port, self.advertised = host, port, advertised
         self.max_request_bytes = max_request_bytes
+        self.max_in_flight_bytes = max_in_flight_bytes
+        self.max_connections = max_connections
+        self.in_flight = 0
+        self.room = asyncio.Condition()
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task[None]] = set()
         self.handlers: Handlers | None = None
@@ -66,20 +78,29 @@ class KafkaListener:
                           writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self.connections) >= self.max_connections:
+            log.warning("Kafka connection from %s refused: %d open already",
+                        writer.get_extra_info("peername"), len(self.connections))
+            writer.close()
+            return
         self.connections.add(task)
         try:
             while True:
-                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                head = await asyncio.wait_for(reader.readexactly(4), IDLE_S)
+                size = int.from_bytes(head, "big", signed=True)
                 if not 8 <= size <= self.max_request_bytes:
                     log.warning("Kafka request of %d bytes from %s: closing",
                                 size, writer.get_extra_info("peername"))
                     return
-                answer = await self._answer(await reader.readexactly(size))
-                if answer is None:
-                    continue
-                writer.write(len(answer).to_bytes(4, "big") + answer)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+                await self._reserve(size)
+                try:
+                    answer = await self._answer(await reader.readexactly(size))
+                    if answer is not None:
+                        writer.write(len(answer).to_bytes(4, "big") + answer)
+                        await writer.drain()
+                finally:
+                    await self._release(size)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except (_Close, CloseConnection) as exc:
             log.warning("Kafka connection from %s closed: %s",
@@ -92,6 +113,17 @@ class KafkaListener:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _reserve(self, nbytes: int) -> None:
+        async with self.room:
+            await self.room.wait_for(lambda: not self.in_flight or
+                                     self.in_flight + nbytes <= self.max_in_flight_bytes)
+            self.in_flight += nbytes
+
+    async def _release(self, nbytes: int) -> None:
+        async with self.room:
+            self.in_flight -= nbytes
+            self.room.notify_all()
 
     async def _answer(self, frame: bytes) -> bytes | None:
         api_key, version, correlation_id = peek(frame)
