@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pyarrow.compute as pc
+
 from ingest_api.broker.core import Broker
 from ingest_api.broker.produce.service import Acks
 from ingest_api.kafka import batches
@@ -158,6 +160,9 @@ class Handlers:
                                                    atomic=True)
         if result.errors:
             raise result.errors[min(result.errors)]
+        metrics = self.broker.metrics
+        metrics.records_in.labels(topic).inc(len(result))
+        metrics.bytes_in.labels(topic).inc(result.accepted_bytes())
         return int(result.offsets[0]), int(result.timestamps[0])
 
     async def _refuse_produce(self, request: Any, code: int, message: str) -> dict[str, Any]:
@@ -227,6 +232,12 @@ class Handlers:
         if not (first or max_bytes > 0):
             return answer
         out = [batches.encode(b) for b in result.batches]
+        if result.batches:
+            metrics = self.broker.metrics
+            metrics.records_out.labels(topic).inc(sum(b.records.num_rows
+                                                      for b in result.batches))
+            metrics.bytes_out.labels(topic).inc(sum(
+                _data_bytes(b.records) for b in result.batches))
         # Where the read stepped over offsets with nothing to give (markers, aborted
         # records, records gone), a control batch takes the client past them.
         last = result.batches[-1] if result.batches else None
@@ -294,6 +305,12 @@ def _partition_answer(index: int, outcome: Any) -> dict[str, Any]:
     offset, _ = outcome
     return {"index": index, "base_offset": offset, "log_append_time_ms": -1,
             "log_start_offset": -1}
+
+
+def _data_bytes(rows: Any) -> int:
+    """Key + value bytes (what lakelog's byte metrics count)."""
+    return sum(int(pc.sum(pc.binary_length(rows.column(c))).as_py() or 0)
+               for c in ("key", "value"))
 
 
 def _exists(broker: Broker, topic: str, partition: int) -> bool:

@@ -93,6 +93,10 @@ def test_librdkafka_produces_with_each_codec_and_both_fronts_see_the_same_record
     for m in got:
         i = int(m.key().rsplit(b"-", 1)[1])  # type: ignore[attr-defined]
         assert m.headers() == [("n", bytes([i]))] and m.value() == b"v" * (i % 50)  # type: ignore[attr-defined]
+    # Kafka's traffic counts in /metrics as HTTP's does (before the HTTP reads below).
+    metrics = httpx.get(server.url + "/metrics", timeout=30).text
+    assert 'lakelog_records_in_total{topic="orders"} 1000.0' in metrics
+    assert 'lakelog_records_out_total{topic="orders"} 1000.0' in metrics
     # The HTTP front reads the same records at the same offsets, headers and all.
     for p in range(3):
         rows = http_records(server, "orders", p)
