@@ -1,5 +1,5 @@
 """The Kafka listener against clients nobody here wrote: confluent-kafka (librdkafka),
-kafka-python and Debian's kcat, on a real ``lakelog serve``; the same records seen by
+kafka-python, aiokafka and Debian's kcat, on a real ``lakelog serve``; the same records seen by
 both fronts (Kafka's protocol and HTTP)."""
 
 from __future__ import annotations
@@ -139,6 +139,42 @@ def test_http_records_reach_a_kafka_consumer_and_kafka_python_produces_idempoten
     assert found is not None and found.offset == 0 and found.timestamp > 1_700_000_000_000
     assert consumer.beginning_offsets([tp]) == {tp: 0}
     consumer.close()
+
+
+def test_aiokafka_produces_idempotently_and_reads_back(server: ServerProcess,
+                                                        bootstrap: str) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioPartition
+    make_topic(server, "aio", 2)
+
+    async def run() -> tuple[list[int], list[tuple[bytes, tuple[tuple[str, bytes], ...]]]]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                    compression_type="gzip")
+        await producer.start()
+        try:
+            sent = [await producer.send_and_wait("aio", b"aio-%d" % i, key=b"k", partition=1,
+                                                 headers=[("h", b"%d" % i)]) for i in range(10)]
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = AioPartition("aio", 1)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            got: list[tuple[bytes, tuple[tuple[str, bytes], ...]]] = []
+            while len(got) < 10:
+                batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 30)
+                got += [(r.value, tuple(r.headers)) for r in batch.get(tp, [])]
+        finally:
+            await consumer.stop()
+        return [m.offset for m in sent], got
+
+    offsets, got = asyncio.run(run())
+    assert offsets == list(range(10))
+    assert got == [(b"aio-%d" % i, (("h", b"%d" % i),)) for i in range(10)]
 
 
 def test_consumers_step_over_markers_and_aborted_records(server: ServerProcess,
