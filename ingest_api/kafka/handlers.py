@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ingest_api.broker.core import Broker
 from ingest_api.broker.produce.service import Acks
-from ingest_api.kafka import batches
+from ingest_api.kafka import batches, group_offsets
 from log_tables.errors import InvalidRecordError, LakelogError, UnknownPartitionError
 from log_tables.hot.isolation import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from log_tables.registry import INTERNAL_TOPICS
@@ -26,7 +26,7 @@ from log_tables.registry import INTERNAL_TOPICS
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 22
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 6), METADATA: (0, 12),
-    API_VERSIONS: (0, 3), INIT_PRODUCER_ID: (0, 4)}
+    API_VERSIONS: (0, 3), INIT_PRODUCER_ID: (0, 4), **group_offsets.SUPPORTED}
 """API key → (lowest, highest) version served."""
 UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC, REQUEST_TIMED_OUT, UNSUPPORTED_VERSION = -1, 3, 7, 35
 INVALID_REQUIRED_ACKS, TRANSACTIONAL_ID_NOT_FOUND = 21, 105
@@ -72,6 +72,10 @@ class Handlers:
             API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
             FETCH: self.fetch, LIST_OFFSETS: self.list_offsets,
             INIT_PRODUCER_ID: self.init_producer_id}
+        offsets = group_offsets.GroupOffsets(broker, node, code_of)
+        self.by_key.update({group_offsets.FIND_COORDINATOR: offsets.find_coordinator,
+                            group_offsets.OFFSET_COMMIT: offsets.offset_commit,
+                            group_offsets.OFFSET_FETCH: offsets.offset_fetch})
 
     async def api_versions(self, request: Any, version: int) -> dict[str, Any]:
         return api_versions_answer()

@@ -212,6 +212,32 @@ def test_consumers_step_over_markers_and_aborted_records(server: ServerProcess,
         assert end == 9  # 6 records and 3 markers
 
 
+def test_offsets_committed_by_one_client_are_the_group_s_for_every_other(
+        server: ServerProcess, bootstrap: str) -> None:
+    make_topic(server, "committed", 2)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("committed", 0, 0)])
+    consumer.commit(offsets=[TopicPartition("committed", 0, 42)], asynchronous=False)
+    # Over HTTP (and so in the _consumer_offsets table), and to kafka-python.
+    r = httpx.get(f"{server.url}{CLUSTER}/consumer-groups/billing/offsets", timeout=30)
+    assert [(o["topic_name"], o["partition_id"], o["offset"]) for o in r.json()["offsets"]] \
+        == [("committed", 0, 42)]
+    other = KafkaConsumer(bootstrap_servers=bootstrap, group_id="billing",
+                          enable_auto_commit=False)
+    assert other.committed(KpPartition("committed", 0)) == 42
+    assert other.committed(KpPartition("committed", 1)) is None
+    other.close()
+    # And the other way round: committed over HTTP, read by librdkafka.
+    r = httpx.post(f"{server.url}{CLUSTER}/consumer-groups/billing/offsets", timeout=30,
+                   json={"member_epoch": -1, "offsets": [
+                       {"topic_name": "committed", "partition_id": 1, "offset": 7}]})
+    assert r.status_code == 200, r.text
+    got = consumer.committed([TopicPartition("committed", p) for p in (0, 1)], timeout=10)
+    assert [(t.partition, t.offset) for t in got] == [(0, 42), (1, 7)]
+    consumer.close()
+
+
 def test_errors_clients_see(server: ServerProcess, bootstrap: str) -> None:
     errors: list[KafkaError] = []
     producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 3000})
