@@ -17,7 +17,6 @@ Goals (issue 35): the CLI to a file >= 0.6 of the httpx loop and >= 0.3 of
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from bench.produce import wait_up
+from bench.produce import quiet_server, wait_up
 from bench.report import print_table, write_json
 from lakelog.client import Consumer, Producer
 
@@ -96,12 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="each case's best of this many")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-consume-"))
-    env = {**os.environ, **{f"LAKELOG_{job}_INTERVAL_MS": "0"
-                            for job in ("TIER", "RETENTION", "COMPACT", "UPKEEP")},
-           "LAKELOG_SQL_PORT": "0"}
-    server = subprocess.Popen([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"),
-                               "--port", str(PORT), "--log-level", "warning"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("w"))
+    server = quiet_server(work, PORT, auth=None)
     rates: dict[str, list[float]] = {"httpx": [], "batch": [], "cli": []}
     try:
         wait_up(f"{URL}/healthz")

@@ -19,10 +19,8 @@ the Arrow fetch. Prints a table; writes ``bench/results/kafka.json``.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +32,7 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
-from bench.produce import wait_up
+from bench.produce import quiet_server, wait_up
 from bench.report import print_table, write_json
 from lakelog.client import Consumer, Producer
 
@@ -107,13 +105,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="each case's best of this many")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-kafka-"))
-    env = {**os.environ, **{f"LAKELOG_{job}_INTERVAL_MS": "0"
-                            for job in ("TIER", "RETENTION", "COMPACT", "UPKEEP")},
-           "LAKELOG_SQL_PORT": "0", "LAKELOG_AUTH": "none"}
-    server = subprocess.Popen([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"),
-                               "--port", str(PORT), "--kafka-port", str(KAFKA_PORT),
-                               "--log-level", "warning"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("w"))
+    server = quiet_server(work, PORT, "--kafka-port", str(KAFKA_PORT))
     rows = records(args.records)
     rates: dict[str, list[float]] = {"kafka_produce": [], "http_produce": [],
                                      "kafka_consume": [], "arrow_consume": []}

@@ -106,6 +106,19 @@ def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def quiet_server(work: Path, port: int, *args: str, auth: str | None = "none"
+                 ) -> subprocess.Popen[bytes]:
+    """``lakelog serve`` on ``work/data`` with no jobs and no SQL endpoint, its log in
+    ``work/server.log`` (``auth``: None, the server's default); wait for it with
+    ``wait_up``."""
+    env = {**os.environ, **{f"LAKELOG_{job}_INTERVAL_MS": "0"
+                            for job in ("TIER", "RETENTION", "COMPACT", "UPKEEP")},
+           "LAKELOG_SQL_PORT": "0", **({"LAKELOG_AUTH": auth} if auth else {})}
+    return subprocess.Popen([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"),
+                             "--port", str(port), "--log-level", "warning", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("w"))
+
+
 def start(cmd: list[str], port: int, health: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

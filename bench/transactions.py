@@ -26,7 +26,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from bench.produce import wait_up
+from bench.produce import quiet_server, wait_up
 from bench.report import print_table, write_json
 from lakelog.client import Producer
 
@@ -118,12 +117,7 @@ def main() -> None:
     parser.add_argument("--commit-every-ms", type=float, default=100.0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-txn-"))
-    env = {**os.environ, **{f"LAKELOG_{job}_INTERVAL_MS": "0"
-                            for job in ("TIER", "RETENTION", "COMPACT", "UPKEEP")},
-           "LAKELOG_SQL_PORT": "0", "LAKELOG_AUTH": "none"}
-    server = subprocess.Popen([str(BIN / "lakelog"), "serve", "--data-dir", str(work / "data"),
-                               "--port", str(PORT), "--log-level", "warning"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("w"))
+    server = quiet_server(work, PORT)
     plain: list[float] = []
     txn: list[float] = []
     commits: list[float] = []

@@ -23,6 +23,7 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from ingest_api.broker.produce.request import Headers, ProducerColumns, ProduceRequest
 from log_tables.errors import InvalidRecordError
 from log_tables.records import LogBatch
+from log_tables.varint import zigzag
 
 BATCH_HEADER = 61
 """Bytes of a v2 batch before its records."""
@@ -128,22 +129,11 @@ def gap(first: int, end: int) -> bytes:
     delta = end - 1 - first
     key = struct.pack(">hh", 0, 1)  # version 0, COMMIT
     value = struct.pack(">hi", 0, 0)  # version 0, coordinator epoch 0
-    body = b"\0" + _varint(0) + _varint(delta) + _varint(len(key)) + key + \
-        _varint(len(value)) + value + _varint(0)
-    record = _varint(len(body)) + body
+    body = b"\0" + zigzag(0) + zigzag(delta) + zigzag(len(key)) + key + \
+        zigzag(len(value)) + value + zigzag(0)
+    record = zigzag(len(body)) + body
     now = int(time.time() * 1000)
     after_crc = struct.pack(">hiqqqhii", _CONTROL, delta, now, now, -1, -1, -1, 1) + record
     crc = google_crc32c.value(after_crc)
     head = struct.pack(">qiibI", first, 4 + 1 + 4 + len(after_crc), -1, 2, crc)
     return head + after_crc
-
-
-def _varint(n: int) -> bytes:
-    """Kafka's (zigzag) varint."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

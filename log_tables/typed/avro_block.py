@@ -29,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log_tables.varint import zigzag
+
 GUARD_FIELD = "__lakelog_guard__"
 GUARD_BYTES = 16
 MIN_BLOCK = 64
@@ -113,7 +115,7 @@ class BlockDecoder:
                                                                   joined.offset + len(joined) + 1]
             body = joined.buffers()[2]
             start, end = int(offsets[0]), int(offsets[-1])
-            block = b"".join([self.header, _varint(len(payloads)), _varint(end - start),
+            block = b"".join([self.header, zigzag(len(payloads)), zigzag(end - start),
                               memoryview(body)[start:end], self.sync])
             table = pl.read_avro(io.BytesIO(block)).to_arrow()
             guards = table.column(GUARD_FIELD)
@@ -127,13 +129,3 @@ class BlockDecoder:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             return None
-
-
-def _varint(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

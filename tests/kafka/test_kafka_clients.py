@@ -329,3 +329,44 @@ def test_the_listener_is_refused_where_it_would_bypass_api_keys_or_a_cluster() -
         ApiSettings(kafka_port=9092, auth="none", host="0.0.0.0",
                     allow_insecure_non_loopback=True)
     assert ApiSettings(kafka_port=9092, auth="none").kafka_port == 9092
+
+
+def test_the_listener_s_bounds_connections_and_idle_ones(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    """In-process, on a real (unstarted) broker: ApiVersions needs none of its services."""
+    import asyncio
+
+    from ingest_api.broker.core import Broker
+    from ingest_api.kafka import listener as kafka_listener
+    from ingest_api.settings import ApiSettings
+    monkeypatch.setattr(kafka_listener, "IDLE_S", 0.5)
+    header = struct.pack(">hhih", 18, 3, 1, -1) + b"\x00" + b"\x02a\x022\x00"  # v3 + tags
+
+    async def run() -> tuple[bytes, bytes, bytes]:
+        broker = Broker(ApiSettings(data_dir=tmp_path / "data", auth="none"))
+        listener = kafka_listener.KafkaListener(broker, "127.0.0.1", 0, "127.0.0.1",
+                                                1 << 20, max_connections=1)
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.write(struct.pack(">i", len(header)) + header)
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            answered = await reader.readexactly(size)
+            # A second connection past max_connections is closed at once.
+            other, other_writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            refused = await asyncio.wait_for(other.read(1), 10)
+            other_writer.close()
+            # The first, left idle past IDLE_S, is closed.
+            idle = await asyncio.wait_for(reader.read(1), 10)
+            writer.close()
+            return answered, refused, idle
+        finally:
+            await listener.stop()
+
+    with caplog.at_level("WARNING", logger="ingest_api.kafka.listener"):
+        answered, refused, idle = asyncio.run(run())
+    assert struct.unpack_from(">ih", answered) == (1, 0)  # correlation id 1, no error
+    assert refused == b"" and idle == b""
+    assert "refused: 1 open already" in caplog.text  # (not closed for being idle)
